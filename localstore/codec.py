@@ -1,0 +1,291 @@
+"""The commitlog record: RocketMQ's stored-message layout, encoded and decoded.
+
+Every integer is big-endian. One record per message; records never span two segments.
+
+    off  size  field
+      0     4  TOTALSIZE            whole record length, this field included
+      4     4  MAGICCODE            v1 0xDAA320A7, v2 0xDAA320AB (2-byte topic length)
+      8     4  BODYCRC              zlib.crc32(body) & 0x7FFFFFFF, over the body as stored
+     12     4  QUEUEID
+     16     4  FLAG                 the producer's int flag
+     20     8  QUEUEOFFSET          slot in the consume queue (0 for prepared/rollback records)
+     28     8  PHYSICALOFFSET       this record's commitlog byte position
+     36     4  SYSFLAG              bits below
+     40     8  BORNTIMESTAMP        producer ms
+     48   8|20 BORNHOST             IPv4 (4) or IPv6 (16) address + int port; 20 when SYSFLAG & 0x10
+      .     8  STORETIMESTAMP       broker ms
+      .   8|20 STOREHOSTADDRESS     as BORNHOST; 20 when SYSFLAG & 0x20
+      .     4  RECONSUMETIMES
+      .     8  PREPARED_TRANSACTION_OFFSET
+      .   4+B  BODY                 int length, then the bytes
+      . 1|2+T  TOPIC                v1: 1-byte length, v2: 2-byte length, then UTF-8 bytes
+      .   2+P  PROPERTIES           short length, then ``name\\x01value\\x02`` pairs in UTF-8
+
+With IPv4 hosts the fixed part is 91 bytes (v1) and the body starts at 88. A record goes into a
+segment only if at least 8 bytes remain after it; otherwise the segment ends with the 8-byte blank
+record ``(remaining: int, 0xCBD43194: int)`` and the rest of the segment stays zero.
+
+SYSFLAG bits: 0x1 compressed body, 0x2 multi tags, 0xC transaction type (0x0 NOT, 0x4 PREPARED,
+0x8 COMMIT, 0xC ROLLBACK), 0x10 born host IPv6, 0x20 store host IPv6, 0x40 need-unwrap (batch),
+0x80 inner batch, 0x700 compression type.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+BLANK_MAGIC = -875286124  # 0xCBD43194
+BLANK_RECORD_SIZE = 8
+MAX_PROPERTIES_BYTES = 32767
+MAX_V1_TOPIC_BYTES = 127
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_MASK = 0xC
+SYSFLAG_TRANSACTION_NOT = 0x0
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# Well-known property names (MessageConst).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+
+KEY_SEPARATOR = " "
+
+# Offsets of fields that sit before any host field.
+OFFSET_TOTAL_SIZE = 0
+OFFSET_MAGIC = 4
+OFFSET_BODY_CRC = 8
+OFFSET_QUEUE_ID = 12
+OFFSET_QUEUE_OFFSET = 20
+OFFSET_PHYSICAL_OFFSET = 28
+OFFSET_SYSFLAG = 36
+OFFSET_BORN_HOST = 48
+
+
+def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    born = "20s" if born_v6 else "8s"
+    store = "20s" if store_v6 else "8s"
+    # total, magic, crc, queue id, flag, queue offset, phys offset, sysflag, born ts, born host,
+    # store ts, store host, reconsume times, prepared tx offset, body length
+    return struct.Struct(f">iiiiiqqiq{born}q{store}iqi")
+
+
+# Indexed by (sysflag >> 4) & 3: bit 0 = born host IPv6, bit 1 = store host IPv6.
+HEADER_STRUCTS: tuple[struct.Struct, ...] = (
+    _header_struct(False, False),
+    _header_struct(True, False),
+    _header_struct(False, True),
+    _header_struct(True, True),
+)
+HEADER_V4 = HEADER_STRUCTS[0]
+
+BLANK_STRUCT = struct.Struct(">ii")
+INT = struct.Struct(">i")
+SHORT = struct.Struct(">h")
+LONG = struct.Struct(">q")
+
+
+def body_crc(body: bytes) -> int:
+    """RocketMQ's body CRC: CRC-32 masked to a non-negative Java int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def pack_host(host: str, port: int) -> bytes:
+    """Pack ``host:port`` as RocketMQ stores it: 4 or 16 address bytes, then an int port."""
+    return ipaddress.ip_address(host).packed + INT.pack(port)
+
+
+def unpack_host(raw: bytes) -> str:
+    """Packed host -> ``'127.0.0.1:40001'``; IPv6 as Java prints it: ``'0:0:0:0:0:0:0:1:40001'``."""
+    port = INT.unpack_from(raw, len(raw) - 4)[0]
+    if len(raw) == 8:
+        return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}:{port}"
+    groups = struct.unpack(">8H", raw[:16])
+    return ":".join(f"{g:x}" for g in groups) + f":{port}"
+
+
+def encode_properties(properties: dict[str, str]) -> str:
+    """``name\\x01value\\x02`` for every entry, in the dict's order."""
+    return "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a properties string the way RocketMQ's ``string2messageProperties`` does.
+
+    Segments without a separator, with an empty name or an empty value are skipped; a repeated
+    name keeps the later value.
+    """
+    result: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            result[name] = value
+    return result
+
+
+def split_keys(keys: str) -> list[str]:
+    """The ``KEYS`` property holds keys separated by single spaces; empty tokens are dropped."""
+    return [key for key in keys.split(KEY_SEPARATOR) if key]
+
+
+def topic_field(topic_bytes: bytes) -> bytes:
+    """The encoded TOPIC field: v1 (1-byte length) up to 127 bytes, v2 (2-byte length) above."""
+    if len(topic_bytes) <= MAX_V1_TOPIC_BYTES:
+        return bytes((len(topic_bytes),)) + topic_bytes
+    return SHORT.pack(len(topic_bytes)) + topic_bytes
+
+
+def record_overhead(topic_field_len: int, born_v6: bool = False, store_v6: bool = False) -> int:
+    """Bytes of a record beyond its body and properties string: header, topic, lengths."""
+    return HEADER_STRUCTS[int(born_v6) | int(store_v6) << 1].size + topic_field_len + 2
+
+
+@dataclass(slots=True)
+class NewMessage:
+    """A message to be stored. ``born_host`` is packed (see :func:`pack_host`)."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A message as read back from the commitlog, every field of the record."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    store_size: int
+    body_crc: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    properties: dict[str, str]
+    store_host_raw: bytes = b""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return split_keys(raw) if raw else []
+
+    @property
+    def msg_id(self) -> str | None:
+        """The producer-side id (``UNIQ_KEY``), what RocketMQ's clients show as the message id."""
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The server-side id: store host, port and commitlog offset in upper-case hex."""
+        return (self.store_host_raw + LONG.pack(self.phys_offset)).hex().upper()
+
+
+class RecordError(ValueError):
+    """Bytes at a position are not a valid record (bad magic, size, length or CRC)."""
+
+
+def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
+    """Decode the record starting at ``pos`` of ``buf`` (whose index 0 is not a phys offset).
+
+    Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record.
+    """
+    try:
+        total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag = _PREFIX.unpack_from(
+            buf, pos
+        )
+        if magic != MAGIC_V1 and magic != MAGIC_V2:  # noqa: PLR1714 - two int compares are faster
+            raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at buffer position {pos}")
+        header = HEADER_STRUCTS[(sys_flag >> 4) & 3]
+        (_, _, _, _, _, _, _, _, born_ts, born_host, store_ts, store_host, reconsume, prepared,
+         body_len) = header.unpack_from(buf, pos)
+        cursor = pos + header.size
+        body = bytes(buf[cursor : cursor + body_len])
+        cursor += body_len
+        if magic == MAGIC_V1:
+            topic_len = buf[cursor]
+            cursor += 1
+        else:
+            topic_len = SHORT.unpack_from(buf, cursor)[0]
+            cursor += 2
+        topic = str(buf[cursor : cursor + topic_len], "utf-8")
+        cursor += topic_len
+        props_len = SHORT.unpack_from(buf, cursor)[0]
+        cursor += 2
+        props = str(buf[cursor : cursor + props_len], "utf-8") if props_len > 0 else ""
+        cursor += props_len
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc
+    if cursor - pos != total or len(body) != body_len or props_len < 0:
+        raise RecordError(
+            f"record at buffer position {pos} declares {total} bytes but its fields take "
+            f"{cursor - pos}"
+        )
+    return StoredMessage(
+        topic, queue_id, queue_offset, phys, total, crc, flag, sys_flag, born_ts,
+        unpack_host(born_host), store_ts, unpack_host(store_host), reconsume, prepared, body,
+        decode_properties(props) if props else {}, store_host,
+    )
+
+
+_PREFIX = struct.Struct(">iiiiiqqi")
+
+
+def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:
+    """The STORETIMESTAMP of the record at ``pos`` without decoding the rest."""
+    sys_flag = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)[0]
+    born_len = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+    return int(LONG.unpack_from(buf, pos + OFFSET_BORN_HOST + born_len)[0])
+
+
+def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
+    """The properties of the record at ``pos``, skipping over its body without copying it."""
+    magic, = INT.unpack_from(buf, pos + OFFSET_MAGIC)
+    sys_flag, = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)
+    cursor = pos + HEADER_STRUCTS[(sys_flag >> 4) & 3].size
+    cursor += INT.unpack_from(buf, cursor - 4)[0]
+    if magic == MAGIC_V1:
+        cursor += 1 + buf[cursor]
+    else:
+        cursor += 2 + SHORT.unpack_from(buf, cursor)[0]
+    props_len, = SHORT.unpack_from(buf, cursor)
+    return decode_properties(str(buf[cursor + 2 : cursor + 2 + props_len], "utf-8"))

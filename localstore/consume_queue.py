@@ -1,0 +1,155 @@
+"""One consume queue: the index of one topic-queue into the commitlog.
+
+Files ``consumequeue/{topic}/{queueId}/{20-digit byte offset}``, each ``entries_per_file * 20``
+bytes. Queue offset ``n`` is the 20-byte unit at byte ``n * 20`` of the stream:
+
+    off  size  field
+      0     8  commitlog physical offset of the record
+      8     4  record size (TOTALSIZE)
+     12     8  tagsCode (Java hash of TAGS, or a delivery time under SCHEDULE_TOPIC_XXXX)
+
+A unit is valid when its offset is >= 0 and its size > 0; zero-filled space ends the queue. A queue
+that starts at a non-zero offset in its first file is padded with filler units
+``(0, Integer.MAX_VALUE, 0)`` (RocketMQ's pre-blank), which are never read as messages.
+
+Invariants: units are appended in queue-offset order with increasing physical offsets, so
+``max_phys_offset`` (end of the last unit's record) tells whether a dispatch is a repeat.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from localstore.segments import SegmentQueue
+
+UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")
+FILLER_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
+_UNIT_HEAD = struct.Struct(">qi")
+
+
+class ConsumeQueue:
+    """Append, read and bound one topic-queue's units."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.segments = SegmentQueue(directory, entries_per_file * UNIT_SIZE)
+        self.min_logic_offset = 0  # byte position of the first real unit
+        self.max_phys_offset = 0  # end of the last unit's record in the commitlog
+
+    # -- bounds ----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """Smallest readable queue offset."""
+        return self.min_logic_offset // UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        """Next queue offset to be written (one past the last unit)."""
+        return self.segments.max_offset // UNIT_SIZE
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map the files and find the end of the valid units (a valid prefix, then zeros)."""
+        self.segments.load()
+        segments = self.segments.segments
+        while segments:
+            last = segments[-1]
+            valid = _valid_prefix_units(last.view, last.size // UNIT_SIZE)
+            last.wrote_position = last.flushed_position = valid * UNIT_SIZE
+            if valid or len(segments) == 1:
+                break
+            segments.pop().destroy()  # an empty trailing file: drop it, the end is before it
+        if segments:
+            first = segments[0]
+            blanks = _filler_prefix_units(first.view, first.wrote_position // UNIT_SIZE)
+            self.min_logic_offset = first.start_offset + blanks * UNIT_SIZE
+            end = self.segments.max_offset
+            if end > self.min_logic_offset:
+                phys, size = self.unit_head(end // UNIT_SIZE - 1)
+                self.max_phys_offset = phys + size
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, queue_offset: int, units: bytes, phys_end: int) -> None:
+        """Append ``units`` (whole 20-byte units) for queue offsets from ``queue_offset``.
+
+        ``phys_end`` is the commitlog end of the last unit's record. Units may cross into the
+        next file. A queue created at a non-zero offset gets filler units before it.
+        """
+        position = queue_offset * UNIT_SIZE
+        segments = self.segments
+        if not segments.segments:
+            segment = segments.segment_for_append(position)
+            padding = position - segment.start_offset
+            if padding:
+                segment.append(FILLER_UNIT * (padding // UNIT_SIZE))
+            self.min_logic_offset = position
+        elif position != segments.max_offset:
+            raise ValueError(
+                f"consume queue {self.topic}/{self.queue_id}: unit for queue offset "
+                f"{queue_offset} does not follow the last one ({self.max_offset - 1})"
+            )
+        segment = segments.segment_for_append(position)
+        if len(units) <= segment.remaining:
+            segment.append(units)
+        else:
+            data = memoryview(units)
+            while data:
+                chunk = data[: segment.remaining]
+                segment.append(chunk)
+                data = data[len(chunk) :]
+                if data:
+                    segment = segments.segment_for_append(position)
+        self.max_phys_offset = phys_end
+
+    # -- reading ---------------------------------------------------------------------------
+    def unit_head(self, queue_offset: int) -> tuple[int, int]:
+        """(physical offset, size) of one unit; the caller checks the offset is in range."""
+        position = queue_offset * UNIT_SIZE
+        segment = self.segments.find(position)
+        assert segment is not None
+        return _UNIT_HEAD.unpack_from(segment.view, position - segment.start_offset)  # type: ignore[return-value]
+
+    def read_units(self, queue_offset: int, max_units: int) -> memoryview:
+        """Up to ``max_units`` units from ``queue_offset``, never crossing a file boundary."""
+        position = queue_offset * UNIT_SIZE
+        segment = self.segments.find(position)
+        if segment is None:
+            return memoryview(b"")
+        start = position - segment.start_offset
+        end = min(segment.wrote_position, start + max_units * UNIT_SIZE)
+        return segment.view[start:end] if end > start else memoryview(b"")
+
+    def flush(self) -> None:
+        self.segments.flush()
+
+    def close(self) -> None:
+        self.segments.close()
+
+
+def _valid_prefix_units(view: memoryview, count: int) -> int:
+    """How many leading units are valid (offset >= 0 and size > 0); binary search, since a
+    queue file is a valid prefix followed by zeros."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        phys, size = _UNIT_HEAD.unpack_from(view, mid * UNIT_SIZE)
+        if phys >= 0 and size > 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _filler_prefix_units(view: memoryview, count: int) -> int:
+    """How many leading units are pre-blank filler."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if view[mid * UNIT_SIZE : (mid + 1) * UNIT_SIZE] == FILLER_UNIT:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,64 @@
+"""Message ids.
+
+* ``offsetMsgId`` (server side): upper-case hex of store host address (4 or 16 bytes) + port (int)
+  + commitlog offset (long): 32 hex characters for IPv4, 56 for IPv6.
+* ``UNIQ_KEY`` (producer side, what clients show as the message id): upper-case hex of client
+  address (4 or 16 bytes) + pid (short) + a per-process random int, then the milliseconds since
+  the start of the current month (int) and a counter (short): 32 hex characters for IPv4.
+"""
+
+from __future__ import annotations
+
+import calendar
+import ipaddress
+import itertools
+import os
+import secrets
+import struct
+import threading
+import time
+
+from localstore.codec import LONG, unpack_host
+
+_SUFFIX = struct.Struct(">iH")
+
+
+def make_offset_msg_id(store_host_raw: bytes, phys_offset: int) -> str:
+    return (store_host_raw + LONG.pack(phys_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """``offsetMsgId`` -> (``host:port``, commitlog offset). Raises ValueError if malformed."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"an offsetMsgId has 32 or 56 hex characters, not {len(msg_id)}: "
+                         f"{msg_id!r}")
+    raw = bytes.fromhex(msg_id)
+    return unpack_host(raw[:-8]), int(LONG.unpack_from(raw, len(raw) - 8)[0])
+
+
+class UniqKeyGenerator:
+    """Makes RocketMQ-shaped ``UNIQ_KEY`` values; thread-safe."""
+
+    def __init__(self, client_ip: str = "127.0.0.1"):
+        address = ipaddress.ip_address(client_ip).packed
+        prefix = address + struct.pack(">hi", os.getpid() & 0x7FFF, secrets.randbits(31))
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def _month_bounds(self, now_ms: int) -> None:
+        local = time.localtime(now_ms / 1000)
+        start = time.mktime((local.tm_year, local.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+        days = calendar.monthrange(local.tm_year, local.tm_mon)[1]
+        self._month_start_ms = int(start * 1000)
+        self._next_month_ms = self._month_start_ms + days * 86_400_000
+
+    def next(self) -> str:
+        now_ms = time.time_ns() // 1_000_000
+        if not self._month_start_ms <= now_ms < self._next_month_ms:
+            with self._lock:
+                self._month_bounds(now_ms)
+        count = next(self._counter) & 0xFFFF
+        return self._prefix + _SUFFIX.pack(now_ms - self._month_start_ms, count).hex().upper()

@@ -1,0 +1,369 @@
+"""``MessageStore``: the embedded store engine's facade (RocketMQ's DefaultMessageStore).
+
+Layout under the store root (RocketMQ's, so either can open the other's files)::
+
+    lock                         held (flock) while a store instance has the directory open
+    abort                        present while open; found at open => the last run crashed
+    checkpoint                   4 KiB of flush timestamps
+    commitlog/{20 digits}        the records
+    consumequeue/{topic}/{q}/{20 digits}   20-byte units per message
+    config/topics.json           topic configs (RocketMQ's broker format)
+    config/store.json            Quiver's own: the geometry (RocketMQ never reads it)
+
+Thread safety: puts are serialized by one lock (the batch is appended under one acquisition with
+one write per segment); gets may run concurrently with puts from other threads. Queue offsets are
+assigned inside the put lock and only for messages that are stored; a rejected message consumes
+no offset.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import filelock
+
+from localstore.batch_encoder import MessageRejected, encode_batch
+from localstore.checkpoint import AbortMarker, Checkpoint
+from localstore.codec import (
+    NewMessage,
+    RecordError,
+    StoredMessage,
+    decode_record,
+    pack_host,
+    read_store_timestamp,
+)
+from localstore.commitlog import CommitLog
+from localstore.consume_queue import ConsumeQueue
+from localstore.errors import StoreClosedError, StoreLockedError
+from localstore.flush import FlushService, FlushWaiter
+from localstore.geometry import StoreGeometry, resolve_geometry
+from localstore.message_id import parse_offset_msg_id
+from localstore.reader import get_messages, visible_max_offset
+from localstore.recovery import QueueRegistry, RecoveryReport, recover
+from localstore.results import GetResult, GetStatus, PutResult, PutStatus
+from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, TagFilter, parse_delay_levels
+from localstore.topics import TopicTable
+from localstore.validation import topic_error
+
+ENCODER_SLACK_BYTES = 64 * 1024  # a record may exceed max_message_size by this much (headers)
+DEFAULT_MAX_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class StoreOptions:
+    """Run-time settings (not recorded in the store; may differ between opens)."""
+
+    default_queue_count: int = 4
+    flush_interval_ms: int = 500
+    cq_flush_interval_ms: int = 1000
+    sync_flush_timeout_ms: int = 5000
+    store_host: str = "127.0.0.1:10911"
+    warm_segments: bool = False
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MessageStore:
+    """A RocketMQ-format message store in one directory, opened by one instance at a time.
+
+    ``geometry`` holds the sizes to create the store with (ignored keys: none; a key that
+    contradicts the recorded geometry raises :class:`GeometryMismatchError`).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, options: StoreOptions | None = None,
+                 **geometry: Any):
+        self.root = Path(root)
+        self.options = options or StoreOptions()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _acquire_directory_lock(self.root)
+        try:
+            self._open(geometry)
+        except BaseException:
+            self._lock_file.release()
+            raise
+
+    def _open(self, requested: dict[str, Any]) -> None:
+        options = self.options
+        self.geometry: StoreGeometry = resolve_geometry(self.root, requested)
+        self._delay_levels = parse_delay_levels(options.delay_levels)
+        host, _, port = options.store_host.rpartition(":")
+        self._store_host = pack_host(host, int(port))
+        self._abort = AbortMarker(self.root)
+        self.crashed_last_time = self._abort.existed_at_open()
+        self.checkpoint = Checkpoint(self.root / "checkpoint")
+        sync = self.geometry.flush_mode == "sync"
+        self.commitlog = CommitLog(self.root / "commitlog", self.geometry.commitlog_file_size,
+                                   sync_flush=sync, warm_segments=options.warm_segments)
+        self.commitlog.segments.load()
+        self.queues = QueueRegistry(self.root / "consumequeue", self.geometry.cq_entries_per_file)
+        self.queues.load()
+        self.topics = TopicTable(self.root)
+        self.topics.load(self.root / "consumequeue")
+        self.recovery: RecoveryReport = recover(
+            self.commitlog, self.queues, check_crc=self.crashed_last_time,
+            delay_levels=self._delay_levels)
+        self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
+        self._valid_topics: set[str] = set()
+        self._valid_system_topics: set[str] = set()
+        self._put_lock = threading.Lock()
+        self._max_record_size = self.geometry.max_message_size + ENCODER_SLACK_BYTES
+        self._closed = False
+        self._abort.create()
+        self.flusher = FlushService(
+            self.commitlog, group_commit=sync, flush_interval_ms=options.flush_interval_ms,
+            others_interval_ms=options.cq_flush_interval_ms, on_flushed=self._on_flushed,
+            flush_others=self._flush_others)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush everything, remove the abort marker, release the directory. Idempotent."""
+        if self._closed:
+            return
+        with self._put_lock:
+            self._closed = True
+        self.flusher.close()
+        self._flush_others()
+        self.queues.close()
+        self.commitlog.close()
+        self.checkpoint.close()
+        self._abort.remove()
+        self._lock_file.release()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _on_flushed(self, offset: int, store_timestamp: int) -> None:
+        if store_timestamp:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
+
+    def _flush_others(self) -> None:
+        self.queues.flush()
+        self.checkpoint.flush()
+
+    # -- put -------------------------------------------------------------------------------
+    def put(self, message: NewMessage, *, system: bool = False) -> PutResult:
+        """Store one message. ``system`` allows the store's own topics (schedule, retry, ...)."""
+        return self.put_batch((message,), system=system)
+
+    def put_batch(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult:
+        """Store messages of one topic-queue with one append; all or none are stored.
+
+        Under sync flush this returns once the batch is durable (FLUSH_DISK_TIMEOUT if that
+        takes longer than ``sync_flush_timeout_ms``; the messages are stored all the same).
+        """
+        result, waiter = self.append(messages, system=system)
+        if waiter is not None and not waiter.wait(self.options.sync_flush_timeout_ms / 1000):
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            result.detail = (f"not flushed within {self.options.sync_flush_timeout_ms} ms"
+                             + (f": {self.flusher.error}" if self.flusher.error else ""))
+        return result
+
+    def append(self, messages: Sequence[NewMessage], *, system: bool = False,
+               on_durable: Callable[[bool], None] | None = None,
+               ) -> tuple[PutResult, FlushWaiter | None]:
+        """Append without waiting for durability: under sync flush the returned waiter (or
+        ``on_durable``, called on the flush thread) tells when the batch is on disk."""
+        rejection = self._check(messages, system)
+        if rejection is not None:
+            return rejection, None
+        first = messages[0]
+        topic, queue_id = first.topic, first.queue_id
+        with self._put_lock:
+            if self._closed:
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), None
+            rejection = self._check_queue(topic, queue_id, system)
+            if rejection is not None:
+                return rejection, None
+            key = (topic, queue_id)
+            queue_offset = self._next_queue_offset.get(key, 0)
+            store_timestamp = time.time_ns() // 1_000_000
+            commitlog = self.commitlog
+            try:
+                encoded = encode_batch(
+                    messages, topic, queue_id, queue_offset, commitlog.max_offset,
+                    commitlog.segment_size, store_timestamp, self._store_host,
+                    self._max_record_size,
+                    self._delay_levels if topic == SCHEDULE_TOPIC else None)
+            except MessageRejected as rejected:
+                return PutResult(PutStatus[rejected.status], rejected.detail, topic,
+                                 queue_id), None
+            try:
+                commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
+            except OSError as exc:
+                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED,
+                                 f"cannot write the commitlog: {exc}", topic, queue_id), None
+            if encoded.units:
+                self.queues.get_or_create(topic, queue_id).append(
+                    queue_offset, encoded.units, encoded.last_unit_phys_end)
+                self._next_queue_offset[key] = encoded.next_queue_offset
+                self.checkpoint.logics_msg_timestamp = store_timestamp
+            waiter = (self.flusher.request(encoded.end_offset, on_durable)
+                      if commitlog.sync_flush else None)
+        result = PutResult(PutStatus.PUT_OK, "", topic, queue_id, queue_offset,
+                           encoded.phys_offsets, store_timestamp, self._store_host)
+        return result, waiter
+
+    def _check(self, messages: Sequence[NewMessage], system: bool) -> PutResult | None:
+        if not messages:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, "the batch holds no message")
+        first = messages[0]
+        topic, queue_id = first.topic, first.queue_id
+        valid = self._valid_system_topics if system else self._valid_topics
+        if topic not in valid:
+            problem = topic_error(topic, system=system)
+            if problem is not None:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, problem, topic, queue_id)
+            valid.add(topic)
+        max_body = self.geometry.max_message_size
+        for index, message in enumerate(messages):
+            if message.topic != topic or message.queue_id != queue_id:
+                return PutResult(
+                    PutStatus.MESSAGE_ILLEGAL,
+                    f"a batch goes to one queue: message {index} is for {message.topic}/"
+                    f"{message.queue_id}, message 0 for {topic}/{queue_id}", topic, queue_id)
+            size = len(message.body)
+            if not size or size > max_body:
+                what = "is empty" if not size else f"is {size} bytes, over the limit of {max_body}"
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, f"message {index}: the body {what}",
+                                 topic, queue_id)
+        return None
+
+    def _check_queue(self, topic: str, queue_id: int, system: bool) -> PutResult | None:
+        config = self.topics.get(topic)
+        if config is None:
+            count = self.options.default_queue_count
+            config = self.topics.create(topic, max(count, queue_id + 1) if system else count)
+        if 0 <= queue_id < config.write_queue_nums:
+            return None
+        if system and queue_id >= 0:
+            config.read_queue_nums = config.write_queue_nums = queue_id + 1
+            self.topics.save()
+            return None
+        return PutResult(PutStatus.MESSAGE_ILLEGAL,
+                         f"queue {queue_id} does not exist: topic {topic} has "
+                         f"{config.write_queue_nums} write queues", topic, queue_id)
+
+    # -- get -------------------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, *,
+                     max_count: int = 32, max_bytes: int = DEFAULT_MAX_BYTES,
+                     tags: str | TagFilter | None = None) -> GetResult:
+        """Messages of ``topic``/``queue_id`` from ``queue_offset``, decoded.
+
+        ``tags`` is a tag expression (``"A || B"``, ``"*"``) or a parsed :class:`TagFilter`.
+        """
+        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=False)
+
+    def get_message_bytes(self, topic: str, queue_id: int, queue_offset: int, *,
+                          max_count: int = 32, max_bytes: int = DEFAULT_MAX_BYTES,
+                          tags: str | TagFilter | None = None) -> GetResult:
+        """As :meth:`get_messages`, but ``result.raw`` holds the stored records' bytes."""
+        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=True)
+
+    def _get(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+             max_bytes: int, tags: str | TagFilter | None, raw: bool) -> GetResult:
+        self._ensure_open()
+        if max_count <= 0:
+            raise ValueError(f"max_count must be positive, got {max_count}")
+        tag_filter = tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
+        return get_messages(self.commitlog, self.queues.get(topic, queue_id), queue_offset,
+                            max_count, max_bytes, tag_filter, raw)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest readable queue offset (0 for an unknown queue)."""
+        self._ensure_open()
+        queue = self.queues.get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Next queue offset to be written, counting only messages readers may see."""
+        self._ensure_open()
+        queue = self.queues.get(topic, queue_id)
+        if queue is None:
+            return 0
+        return visible_max_offset(queue, self.commitlog.confirmed_offset)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get(topic, queue_id)
+
+    def message_at(self, phys_offset: int) -> StoredMessage:
+        """The message whose record starts at commitlog offset ``phys_offset``.
+
+        Raises :class:`RecordError` when no visible record starts there.
+        """
+        self._ensure_open()
+        size = self.commitlog.record_size_at(phys_offset)
+        if phys_offset + size > self.commitlog.confirmed_offset:
+            raise RecordError(f"no record at commitlog offset {phys_offset}")
+        located = self.commitlog.segment_view(phys_offset)
+        assert located is not None
+        message = decode_record(located[0], located[1])
+        if message.phys_offset != phys_offset:
+            raise RecordError(f"no record starts at commitlog offset {phys_offset}")
+        return message
+
+    def message_by_offset_msg_id(self, offset_msg_id: str) -> StoredMessage:
+        """Look a message up by its server-side id (host, port and commitlog offset)."""
+        _, phys_offset = parse_offset_msg_id(offset_msg_id)
+        return self.message_at(phys_offset)
+
+    def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store time (ms) of the message at ``queue_offset``; -1 when there is none."""
+        self._ensure_open()
+        queue = self.queues.get(topic, queue_id)
+        if queue is None or not queue.min_offset <= queue_offset < self.max_offset(topic,
+                                                                                     queue_id):
+            return -1
+        phys, _ = queue.unit_head(queue_offset)
+        located = self.commitlog.segment_view(phys)
+        if located is None:
+            return -1
+        return read_store_timestamp(*located)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for (t, q) in self.queues.queues if t == topic)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.root} is closed")
+
+
+def _acquire_directory_lock(root: Path) -> filelock.BaseFileLock:
+    """flock ``{root}/lock`` (RocketMQ's lock file) and write our pid into it.
+
+    flock conflicts between two opens even within one process, so a second store instance on
+    the same directory fails here too.
+    """
+    path = root / "lock"
+    lock = filelock.FileLock(path, timeout=0, thread_local=False, is_singleton=False,
+                             preserve_lock_file=True, fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise StoreLockedError(root, _read_pid(path)) from None
+    with open(path, "r+b") as handle:
+        handle.write(str(os.getpid()).encode())
+        handle.truncate()
+    return lock
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,110 @@
+"""Topic configs, kept in ``config/topics.json`` in the shape RocketMQ's broker keeps them::
+
+    {"dataVersion": {"counter": N, "stateVersion": 0, "timestamp": MS},
+     "topicConfigTable": {"T": {"attributes": {}, "order": false, "perm": 6,
+                                "readQueueNums": 4, "topicFilterType": "SINGLE_TAG",
+                                "topicName": "T", "topicSysFlag": 0, "writeQueueNums": 4}}}
+
+so a RocketMQ broker pointed at a Quiver store finds its topics. A store without the file (one
+RocketMQ's store code wrote without a broker) gets its topics from its consume-queue directories.
+Topics are created on first put with the store's default queue count.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from localstore.atomic_file import write_atomically
+from localstore.errors import CorruptStoreError
+
+PERM_READ_WRITE = 6
+TOPICS_FILE = Path("config") / "topics.json"
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ_WRITE
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attributes": {}, "order": self.order, "perm": self.perm,
+            "readQueueNums": self.read_queue_nums, "topicFilterType": "SINGLE_TAG",
+            "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.write_queue_nums,
+        }
+
+
+class TopicTable:
+    """The store's topics; ``save`` rewrites the file atomically (topics change rarely)."""
+
+    def __init__(self, root: Path):
+        self.path = root / TOPICS_FILE
+        self.topics: dict[str, TopicConfig] = {}
+        self._counter = 0
+        self._extra: dict[str, Any] = {}  # RocketMQ fields we keep as they were
+
+    def load(self, consume_queue_dir: Path) -> None:
+        if self.path.exists():
+            try:
+                data = orjson.loads(self.path.read_bytes())
+            except orjson.JSONDecodeError as exc:
+                raise CorruptStoreError(f"{self.path} is not valid JSON: {exc}") from exc
+            self._counter = int(data.get("dataVersion", {}).get("counter", 0))
+            table = data.get("topicConfigTable", {})
+            for name, config in table.items():
+                self._extra[name] = config
+                self.topics[name] = TopicConfig(
+                    name, int(config.get("readQueueNums", 0)),
+                    int(config.get("writeQueueNums", 0)), int(config.get("perm", 6)),
+                    bool(config.get("order", False)),
+                )
+        for name, queue_count in _queues_on_disk(consume_queue_dir).items():
+            config = self.topics.get(name)
+            if config is None:
+                self.topics[name] = TopicConfig(name, queue_count, queue_count)
+            elif config.read_queue_nums < queue_count:
+                config.read_queue_nums = queue_count
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self.topics.get(name)
+
+    def create(self, name: str, queue_count: int) -> TopicConfig:
+        config = TopicConfig(name, queue_count, queue_count)
+        self.topics[name] = config
+        self.save()
+        return config
+
+    def save(self) -> None:
+        self._counter += 1
+        table = {name: {**self._extra.get(name, {}), **config.to_json()}
+                 for name, config in self.topics.items()}
+        document = {
+            "dataVersion": {"counter": self._counter, "stateVersion": 0,
+                            "timestamp": int(time.time() * 1000)},
+            "topicConfigTable": table,
+        }
+        write_atomically(self.path, orjson.dumps(document, option=orjson.OPT_INDENT_2))
+
+
+def _queues_on_disk(consume_queue_dir: Path) -> dict[str, int]:
+    """topic -> 1 + highest queue id found under ``consumequeue/``."""
+    found: dict[str, int] = {}
+    if not consume_queue_dir.is_dir():
+        return found
+    for topic in os.listdir(consume_queue_dir):
+        topic_dir = consume_queue_dir / topic
+        if not topic_dir.is_dir():
+            continue
+        ids = [int(q) for q in os.listdir(topic_dir) if q.isdigit()]
+        if ids:
+            found[topic] = max(ids) + 1
+    return found
