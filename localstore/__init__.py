@@ -1,9 +1,9 @@
 """localstore: Quiver's embedded store engine, byte-compatible with RocketMQ's broker store.
 
-    from localstore import MessageStore, NewMessage
-    with MessageStore("./data") as store:
-        result = store.put(NewMessage("orders", b"hello", properties={"TAGS": "paid"}))
-        got = store.get_messages("orders", 0, 0)
+from localstore import MessageStore, NewMessage
+with MessageStore("./data") as store:
+    result = store.put(NewMessage("orders", b"hello", properties={"TAGS": "paid"}))
+    got = store.get_messages("orders", 0, 0)
 """
 
 from localstore.codec import NewMessage, StoredMessage, pack_host, unpack_host

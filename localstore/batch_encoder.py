@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from localstore.codec import (
     BLANK_MAGIC,
+    BLANK_RECORD_SIZE,
     BLANK_STRUCT,
     HEADER_STRUCTS,
     MAGIC_V1,
@@ -28,20 +29,19 @@ from localstore.codec import (
     SHORT,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
-    SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     NewMessage,
 )
 from localstore.consume_queue import UNIT
-from localstore.tags import schedule_tag_code, tag_code
+from localstore.tags import _TAG_CODES, schedule_tag_code, tag_code
 
-_CRC_MASK = 0x7FFFFFFF
 _V6_BITS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
-_SKIP_CQ = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+# PREPARED (0x4) and ROLLBACK (0xC) are the transaction types with bit 0x4 set.
+_PREPARED_OR_ROLLBACK = SYSFLAG_TRANSACTION_PREPARED & SYSFLAG_TRANSACTION_ROLLBACK
 
 
-class MessageRejected(Exception):
+class RejectedMessageError(Exception):
     """A message of the batch cannot be stored; ``status`` is the PutStatus name."""
 
     def __init__(self, status: str, detail: str):
@@ -50,8 +50,7 @@ class MessageRejected(Exception):
         self.detail = detail
 
 
-@dataclass(slots=True)
-class EncodedBatch:
+class EncodedBatch(NamedTuple):
     """What the commitlog and the consume queue write for one batch."""
 
     runs: list[bytes]  # runs[0] goes at ``position``; each later run starts a new segment
@@ -77,22 +76,19 @@ def encode_batch(
     """Encode ``messages`` (all of ``topic``/``queue_id``) starting at commitlog ``position``.
 
     ``delay_levels`` is given for ``SCHEDULE_TOPIC_XXXX``, whose tag codes are delivery times.
-    Raises :class:`MessageRejected` for a message whose properties or record are too large.
+    Raises :class:`RejectedMessageError` for a message whose properties or record are too large.
     """
-    topic_bytes = topic.encode()
-    if len(topic_bytes) <= MAX_V1_TOPIC_BYTES:
-        magic = MAGIC_V1
-        topic_field = bytes((len(topic_bytes),)) + topic_bytes
-    else:
-        magic = MAGIC_V2
-        topic_field = SHORT.pack(len(topic_bytes)) + topic_bytes
+    known = _TOPIC_FIELDS.get(topic)
+    magic, topic_field = known if known is not None else _topic_field(topic)
     store_bit = SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0
+    plain_header = HEADER_STRUCTS[store_bit >> 4]
     fixed = len(topic_field) + 2
     segment_end = position - position % segment_size + segment_size
-    pack_short = SHORT.pack
+    tails: dict[int, bytes] = {}  # properties length -> topic field + length field
+    tag_codes = _TAG_CODES
     pack_unit = UNIT.pack
     crc32 = zlib.crc32
-    headers = HEADER_STRUCTS
+    join_pair = "\x01".join
     runs: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append
@@ -100,17 +96,11 @@ def encode_batch(
     phys_offsets: list[int] = []
     unit_end = 0
 
-    for index, message in enumerate(messages):
+    for message in messages:
         properties = message.properties
         if properties:
-            props = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
+            props = ("\x02".join(map(join_pair, properties.items())) + "\x02").encode()
             props_len = len(props)
-            if props_len > MAX_PROPERTIES_BYTES:
-                raise MessageRejected(
-                    "PROPERTIES_SIZE_EXCEEDED",
-                    f"message {index}: properties take {props_len} bytes, more than "
-                    f"{MAX_PROPERTIES_BYTES}",
-                )
             tags = properties.get("TAGS")
         else:
             props = b""
@@ -118,50 +108,104 @@ def encode_batch(
             tags = None
         body = message.body
         born_host = message.born_host
-        sys_flag = (message.sys_flag & _V6_BITS) | store_bit
-        if len(born_host) == 20:
-            sys_flag |= SYSFLAG_BORNHOST_V6
-        header = headers[(sys_flag >> 4) & 3]
+        sys_flag = message.sys_flag
+        if sys_flag or len(born_host) != 8:
+            sys_flag = (sys_flag & _V6_BITS) | store_bit
+            if len(born_host) == 20:
+                sys_flag |= SYSFLAG_BORNHOST_V6
+            header = HEADER_STRUCTS[(sys_flag >> 4) & 3]
+        else:
+            sys_flag = store_bit
+            header = plain_header
         size = header.size + len(body) + fixed + props_len
-        if size + 8 > segment_end - position:
-            if size > max_record_size or size + 8 > segment_size:
-                raise MessageRejected(
-                    "MESSAGE_ILLEGAL",
-                    f"message {index}: record of {size} bytes does not fit a segment of "
-                    f"{segment_size} bytes or the limit of {max_record_size}",
-                )
+        if (
+            size + 8 > segment_end - position
+            or size > max_record_size
+            or props_len > MAX_PROPERTIES_BYTES
+        ):
+            _check_sizes(messages, message, size, props_len, max_record_size, segment_size)
             append(BLANK_STRUCT.pack(segment_end - position, BLANK_MAGIC))
             runs.append(b"".join(parts))
             parts.clear()
             position = segment_end
             segment_end += segment_size
-        elif size > max_record_size:
-            raise MessageRejected(
-                "MESSAGE_ILLEGAL",
-                f"message {index}: record of {size} bytes exceeds the limit of {max_record_size}",
-            )
-        if sys_flag & SYSFLAG_TRANSACTION_MASK in _SKIP_CQ:
+        if sys_flag & _PREPARED_OR_ROLLBACK:
             record_queue_offset = 0
         else:
             record_queue_offset = queue_offset
             queue_offset += 1
             if delay_levels is None:
-                code = tag_code(tags)
+                code = tag_codes.get(tags)
+                if code is None:
+                    code = tag_code(tags)
             else:
-                code = schedule_tag_code(store_timestamp, (properties or {}).get("DELAY"),
-                                         delay_levels)
+                code = schedule_tag_code(store_timestamp, properties.get("DELAY"), delay_levels)
             units.append(pack_unit(position, size, code))
             unit_end = position + size
-        append(header.pack(
-            size, magic, crc32(body) & _CRC_MASK, queue_id, message.flag, record_queue_offset,
-            position, sys_flag, message.born_timestamp or store_timestamp, born_host,
-            store_timestamp, store_host, message.reconsume_times,
-            message.prepared_transaction_offset, len(body),
-        ))
+        append(
+            header.pack(
+                size,
+                magic,
+                crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                message.flag,
+                record_queue_offset,
+                position,
+                sys_flag,
+                message.born_timestamp or store_timestamp,
+                born_host,
+                store_timestamp,
+                store_host,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                len(body),
+            )
+        )
         append(body)
-        append(topic_field + pack_short(props_len) + props)
+        tail = tails.get(props_len)
+        if tail is None:
+            tail = tails[props_len] = topic_field + SHORT.pack(props_len)
+        append(tail + props if props_len else tail)
         phys_offsets.append(position)
         position += size
 
     runs.append(b"".join(parts))
     return EncodedBatch(runs, b"".join(units), phys_offsets, queue_offset, position, unit_end)
+
+
+_TOPIC_FIELDS: dict[str, tuple[int, bytes]] = {}
+
+
+def _topic_field(topic: str) -> tuple[int, bytes]:
+    """(magic, encoded TOPIC field): v1 with a 1-byte length up to 127 bytes, else v2."""
+    raw = topic.encode()
+    if len(raw) <= MAX_V1_TOPIC_BYTES:
+        known = (MAGIC_V1, bytes((len(raw),)) + raw)
+    else:
+        known = (MAGIC_V2, SHORT.pack(len(raw)) + raw)
+    if len(_TOPIC_FIELDS) < 65536:
+        _TOPIC_FIELDS[topic] = known
+    return known
+
+
+def _check_sizes(
+    messages: Sequence[NewMessage],
+    message: NewMessage,
+    size: int,
+    props_len: int,
+    max_record_size: int,
+    segment_size: int,
+) -> None:
+    """Raise for a message that can never be stored (the caller then handles a segment end)."""
+    index = next(i for i, m in enumerate(messages) if m is message)
+    if props_len > MAX_PROPERTIES_BYTES:
+        raise RejectedMessageError(
+            "PROPERTIES_SIZE_EXCEEDED",
+            f"message {index}: properties take {props_len} bytes, more than {MAX_PROPERTIES_BYTES}",
+        )
+    if size > max_record_size or size + BLANK_RECORD_SIZE > segment_size:
+        raise RejectedMessageError(
+            "MESSAGE_ILLEGAL",
+            f"message {index}: record of {size} bytes does not fit a segment of "
+            f"{segment_size} bytes or the limit of {max_record_size}",
+        )

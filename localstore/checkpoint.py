@@ -37,18 +37,29 @@ class Checkpoint:
             self._map = mmap.mmap(fd, CHECKPOINT_SIZE, access=mmap.ACCESS_WRITE)
         finally:
             os.close(fd)
-        (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
-         self.master_flushed_offset, self.confirm_phy_offset) = _FIELDS.unpack_from(self._map, 0)
+        (
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
+            self.master_flushed_offset,
+            self.confirm_phy_offset,
+        ) = _FIELDS.unpack_from(self._map, 0)
 
     @property
     def min_timestamp(self) -> int:
         """RocketMQ's recovery bound: the older of the two timestamps, less 3 s."""
-        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
+        return max(0, int(min(self.physic_msg_timestamp, self.logics_msg_timestamp)) - 3000)
 
     def flush(self) -> None:
-        _FIELDS.pack_into(self._map, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
-                          self.index_msg_timestamp, self.master_flushed_offset,
-                          self.confirm_phy_offset)
+        _FIELDS.pack_into(
+            self._map,
+            0,
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
+            self.master_flushed_offset,
+            self.confirm_phy_offset,
+        )
         self._map.flush()
 
     def close(self) -> None:

@@ -128,7 +128,7 @@ def unpack_host(raw: bytes) -> str:
 
 def encode_properties(properties: dict[str, str]) -> str:
     """``name\\x01value\\x02`` for every entry, in the dict's order."""
-    return "".join([f"{name}\x01{value}\x02" for name, value in properties.items()])
+    return "\x02".join(map("\x01".join, properties.items())) + "\x02" if properties else ""
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -137,8 +137,21 @@ def decode_properties(text: str) -> dict[str, str]:
     Segments without a separator, with an empty name or an empty value are skipped; a repeated
     name keeps the later value.
     """
+    items = text.split(PROPERTY_SEPARATOR)
+    if not items[-1]:
+        items.pop()
+    try:  # fast path: every segment is exactly name \x01 value
+        result = dict([item.split(NAME_VALUE_SEPARATOR) for item in items])
+    except ValueError:
+        return _decode_properties_tolerantly(items)
+    if "" in result or "" in result.values():
+        return _decode_properties_tolerantly(items)
+    return result
+
+
+def _decode_properties_tolerantly(items: list[str]) -> dict[str, str]:
     result: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
+    for item in items:
         name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if sep and name and value:
             result[name] = value
@@ -230,29 +243,37 @@ def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
     Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record.
     """
     try:
-        total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag = _PREFIX.unpack_from(
-            buf, pos
-        )
+        header = HEADER_STRUCTS[(_INT_AT(buf, pos + OFFSET_SYSFLAG)[0] >> 4) & 3]
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            phys,
+            sys_flag,
+            born_ts,
+            born_host,
+            store_ts,
+            store_host,
+            reconsume,
+            prepared,
+            body_len,
+        ) = header.unpack_from(buf, pos)
         if magic != MAGIC_V1 and magic != MAGIC_V2:  # noqa: PLR1714 - two int compares are faster
             raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at buffer position {pos}")
-        header = HEADER_STRUCTS[(sys_flag >> 4) & 3]
-        (_, _, _, _, _, _, _, _, born_ts, born_host, store_ts, store_host, reconsume, prepared,
-         body_len) = header.unpack_from(buf, pos)
-        cursor = pos + header.size
-        body = bytes(buf[cursor : cursor + body_len])
-        cursor += body_len
+        cursor = pos + header.size + body_len
+        body = bytes(buf[cursor - body_len : cursor])
         if magic == MAGIC_V1:
-            topic_len = buf[cursor]
-            cursor += 1
+            topic_end = cursor + 1 + buf[cursor]
+            topic = str(buf[cursor + 1 : topic_end], "utf-8")
         else:
-            topic_len = SHORT.unpack_from(buf, cursor)[0]
-            cursor += 2
-        topic = str(buf[cursor : cursor + topic_len], "utf-8")
-        cursor += topic_len
-        props_len = SHORT.unpack_from(buf, cursor)[0]
-        cursor += 2
-        props = str(buf[cursor : cursor + props_len], "utf-8") if props_len > 0 else ""
-        cursor += props_len
+            topic_end = cursor + 2 + _SHORT_AT(buf, cursor)[0]
+            topic = str(buf[cursor + 2 : topic_end], "utf-8")
+        props_len = _SHORT_AT(buf, topic_end)[0]
+        cursor = topic_end + 2 + props_len
+        props = str(buf[topic_end + 2 : cursor], "utf-8") if props_len > 0 else ""
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc
     if cursor - pos != total or len(body) != body_len or props_len < 0:
@@ -261,13 +282,37 @@ def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
             f"{cursor - pos}"
         )
     return StoredMessage(
-        topic, queue_id, queue_offset, phys, total, crc, flag, sys_flag, born_ts,
-        unpack_host(born_host), store_ts, unpack_host(store_host), reconsume, prepared, body,
-        decode_properties(props) if props else {}, store_host,
+        topic,
+        queue_id,
+        queue_offset,
+        phys,
+        total,
+        crc,
+        flag,
+        sys_flag,
+        born_ts,
+        _HOSTS.get(born_host) or _remember_host(born_host),
+        store_ts,
+        _HOSTS.get(store_host) or _remember_host(store_host),
+        reconsume,
+        prepared,
+        body,
+        decode_properties(props) if props else {},
+        store_host,
     )
 
 
-_PREFIX = struct.Struct(">iiiiiqqi")
+_INT_AT = INT.unpack_from
+_SHORT_AT = SHORT.unpack_from
+_HOSTS: dict[bytes, str] = {}
+_HOST_CACHE_LIMIT = 4096
+
+
+def _remember_host(raw: bytes) -> str:
+    text = unpack_host(raw)
+    if len(_HOSTS) < _HOST_CACHE_LIMIT:
+        _HOSTS[raw] = text
+    return text
 
 
 def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:
@@ -279,13 +324,13 @@ def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:
 
 def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
     """The properties of the record at ``pos``, skipping over its body without copying it."""
-    magic, = INT.unpack_from(buf, pos + OFFSET_MAGIC)
-    sys_flag, = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)
+    (magic,) = INT.unpack_from(buf, pos + OFFSET_MAGIC)
+    (sys_flag,) = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)
     cursor = pos + HEADER_STRUCTS[(sys_flag >> 4) & 3].size
     cursor += INT.unpack_from(buf, cursor - 4)[0]
     if magic == MAGIC_V1:
         cursor += 1 + buf[cursor]
     else:
         cursor += 2 + SHORT.unpack_from(buf, cursor)[0]
-    props_len, = SHORT.unpack_from(buf, cursor)
+    (props_len,) = SHORT.unpack_from(buf, cursor)
     return decode_properties(str(buf[cursor + 2 : cursor + 2 + props_len], "utf-8"))

@@ -9,8 +9,13 @@ the flushed position and which bytes readers may see:
   flush only flushed ones, so a reader never returns a message whose put has not been
   acknowledged as durable.
 
-Writes happen under the store's put lock (one writer at a time); flushes run on the flush thread
-and only read the positions.
+Async flush writes records into the mapping at once; the flush thread fdatasyncs periodically.
+Sync flush keeps a write-behind list instead: a put only queues its bytes (no syscall, no GIL
+release on the put path), and the flush thread pwrites everything queued, fdatasyncs once, and
+only then moves ``flushed_offset`` (so readers, who stop there, never look at unwritten bytes).
+
+Writes happen under the store's put lock (one writer at a time); ``_pending_lock`` only guards the
+hand-over of the write-behind list to the flush thread.
 """
 
 from __future__ import annotations
@@ -27,15 +32,17 @@ from localstore.segments import SegmentQueue
 class CommitLog:
     """Segments of records plus their write, flush and visibility positions."""
 
-    def __init__(self, directory: Path, segment_size: int, *, sync_flush: bool,
-                 warm_segments: bool = False):
+    def __init__(
+        self, directory: Path, segment_size: int, *, sync_flush: bool, warm_segments: bool = False
+    ):
         self.directory = directory
         self.segment_size = segment_size
         self.sync_flush = sync_flush
         self._warm = warm_segments
         self._allocator = _SegmentAllocator(directory, segment_size) if warm_segments else None
-        self.segments = SegmentQueue(directory, segment_size, write_through=sync_flush,
-                                     factory=self._new_segment)
+        self.segments = SegmentQueue(directory, segment_size, factory=self._new_segment)
+        self._pending: list[tuple[MappedFile, int, bytes]] = []  # sync flush write-behind
+        self._pending_lock = threading.Lock()
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
@@ -58,23 +65,52 @@ class CommitLog:
     def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
         """Write encoded runs: the first at ``max_offset``, each later one in a new segment."""
         segments = self.segments
-        segment = segments.segment_for_append(self.max_offset)
-        segment.append(runs[0])
+        last = segments.segments[-1] if segments.segments else None
+        if last is not None and last.wrote_position + len(runs[0]) <= last.size:
+            segment = last
+        else:
+            segment = segments.segment_for_append(self.max_offset)
+        if not self.sync_flush:
+            segment.append(runs[0])
+            for run in runs[1:]:
+                segment = segments.add_segment(segment.end_offset)
+                segment.append(run)
+            self.max_offset = end_offset
+            self.last_store_timestamp = store_timestamp
+            return
+        writes = [(segment, segment.wrote_position, runs[0])]
+        segment.wrote_position += len(runs[0])
         for run in runs[1:]:
             segment = segments.add_segment(segment.end_offset)
-            segment.append(run)
-        self.max_offset = end_offset
-        self.last_store_timestamp = store_timestamp
+            writes.append((segment, 0, run))
+            segment.wrote_position = len(run)
+        with self._pending_lock:
+            self._pending.extend(writes)
+            self.max_offset = end_offset
+            self.last_store_timestamp = store_timestamp
 
     def room_in_segment(self) -> int:
         last = self.segments.last
         return last.remaining if last is not None else self.segment_size
 
     def flush(self) -> tuple[int, int]:
-        """fdatasync what was written; returns (flushed offset, store time of its last record)."""
-        target, timestamp = self.max_offset, self.last_store_timestamp
-        if target > self.flushed_offset:
-            self.segments.flush()
+        """Make everything written durable; returns (flushed offset, store time of its last
+        record). Runs on the flush thread (and at close)."""
+        if not self.sync_flush:
+            target, timestamp = self.max_offset, self.last_store_timestamp
+            if target > self.flushed_offset:
+                self.segments.flush()
+                self.flushed_offset = target
+            return target, timestamp
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+            target, timestamp = self.max_offset, self.last_store_timestamp
+        if pending:
+            for segment, position, data in _coalesce(pending):
+                segment.pwrite(position, data)
+            for segment in {id(s): s for s, _, _ in pending}.values():
+                segment.sync()
+                segment.flushed_position = segment.wrote_position
             self.flushed_offset = target
         return target, timestamp
 
@@ -112,11 +148,9 @@ class CommitLog:
     # -- segments --------------------------------------------------------------------------
     def _new_segment(self, start: int) -> MappedFile:
         if self._allocator is None:
-            return MappedFile.create(self.directory, start, self.segment_size,
-                                     write_through=self.sync_flush)
+            return MappedFile.create(self.directory, start, self.segment_size)
         self._allocator.take(start)
-        segment = MappedFile(self.directory / segment_name(start), start, self.segment_size,
-                             write_through=self.sync_flush)
+        segment = MappedFile(self.directory / segment_name(start), start, self.segment_size)
         self._allocator.prepare(start + self.segment_size)
         return segment
 
@@ -128,6 +162,22 @@ class CommitLog:
         if last is not None and last.wrote_position == 0 and len(self.segments.segments) > 1:
             self.segments.segments.pop().destroy()
         self.segments.close()
+
+
+def _coalesce(writes: list[tuple[MappedFile, int, bytes]]) -> list[tuple[MappedFile, int, bytes]]:
+    """Join writes that continue each other in one segment: one pwrite (one GIL hand-off) each."""
+    merged: list[tuple[MappedFile, int, bytes]] = []
+    run: list[bytes] = []
+    segment, start, end = writes[0][0], writes[0][1], writes[0][1]
+    for seg, position, data in writes:
+        if seg is not segment or position != end:
+            merged.append((segment, start, b"".join(run)))
+            run = []
+            segment, start, end = seg, position, position
+        run.append(data)
+        end += len(data)
+    merged.append((segment, start, b"".join(run)))
+    return merged
 
 
 def is_blank_record(view: memoryview, pos: int) -> bool:
@@ -151,8 +201,9 @@ class _SegmentAllocator:
         with self._lock:
             if start in self._pending:
                 return
-            thread = threading.Thread(target=self._warm, args=(start,), daemon=True,
-                                      name=f"quiver-allocate-{start}")
+            thread = threading.Thread(
+                target=self._warm, args=(start,), daemon=True, name=f"quiver-allocate-{start}"
+            )
             self._pending[start] = thread
             thread.start()
 

@@ -79,6 +79,15 @@ class ConsumeQueue:
         next file. A queue created at a non-zero offset gets filler units before it.
         """
         position = queue_offset * UNIT_SIZE
+        tail = self.segments.segments[-1] if self.segments.segments else None
+        if (
+            tail is not None
+            and tail.start_offset + tail.wrote_position == position
+            and tail.wrote_position + len(units) <= tail.size
+        ):
+            tail.append(units)  # the common case: room in the last file
+            self.max_phys_offset = phys_end
+            return
         segments = self.segments
         if not segments.segments:
             segment = segments.segment_for_append(position)
@@ -110,7 +119,8 @@ class ConsumeQueue:
         position = queue_offset * UNIT_SIZE
         segment = self.segments.find(position)
         assert segment is not None
-        return _UNIT_HEAD.unpack_from(segment.view, position - segment.start_offset)  # type: ignore[return-value]
+        phys, size = _UNIT_HEAD.unpack_from(segment.view, position - segment.start_offset)
+        return phys, size
 
     def read_units(self, queue_offset: int, max_units: int) -> memoryview:
         """Up to ``max_units`` units from ``queue_offset``, never crossing a file boundary."""

@@ -45,15 +45,21 @@ class StoreGeometry:
     flush_mode: FlushMode = "async"
 
     def __post_init__(self) -> None:
-        for name in ("commitlog_file_size", "cq_entries_per_file", "index_slots",
-                     "index_entries", "max_message_size"):
+        for name in (
+            "commitlog_file_size",
+            "cq_entries_per_file",
+            "index_slots",
+            "index_entries",
+            "max_message_size",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.flush_mode not in ("async", "sync"):
             raise ValueError(f"flush_mode must be 'async' or 'sync', got {self.flush_mode!r}")
         if self.commitlog_file_size < 4096:
-            raise ValueError(f"commitlog_file_size must be at least 4096, got "
-                             f"{self.commitlog_file_size}")
+            raise ValueError(
+                f"commitlog_file_size must be at least 4096, got {self.commitlog_file_size}"
+            )
 
     @property
     def cq_file_size(self) -> int:
@@ -61,8 +67,11 @@ class StoreGeometry:
 
     @property
     def index_file_size(self) -> int:
-        return INDEX_HEADER_SIZE + self.index_slots * INDEX_SLOT_SIZE + \
-            self.index_entries * INDEX_ENTRY_SIZE
+        return (
+            INDEX_HEADER_SIZE
+            + self.index_slots * INDEX_SLOT_SIZE
+            + self.index_entries * INDEX_ENTRY_SIZE
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": FORMAT_VERSION, **dataclasses.asdict(self)}
@@ -98,22 +107,28 @@ def load_geometry(path: Path) -> StoreGeometry:
     data = orjson.loads(path.read_bytes())
     version = data.pop("format_version", None)
     if version != FORMAT_VERSION:
-        raise GeometryMismatchError(f"{path} has format version {version}, this Quiver reads "
-                                    f"{FORMAT_VERSION}")
+        raise GeometryMismatchError(
+            f"{path} has format version {version}, this Quiver reads {FORMAT_VERSION}"
+        )
     return StoreGeometry(**{k: v for k, v in data.items() if k in _FIELDS})
 
 
 def save_geometry(path: Path, geometry: StoreGeometry) -> None:
-    write_atomically(path, orjson.dumps(geometry.to_json(), option=orjson.OPT_INDENT_2),
-                     keep_backup=False)
+    write_atomically(
+        path, orjson.dumps(geometry.to_json(), option=orjson.OPT_INDENT_2), keep_backup=False
+    )
 
 
 def _check_agrees(geometry: StoreGeometry, requested: dict[str, Any], where: str) -> None:
-    conflicts = [f"{k}={v!r} (store has {getattr(geometry, k)!r})"
-                 for k, v in requested.items() if getattr(geometry, k) != v]
+    conflicts = [
+        f"{k}={v!r} (store has {getattr(geometry, k)!r})"
+        for k, v in requested.items()
+        if getattr(geometry, k) != v
+    ]
     if conflicts:
-        raise GeometryMismatchError(f"requested {', '.join(conflicts)}, but the geometry "
-                                    f"{where} differs")
+        raise GeometryMismatchError(
+            f"requested {', '.join(conflicts)}, but the geometry {where} differs"
+        )
 
 
 def infer_geometry(root: Path, requested: dict[str, Any]) -> StoreGeometry:
@@ -128,8 +143,7 @@ def infer_geometry(root: Path, requested: dict[str, Any]) -> StoreGeometry:
     index_size = _first_segment_size(root / "index", any_name=True)
     if index_size is not None:
         values.update(_infer_index(index_size, requested))
-    return StoreGeometry(**{**values, **{k: v for k, v in requested.items()
-                                         if k not in values}})
+    return StoreGeometry(**{**values, **{k: v for k, v in requested.items() if k not in values}})
 
 
 def _infer_index(file_size: int, requested: dict[str, Any]) -> dict[str, int]:
@@ -150,11 +164,15 @@ def _infer_index(file_size: int, requested: dict[str, Any]) -> dict[str, int]:
         slots = body // (INDEX_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE)
         return {"index_slots": slots, "index_entries": 4 * slots}
     if slots is not None:
-        return {"index_slots": slots, "index_entries": (body - INDEX_SLOT_SIZE * slots)
-                // INDEX_ENTRY_SIZE}
+        return {
+            "index_slots": slots,
+            "index_entries": (body - INDEX_SLOT_SIZE * slots) // INDEX_ENTRY_SIZE,
+        }
     assert entries is not None
-    return {"index_entries": entries, "index_slots": (body - INDEX_ENTRY_SIZE * entries)
-            // INDEX_SLOT_SIZE}
+    return {
+        "index_entries": entries,
+        "index_slots": (body - INDEX_ENTRY_SIZE * entries) // INDEX_SLOT_SIZE,
+    }
 
 
 def _first_segment_size(directory: Path, any_name: bool = False) -> int | None:

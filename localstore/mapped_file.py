@@ -4,12 +4,12 @@ A segment is named by the 20-digit decimal byte offset at which it starts in its
 (commitlog or one consume queue), is always exactly ``size`` bytes long (zero-filled beyond what
 was written, as RocketMQ's loader requires) and holds a valid prefix of ``wrote_position`` bytes.
 
-Writes go either into the mapping (a memcpy: fastest for small appends) or through ``os.pwrite``
-on the file (``write_through=True``): data that must be fsynced soon is better written with pwrite,
-because after the kernel writes a mapped page back, the next store into it faults again. Reads
-always go through the mapping, which on Linux shows both kinds of write at once. ``flush`` is
-``os.fdatasync``, which releases the GIL (``mmap.flush`` does not) and covers pages dirtied through
-the mapping too.
+Writes go either into the mapping (``append``: a memcpy, fastest for small appends) or through
+``os.pwrite`` on the file (``pwrite``): data that must be fsynced soon is better written with
+pwrite, because after the kernel writes a mapped page back, the next store into it faults again.
+Reads always go through the mapping, which on Linux shows both kinds of write at once. ``flush``
+is ``os.fdatasync``, which releases the GIL (``mmap.flush`` does not) and covers pages dirtied
+through the mapping too.
 """
 
 from __future__ import annotations
@@ -30,14 +30,21 @@ def segment_name(start_offset: int) -> str:
 class MappedFile:
     """A fixed-size segment file and its shared mapping."""
 
-    __slots__ = ("_fd", "_map", "flushed_position", "path", "size", "start_offset",
-                 "view", "wrote_position", "write_through")
+    __slots__ = (
+        "_fd",
+        "_map",
+        "flushed_position",
+        "path",
+        "size",
+        "start_offset",
+        "view",
+        "wrote_position",
+    )
 
-    def __init__(self, path: Path, start_offset: int, size: int, *, write_through: bool = False):
+    def __init__(self, path: Path, start_offset: int, size: int):
         self.path = path
         self.start_offset = start_offset
         self.size = size
-        self.write_through = write_through
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             length = os.fstat(self._fd).st_size
@@ -54,13 +61,14 @@ class MappedFile:
         self.flushed_position = 0
 
     @classmethod
-    def create(cls, directory: Path, start_offset: int, size: int, *, write_through: bool = False,
-               warm: bool = False) -> MappedFile:
-        """Create the zero-filled segment starting at ``start_offset`` (``warm``: touch its pages)."""
+    def create(
+        cls, directory: Path, start_offset: int, size: int, *, warm: bool = False
+    ) -> MappedFile:
+        """Create the zero-filled segment at ``start_offset`` (``warm``: write its pages first)."""
         path = directory / segment_name(start_offset)
         if warm:
             warm_file(path, size)
-        return cls(path, start_offset, size, write_through=write_through)
+        return cls(path, start_offset, size)
 
     @property
     def end_offset(self) -> int:
@@ -84,11 +92,18 @@ class MappedFile:
         """Write ``data`` at the wrote position and advance it. The caller checks the room."""
         position = self.wrote_position
         end = position + len(data)
-        if self.write_through:
-            os.pwrite(self._fd, data, position)
-        else:
-            self._map[position:end] = data
+        self._map[position:end] = data
         self.wrote_position = end
+
+    def pwrite(self, position: int, data: bytes) -> None:
+        """Write through the file (not the mapping) at ``position``; positions are the caller's."""
+        written = os.pwrite(self._fd, data, position)
+        while written < len(data):
+            written += os.pwrite(self._fd, data[written:], position + written)
+
+    def sync(self) -> None:
+        """fdatasync without touching the positions (the caller tracks what it wrote)."""
+        os.fdatasync(self._fd)
 
     def write_at(self, position: int, data: bytes) -> None:
         """Overwrite bytes inside the segment without moving the wrote position."""
@@ -114,10 +129,12 @@ class MappedFile:
 
 
 def warm_file(path: Path, size: int) -> None:
-    """Create ``path`` at ``size`` bytes by writing zeros, so that its pages exist before use.
+    """Create ``path`` at ``size`` bytes by writing zeros and syncing them.
 
     On virtual machines the first touch of a page costs a host fault; writing zeros with
-    ``pwrite`` pays it here (without the GIL) instead of in the writer's memcpy.
+    ``pwrite`` pays it here (without the GIL) instead of in the writer's memcpy. Syncing once
+    turns the file's blocks into written extents, so the fdatasync of a later append has no
+    allocation metadata to commit (about 0.1 ms here instead of 0.5 ms).
     """
     zeros = bytes(_WARM_CHUNK_BYTES)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -125,5 +142,6 @@ def warm_file(path: Path, size: int) -> None:
         written = 0
         while written < size:
             written += os.pwrite(fd, zeros[: min(_WARM_CHUNK_BYTES, size - written)], written)
+        os.fdatasync(fd)  # blocks allocated and clean: a later fdatasync carries data only
     finally:
         os.close(fd)

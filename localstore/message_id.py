@@ -30,8 +30,9 @@ def make_offset_msg_id(store_host_raw: bytes, phys_offset: int) -> str:
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
     """``offsetMsgId`` -> (``host:port``, commitlog offset). Raises ValueError if malformed."""
     if len(msg_id) not in (32, 56):
-        raise ValueError(f"an offsetMsgId has 32 or 56 hex characters, not {len(msg_id)}: "
-                         f"{msg_id!r}")
+        raise ValueError(
+            f"an offsetMsgId has 32 or 56 hex characters, not {len(msg_id)}: {msg_id!r}"
+        )
     raw = bytes.fromhex(msg_id)
     return unpack_host(raw[:-8]), int(LONG.unpack_from(raw, len(raw) - 8)[0])
 

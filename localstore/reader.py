@@ -23,8 +23,6 @@ records are copied as one slice, so a batch of one queue's consecutive records c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from localstore.codec import PROPERTY_TAGS, StoredMessage, decode_record, read_properties
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, ConsumeQueue
@@ -71,85 +69,119 @@ def get_messages(
 
     limit = max_count if tag_filter.matches_all else max(FILTER_SCAN_UNITS, max_count)
     units = queue.read_units(queue_offset, min(limit, max_offset - queue_offset))
-    scan = _Scan(commitlog, tag_filter, max_count, max_bytes, raw)
-    examined = scan.run(units)
+    scan = _Scan(commitlog, tag_filter, max_count, max_bytes)
+    examined = scan.collect_ranges(units) if raw else scan.decode(units)
     del units
-    next_offset = queue_offset + examined
-    result = GetResult(GetStatus.FOUND if scan.count else GetStatus.NO_MATCHED_MESSAGE,
-                       next_offset, min_offset, max_offset)
-    if raw:
-        result.raw = scan.raw_bytes()
-    else:
-        result.messages = scan.messages
-    result.count = scan.count
-    if not scan.count and scan.removed:
-        result.status = GetStatus.MESSAGE_WAS_REMOVING
+    status = (
+        GetStatus.FOUND
+        if scan.count
+        else (GetStatus.MESSAGE_WAS_REMOVING if scan.removed else GetStatus.NO_MATCHED_MESSAGE)
+    )
+    result = GetResult(
+        status,
+        queue_offset + examined,
+        min_offset,
+        max_offset,
+        scan.messages,
+        scan.raw_bytes() if raw else b"",
+        scan.count,
+    )
     return result
 
 
 class _Scan:
-    """Walks units, collecting matching records within the count and byte budgets."""
+    """Walks units, collecting matching records within the count and byte budgets.
 
-    def __init__(self, commitlog: CommitLog, tag_filter: TagFilter, max_count: int,
-                 max_bytes: int, raw: bool):
+    The loops are written out twice (decoded, raw) because they are the read path's hot loop:
+    a helper call per message would cost more than the work it does.
+    """
+
+    def __init__(self, commitlog: CommitLog, tag_filter: TagFilter, max_count: int, max_bytes: int):
         self.commitlog = commitlog
         self.filter = tag_filter
         self.max_count = max_count
         self.max_bytes = max_bytes
-        self.raw = raw
         self.messages: list[StoredMessage] = []
         self.ranges: list[list[int]] = []  # [start, end) commitlog ranges of raw records
         self.count = 0
-        self.bytes = 0
         self.removed = False
 
-    def run(self, units: memoryview) -> int:
-        """Returns how many units were examined."""
-        tag_filter = self.filter
-        check_codes = not tag_filter.matches_all
-        accept: Callable[[memoryview, int, int, int], bool] = (
-            self._take_raw if self.raw else self._take_decoded)
-        min_phys = self.commitlog.min_offset
-        examined = 0
+    def decode(self, units: memoryview) -> int:
+        """Decode matching records; returns how many units were examined."""
+        codes = None if self.filter.matches_all else self.filter.codes
+        tag_matches = self.filter.tag_matches
+        commitlog = self.commitlog
+        min_phys = commitlog.min_offset
+        max_count, max_bytes = self.max_count, self.max_bytes
+        messages = self.messages
+        count = total = examined = 0
+        view: memoryview | None = None
+        seg_start = seg_end = 0
         for phys, size, code in UNIT.iter_unpack(units):
-            if check_codes and code not in tag_filter.codes:
+            if codes is not None and code not in codes:
                 examined += 1
                 continue
-            if self.count and self.bytes + size > self.max_bytes:
+            if count and total + size > max_bytes:
+                break
+            examined += 1
+            if not seg_start <= phys < seg_end:
+                located = commitlog.segment_view(phys) if phys >= min_phys else None
+                if located is None:
+                    self.removed = True
+                    continue
+                view = located[0]
+                seg_start = phys - located[1]
+                seg_end = seg_start + len(view)
+            message = decode_record(view, phys - seg_start)  # type: ignore[arg-type]
+            if codes is not None and not tag_matches(message.properties.get(PROPERTY_TAGS)):
+                continue
+            messages.append(message)
+            count += 1
+            total += size
+            if count >= max_count:
+                break
+        del view
+        self.count = count
+        return examined
+
+    def collect_ranges(self, units: memoryview) -> int:
+        """Note the byte ranges of matching records; returns how many units were examined."""
+        codes = None if self.filter.matches_all else self.filter.codes
+        commitlog = self.commitlog
+        min_phys = commitlog.min_offset
+        max_count, max_bytes = self.max_count, self.max_bytes
+        ranges = self.ranges
+        count = total = examined = 0
+        last_end = -1
+        for phys, size, code in UNIT.iter_unpack(units):
+            if codes is not None and code not in codes:
+                examined += 1
+                continue
+            if count and total + size > max_bytes:
                 break
             examined += 1
             if phys < min_phys:
                 self.removed = True
                 continue
-            located = self.commitlog.segment_view(phys)
-            if located is None:
-                self.removed = True
+            if codes is not None and not self._tag_matches(phys):
                 continue
-            view, pos = located
-            if accept(view, pos, phys, size):
-                self.count += 1
-                self.bytes += size
-                if self.count >= self.max_count:
-                    break
+            if phys == last_end:
+                ranges[-1][1] = last_end = phys + size
+            else:
+                ranges.append([phys, phys + size])
+                last_end = phys + size
+            count += 1
+            total += size
+            if count >= max_count:
+                break
+        self.count = count
         return examined
 
-    def _take_decoded(self, view: memoryview, pos: int, phys: int, size: int) -> bool:
-        message = decode_record(view, pos)
-        if not self.filter.tag_matches(message.properties.get(PROPERTY_TAGS)):
+    def _tag_matches(self, phys: int) -> bool:
+        located = self.commitlog.segment_view(phys)
+        if located is None:
             return False
-        self.messages.append(message)
-        return True
-
-    def _take_raw(self, view: memoryview, pos: int, phys: int, size: int) -> bool:
-        if not self.filter.matches_all and not self.filter.tag_matches(
-                read_properties(view, pos).get(PROPERTY_TAGS)):
-            return False
-        ranges = self.ranges
-        if ranges and ranges[-1][1] == phys:
-            ranges[-1][1] = phys + size
-        else:
-            ranges.append([phys, phys + size])
-        return True
+        return self.filter.tag_matches(read_properties(located[0], located[1]).get(PROPERTY_TAGS))
 
     def raw_bytes(self) -> bytes:
         parts = [self.commitlog.read(start, end - start) for start, end in self.ranges]

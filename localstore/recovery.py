@@ -58,8 +58,9 @@ class QueueRegistry:
                     queue.load()
 
     def _make(self, topic: str, queue_id: int) -> ConsumeQueue:
-        queue = ConsumeQueue(self.directory / topic / str(queue_id), topic, queue_id,
-                             self.entries_per_file)
+        queue = ConsumeQueue(
+            self.directory / topic / str(queue_id), topic, queue_id, self.entries_per_file
+        )
         self.queues[(topic, queue_id)] = queue
         return queue
 
@@ -92,8 +93,7 @@ class RecoveryReport:
     records_dispatched: int
 
 
-def iter_records(commitlog: CommitLog, start: int,
-                 check_crc: bool) -> Iterator[StoredMessage]:
+def iter_records(commitlog: CommitLog, start: int, check_crc: bool) -> Iterator[StoredMessage]:
     """Valid records from ``start`` until the first position that holds none."""
     position = start
     while True:
@@ -121,11 +121,12 @@ def iter_records(commitlog: CommitLog, start: int,
         position += total
 
 
-def dispatch(queues: QueueRegistry, message: StoredMessage,
-             delay_levels: tuple[int, ...]) -> bool:
+def dispatch(queues: QueueRegistry, message: StoredMessage, delay_levels: tuple[int, ...]) -> bool:
     """Add the consume-queue unit of one record unless the queue has it. True if added."""
-    if message.sys_flag & SYSFLAG_TRANSACTION_MASK in (SYSFLAG_TRANSACTION_PREPARED,
-                                                       SYSFLAG_TRANSACTION_ROLLBACK):
+    if message.sys_flag & SYSFLAG_TRANSACTION_MASK in (
+        SYSFLAG_TRANSACTION_PREPARED,
+        SYSFLAG_TRANSACTION_ROLLBACK,
+    ):
         return False
     queue = queues.get_or_create(message.topic, message.queue_id)
     end = message.phys_offset + message.store_size
@@ -138,17 +139,20 @@ def dispatch(queues: QueueRegistry, message: StoredMessage,
             f"{message.queue_offset}: units are missing"
         )
     if message.topic == SCHEDULE_TOPIC:
-        code = schedule_tag_code(message.store_timestamp, message.properties.get("DELAY"),
-                                 delay_levels)
+        code = schedule_tag_code(
+            message.store_timestamp, message.properties.get("DELAY"), delay_levels
+        )
     else:
         code = tag_code(message.properties.get("TAGS"))
-    queue.append(message.queue_offset, UNIT.pack(message.phys_offset, message.store_size, code),
-                 end)
+    queue.append(
+        message.queue_offset, UNIT.pack(message.phys_offset, message.store_size, code), end
+    )
     return True
 
 
-def recover(commitlog: CommitLog, queues: QueueRegistry, *, check_crc: bool,
-            delay_levels: tuple[int, ...]) -> RecoveryReport:
+def recover(
+    commitlog: CommitLog, queues: QueueRegistry, *, check_crc: bool, delay_levels: tuple[int, ...]
+) -> RecoveryReport:
     """Find the commitlog's end, dispatch the records the queues lack, cut off the rest."""
     start = max(queues.dispatch_from(), commitlog.min_offset)
     files_end = commitlog.segments.last.end_offset if commitlog.segments.last else 0

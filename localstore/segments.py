@@ -23,11 +23,11 @@ SegmentFactory = Callable[[int], MappedFile]
 class SegmentQueue:
     """Ordered segments of one logical stream."""
 
-    def __init__(self, directory: Path, segment_size: int, *, write_through: bool = False,
-                 factory: SegmentFactory | None = None):
+    def __init__(
+        self, directory: Path, segment_size: int, *, factory: SegmentFactory | None = None
+    ):
         self.directory = directory
         self.segment_size = segment_size
-        self.write_through = write_through
         self.segments: list[MappedFile] = []
         self._factory = factory
 
@@ -36,8 +36,9 @@ class SegmentQueue:
         """Map every segment in the directory; positions are set by the caller's recovery."""
         if not self.directory.is_dir():
             return
-        names = sorted(n for n in os.listdir(self.directory)
-                       if len(n) == NAME_DIGITS and n.isdigit())
+        names = sorted(
+            n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit()
+        )
         for i, name in enumerate(names):
             path = self.directory / name
             length = path.stat().st_size
@@ -54,7 +55,7 @@ class SegmentQueue:
                 raise CorruptStoreError(
                     f"{path} should start at {self.segments[-1].end_offset}: a segment is missing"
                 )
-            segment = MappedFile(path, start, self.segment_size, write_through=self.write_through)
+            segment = MappedFile(path, start, self.segment_size)
             segment.wrote_position = segment.flushed_position = self.segment_size
             self.segments.append(segment)
 
@@ -97,8 +98,7 @@ class SegmentQueue:
         if self._factory is not None:
             segment = self._factory(start)
         else:
-            segment = MappedFile.create(self.directory, start, self.segment_size,
-                                        write_through=self.write_through)
+            segment = MappedFile.create(self.directory, start, self.segment_size)
         self.segments.append(segment)
         return segment
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import filelock
 
-from localstore.batch_encoder import MessageRejected, encode_batch
+from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import AbortMarker, Checkpoint
 from localstore.codec import (
     NewMessage,
@@ -47,7 +47,7 @@ from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.message_id import parse_offset_msg_id
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import QueueRegistry, RecoveryReport, recover
-from localstore.results import GetResult, GetStatus, PutResult, PutStatus
+from localstore.results import GetResult, PutResult, PutStatus
 from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, TagFilter, parse_delay_levels
 from localstore.topics import TopicTable
 from localstore.validation import topic_error
@@ -77,8 +77,9 @@ class MessageStore:
     contradicts the recorded geometry raises :class:`GeometryMismatchError`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, options: StoreOptions | None = None,
-                 **geometry: Any):
+    def __init__(
+        self, root: str | os.PathLike[str], *, options: StoreOptions | None = None, **geometry: Any
+    ):
         self.root = Path(root)
         self.options = options or StoreOptions()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -99,16 +100,23 @@ class MessageStore:
         self.crashed_last_time = self._abort.existed_at_open()
         self.checkpoint = Checkpoint(self.root / "checkpoint")
         sync = self.geometry.flush_mode == "sync"
-        self.commitlog = CommitLog(self.root / "commitlog", self.geometry.commitlog_file_size,
-                                   sync_flush=sync, warm_segments=options.warm_segments)
+        self.commitlog = CommitLog(
+            self.root / "commitlog",
+            self.geometry.commitlog_file_size,
+            sync_flush=sync,
+            warm_segments=options.warm_segments,
+        )
         self.commitlog.segments.load()
         self.queues = QueueRegistry(self.root / "consumequeue", self.geometry.cq_entries_per_file)
         self.queues.load()
         self.topics = TopicTable(self.root)
         self.topics.load(self.root / "consumequeue")
         self.recovery: RecoveryReport = recover(
-            self.commitlog, self.queues, check_crc=self.crashed_last_time,
-            delay_levels=self._delay_levels)
+            self.commitlog,
+            self.queues,
+            check_crc=self.crashed_last_time,
+            delay_levels=self._delay_levels,
+        )
         self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
         self._valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
@@ -117,9 +125,13 @@ class MessageStore:
         self._closed = False
         self._abort.create()
         self.flusher = FlushService(
-            self.commitlog, group_commit=sync, flush_interval_ms=options.flush_interval_ms,
-            others_interval_ms=options.cq_flush_interval_ms, on_flushed=self._on_flushed,
-            flush_others=self._flush_others)
+            self.commitlog,
+            group_commit=sync,
+            flush_interval_ms=options.flush_interval_ms,
+            others_interval_ms=options.cq_flush_interval_ms,
+            on_flushed=self._on_flushed,
+            flush_others=self._flush_others,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -139,8 +151,12 @@ class MessageStore:
     def __enter__(self) -> MessageStore:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     @property
@@ -169,16 +185,21 @@ class MessageStore:
         result, waiter = self.append(messages, system=system)
         if waiter is not None and not waiter.wait(self.options.sync_flush_timeout_ms / 1000):
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            result.detail = (f"not flushed within {self.options.sync_flush_timeout_ms} ms"
-                             + (f": {self.flusher.error}" if self.flusher.error else ""))
+            result.detail = f"not flushed within {self.options.sync_flush_timeout_ms} ms" + (
+                f": {self.flusher.error}" if self.flusher.error else ""
+            )
         return result
 
-    def append(self, messages: Sequence[NewMessage], *, system: bool = False,
-               on_durable: Callable[[bool], None] | None = None,
-               ) -> tuple[PutResult, FlushWaiter | None]:
+    def append(
+        self,
+        messages: Sequence[NewMessage],
+        *,
+        system: bool = False,
+        on_durable: Callable[[bool], None] | None = None,
+    ) -> tuple[PutResult, FlushWaiter | None]:
         """Append without waiting for durability: under sync flush the returned waiter (or
         ``on_durable``, called on the flush thread) tells when the batch is on disk."""
-        rejection = self._check(messages, system)
+        rejection = self.check(messages, system=system)
         if rejection is not None:
             return rejection, None
         first = messages[0]
@@ -195,30 +216,54 @@ class MessageStore:
             commitlog = self.commitlog
             try:
                 encoded = encode_batch(
-                    messages, topic, queue_id, queue_offset, commitlog.max_offset,
-                    commitlog.segment_size, store_timestamp, self._store_host,
+                    messages,
+                    topic,
+                    queue_id,
+                    queue_offset,
+                    commitlog.max_offset,
+                    commitlog.segment_size,
+                    store_timestamp,
+                    self._store_host,
                     self._max_record_size,
-                    self._delay_levels if topic == SCHEDULE_TOPIC else None)
-            except MessageRejected as rejected:
-                return PutResult(PutStatus[rejected.status], rejected.detail, topic,
-                                 queue_id), None
+                    self._delay_levels if topic == SCHEDULE_TOPIC else None,
+                )
+            except RejectedMessageError as rejected:
+                return PutResult(PutStatus[rejected.status], rejected.detail, topic, queue_id), None
             try:
                 commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
             except OSError as exc:
-                return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED,
-                                 f"cannot write the commitlog: {exc}", topic, queue_id), None
+                return PutResult(
+                    PutStatus.CREATE_MAPPED_FILE_FAILED,
+                    f"cannot write the commitlog: {exc}",
+                    topic,
+                    queue_id,
+                ), None
             if encoded.units:
                 self.queues.get_or_create(topic, queue_id).append(
-                    queue_offset, encoded.units, encoded.last_unit_phys_end)
+                    queue_offset, encoded.units, encoded.last_unit_phys_end
+                )
                 self._next_queue_offset[key] = encoded.next_queue_offset
                 self.checkpoint.logics_msg_timestamp = store_timestamp
-            waiter = (self.flusher.request(encoded.end_offset, on_durable)
-                      if commitlog.sync_flush else None)
-        result = PutResult(PutStatus.PUT_OK, "", topic, queue_id, queue_offset,
-                           encoded.phys_offsets, store_timestamp, self._store_host)
+            waiter = (
+                self.flusher.request(encoded.end_offset, on_durable)
+                if commitlog.sync_flush
+                else None
+            )
+        result = PutResult(
+            PutStatus.PUT_OK,
+            "",
+            topic,
+            queue_id,
+            queue_offset,
+            encoded.phys_offsets,
+            store_timestamp,
+            self._store_host,
+        )
         return result, waiter
 
-    def _check(self, messages: Sequence[NewMessage], system: bool) -> PutResult | None:
+    def check(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult | None:
+        """The rejection a put of ``messages`` would get for its topic, bodies or batch shape,
+        or None. (Queue range and sizes known only after encoding are checked by the put.)"""
         if not messages:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, "the batch holds no message")
         first = messages[0]
@@ -235,12 +280,16 @@ class MessageStore:
                 return PutResult(
                     PutStatus.MESSAGE_ILLEGAL,
                     f"a batch goes to one queue: message {index} is for {message.topic}/"
-                    f"{message.queue_id}, message 0 for {topic}/{queue_id}", topic, queue_id)
+                    f"{message.queue_id}, message 0 for {topic}/{queue_id}",
+                    topic,
+                    queue_id,
+                )
             size = len(message.body)
             if not size or size > max_body:
                 what = "is empty" if not size else f"is {size} bytes, over the limit of {max_body}"
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, f"message {index}: the body {what}",
-                                 topic, queue_id)
+                return PutResult(
+                    PutStatus.MESSAGE_ILLEGAL, f"message {index}: the body {what}", topic, queue_id
+                )
         return None
 
     def _check_queue(self, topic: str, queue_id: int, system: bool) -> PutResult | None:
@@ -254,34 +303,67 @@ class MessageStore:
             config.read_queue_nums = config.write_queue_nums = queue_id + 1
             self.topics.save()
             return None
-        return PutResult(PutStatus.MESSAGE_ILLEGAL,
-                         f"queue {queue_id} does not exist: topic {topic} has "
-                         f"{config.write_queue_nums} write queues", topic, queue_id)
+        return PutResult(
+            PutStatus.MESSAGE_ILLEGAL,
+            f"queue {queue_id} does not exist: topic {topic} has "
+            f"{config.write_queue_nums} write queues",
+            topic,
+            queue_id,
+        )
 
     # -- get -------------------------------------------------------------------------------
-    def get_messages(self, topic: str, queue_id: int, queue_offset: int, *,
-                     max_count: int = 32, max_bytes: int = DEFAULT_MAX_BYTES,
-                     tags: str | TagFilter | None = None) -> GetResult:
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        tags: str | TagFilter | None = None,
+    ) -> GetResult:
         """Messages of ``topic``/``queue_id`` from ``queue_offset``, decoded.
 
         ``tags`` is a tag expression (``"A || B"``, ``"*"``) or a parsed :class:`TagFilter`.
         """
         return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=False)
 
-    def get_message_bytes(self, topic: str, queue_id: int, queue_offset: int, *,
-                          max_count: int = 32, max_bytes: int = DEFAULT_MAX_BYTES,
-                          tags: str | TagFilter | None = None) -> GetResult:
+    def get_message_bytes(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        tags: str | TagFilter | None = None,
+    ) -> GetResult:
         """As :meth:`get_messages`, but ``result.raw`` holds the stored records' bytes."""
         return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=True)
 
-    def _get(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-             max_bytes: int, tags: str | TagFilter | None, raw: bool) -> GetResult:
+    def _get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int,
+        tags: str | TagFilter | None,
+        raw: bool,
+    ) -> GetResult:
         self._ensure_open()
         if max_count <= 0:
             raise ValueError(f"max_count must be positive, got {max_count}")
         tag_filter = tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
-        return get_messages(self.commitlog, self.queues.get(topic, queue_id), queue_offset,
-                            max_count, max_bytes, tag_filter, raw)
+        return get_messages(
+            self.commitlog,
+            self.queues.get(topic, queue_id),
+            queue_offset,
+            max_count,
+            max_bytes,
+            tag_filter,
+            raw,
+        )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
@@ -325,8 +407,7 @@ class MessageStore:
         """Store time (ms) of the message at ``queue_offset``; -1 when there is none."""
         self._ensure_open()
         queue = self.queues.get(topic, queue_id)
-        if queue is None or not queue.min_offset <= queue_offset < self.max_offset(topic,
-                                                                                     queue_id):
+        if queue is None or not queue.min_offset <= queue_offset < self.max_offset(topic, queue_id):
             return -1
         phys, _ = queue.unit_head(queue_offset)
         located = self.commitlog.segment_view(phys)
@@ -349,8 +430,14 @@ def _acquire_directory_lock(root: Path) -> filelock.BaseFileLock:
     the same directory fails here too.
     """
     path = root / "lock"
-    lock = filelock.FileLock(path, timeout=0, thread_local=False, is_singleton=False,
-                             preserve_lock_file=True, fallback_to_soft=False)
+    lock = filelock.FileLock(
+        path,
+        timeout=0,
+        thread_local=False,
+        is_singleton=False,
+        preserve_lock_file=True,
+        fallback_to_soft=False,
+    )
     try:
         lock.acquire()
     except filelock.Timeout:

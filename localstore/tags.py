@@ -22,7 +22,7 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _UNKNOWN_LEVEL_DELAY_MS = 1000
 
-_tag_codes: dict[str, int] = {}
+_TAG_CODES: dict[str | None, int] = {None: 0, "": 0}  # read directly by the put path
 _TAG_CACHE_LIMIT = 65536
 
 
@@ -30,11 +30,11 @@ def tag_code(tags: str | None) -> int:
     """The consume-queue tag code of a ``TAGS`` value (cached: tags repeat)."""
     if not tags:
         return 0
-    code = _tag_codes.get(tags)
+    code = _TAG_CODES.get(tags)
     if code is None:
         code = java_hash(tags)
-        if len(_tag_codes) < _TAG_CACHE_LIMIT:
-            _tag_codes[tags] = code
+        if len(_TAG_CODES) < _TAG_CACHE_LIMIT:
+            _TAG_CODES[tags] = code
     return code
 
 
@@ -46,20 +46,23 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
             continue
         unit = _UNIT_MS.get(token[-1])
         if unit is None or not token[:-1].isdigit():
-            raise ValueError(f"bad delay level {token!r} in {spec!r}: want a number and s, m, h or d")
+            raise ValueError(
+                f"bad delay level {token!r} in {spec!r}: want a number and s, m, h or d"
+            )
         delays.append(int(token[:-1]) * unit)
     if not delays:
         raise ValueError("the delay level table is empty")
     return tuple(delays)
 
 
-def schedule_tag_code(store_timestamp: int, delay_level: str | None, delays: tuple[int, ...]) -> int:
+def schedule_tag_code(
+    store_timestamp: int, delay_level: str | None, delays: tuple[int, ...]
+) -> int:
     """Delivery time of a message under ``SCHEDULE_TOPIC_XXXX`` (its consume-queue tag code)."""
     if delay_level is None:
         return store_timestamp
     level = int(delay_level)
-    if level > len(delays):
-        level = len(delays)
+    level = min(level, len(delays))
     delay = delays[level - 1] if level >= 1 else _UNKNOWN_LEVEL_DELAY_MS
     return store_timestamp + delay
 

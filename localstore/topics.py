@@ -37,9 +37,14 @@ class TopicConfig:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "attributes": {}, "order": self.order, "perm": self.perm,
-            "readQueueNums": self.read_queue_nums, "topicFilterType": "SINGLE_TAG",
-            "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.write_queue_nums,
+            "attributes": {},
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": "SINGLE_TAG",
+            "topicName": self.name,
+            "topicSysFlag": 0,
+            "writeQueueNums": self.write_queue_nums,
         }
 
 
@@ -63,8 +68,10 @@ class TopicTable:
             for name, config in table.items():
                 self._extra[name] = config
                 self.topics[name] = TopicConfig(
-                    name, int(config.get("readQueueNums", 0)),
-                    int(config.get("writeQueueNums", 0)), int(config.get("perm", 6)),
+                    name,
+                    int(config.get("readQueueNums", 0)),
+                    int(config.get("writeQueueNums", 0)),
+                    int(config.get("perm", 6)),
                     bool(config.get("order", False)),
                 )
         for name, queue_count in _queues_on_disk(consume_queue_dir).items():
@@ -85,11 +92,16 @@ class TopicTable:
 
     def save(self) -> None:
         self._counter += 1
-        table = {name: {**self._extra.get(name, {}), **config.to_json()}
-                 for name, config in self.topics.items()}
+        table = {
+            name: {**self._extra.get(name, {}), **config.to_json()}
+            for name, config in self.topics.items()
+        }
         document = {
-            "dataVersion": {"counter": self._counter, "stateVersion": 0,
-                            "timestamp": int(time.time() * 1000)},
+            "dataVersion": {
+                "counter": self._counter,
+                "stateVersion": 0,
+                "timestamp": int(time.time() * 1000),
+            },
             "topicConfigTable": table,
         }
         write_atomically(self.path, orjson.dumps(document, option=orjson.OPT_INDENT_2))

@@ -15,15 +15,30 @@ MAX_RETRY_TOPIC_LENGTH = 255
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
-})
-NOT_ALLOWED_TO_SEND = frozenset({
-    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
+NOT_ALLOWED_TO_SEND = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
 
 
 def is_system_topic(topic: str) -> bool:
@@ -35,8 +50,10 @@ def topic_error(topic: str, *, system: bool = False) -> str | None:
     if not topic or not topic.strip():
         return "The specified topic is blank"
     if not TOPIC_PATTERN.match(topic):
-        return (f"The specified topic[{topic}] contains illegal characters, allowing only "
-                "^[%|a-zA-Z0-9_-]+$")
+        return (
+            f"The specified topic[{topic}] contains illegal characters, allowing only "
+            "^[%|a-zA-Z0-9_-]+$"
+        )
     limit = MAX_RETRY_TOPIC_LENGTH if topic.startswith(RETRY_PREFIX) else MAX_TOPIC_LENGTH
     if len(topic) > limit:
         return f"The specified topic is longer than topic max length {limit}: {len(topic)}"
