@@ -117,11 +117,16 @@ def pack_host(host: str, port: int) -> bytes:
     return ipaddress.ip_address(host).packed + INT.pack(port)
 
 
+_IPV4_MAPPED_PREFIX = bytes(10) + b"\xff\xff"
+
+
 def unpack_host(raw: bytes) -> str:
     """Packed host -> ``'127.0.0.1:40001'``; IPv6 as Java prints it: ``'0:0:0:0:0:0:0:1:40001'``."""
     port = INT.unpack_from(raw, len(raw) - 4)[0]
     if len(raw) == 8:
         return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}:{port}"
+    if raw[:12] == _IPV4_MAPPED_PREFIX:  # Java turns an IPv4-mapped address into IPv4
+        return f"{raw[12]}.{raw[13]}.{raw[14]}.{raw[15]}:{port}"
     groups = struct.unpack(">8H", raw[:16])
     return ":".join(f"{g:x}" for g in groups) + f":{port}"
 
@@ -273,6 +278,8 @@ def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
             topic = str(buf[cursor + 2 : topic_end], "utf-8")
         props_len = _SHORT_AT(buf, topic_end)[0]
         cursor = topic_end + 2 + props_len
+        if cursor > len(buf):
+            raise RecordError(f"record at buffer position {pos} is cut off in its properties")
         props = str(buf[topic_end + 2 : cursor], "utf-8") if props_len > 0 else ""
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc

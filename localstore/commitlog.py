@@ -75,8 +75,8 @@ class CommitLog:
             for run in runs[1:]:
                 segment = segments.add_segment(segment.end_offset)
                 segment.append(run)
-            self.max_offset = end_offset
-            self.last_store_timestamp = store_timestamp
+            self.last_store_timestamp = store_timestamp  # before max_offset: the flush
+            self.max_offset = end_offset  # thread reads them in the other order
             return
         writes = [(segment, segment.wrote_position, runs[0])]
         segment.wrote_position += len(runs[0])
@@ -128,6 +128,8 @@ class CommitLog:
         if located is None or phys_offset >= self.confirmed_offset:
             raise RecordError(f"no record at commitlog offset {phys_offset}")
         view, pos = located
+        if pos + 8 > len(view):
+            raise RecordError(f"no record starts at commitlog offset {phys_offset}")
         size, magic = INT.unpack_from(view, pos)[0], INT.unpack_from(view, pos + 4)[0]
         if magic not in (MAGIC_V1, MAGIC_V2) or size <= 0 or pos + size > len(view):
             raise RecordError(f"no record starts at commitlog offset {phys_offset}")

@@ -32,6 +32,7 @@ import filelock
 from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import AbortMarker, Checkpoint
 from localstore.codec import (
+    SYSFLAG_TRANSACTION_PREPARED,
     NewMessage,
     RecordError,
     StoredMessage,
@@ -118,6 +119,8 @@ class MessageStore:
             delay_levels=self._delay_levels,
         )
         self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
+        # Topic-queues known to accept puts (queue id in range), with their consume queues.
+        self._writable: dict[tuple[str, int], ConsumeQueue] = {}
         self._valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
         self._put_lock = threading.Lock()
@@ -207,10 +210,13 @@ class MessageStore:
         with self._put_lock:
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), None
-            rejection = self._check_queue(topic, queue_id, system)
-            if rejection is not None:
-                return rejection, None
             key = (topic, queue_id)
+            queue = self._writable.get(key)
+            if queue is None:
+                rejection = self._check_queue(topic, queue_id, system)
+                if rejection is not None:
+                    return rejection, None
+                queue = self._writable[key] = self.queues.get_or_create(topic, queue_id)
             queue_offset = self._next_queue_offset.get(key, 0)
             store_timestamp = time.time_ns() // 1_000_000
             commitlog = self.commitlog
@@ -239,9 +245,7 @@ class MessageStore:
                     queue_id,
                 ), None
             if encoded.units:
-                self.queues.get_or_create(topic, queue_id).append(
-                    queue_offset, encoded.units, encoded.last_unit_phys_end
-                )
+                queue.append(queue_offset, encoded.units, encoded.last_unit_phys_end)
                 self._next_queue_offset[key] = encoded.next_queue_offset
                 self.checkpoint.logics_msg_timestamp = store_timestamp
             waiter = (
@@ -249,6 +253,9 @@ class MessageStore:
                 if commitlog.sync_flush
                 else None
             )
+        # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
+        if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
+            queue_offset = 0
         result = PutResult(
             PutStatus.PUT_OK,
             "",
@@ -275,21 +282,31 @@ class MessageStore:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, problem, topic, queue_id)
             valid.add(topic)
         max_body = self.geometry.max_message_size
-        for index, message in enumerate(messages):
-            if message.topic != topic or message.queue_id != queue_id:
-                return PutResult(
-                    PutStatus.MESSAGE_ILLEGAL,
-                    f"a batch goes to one queue: message {index} is for {message.topic}/"
-                    f"{message.queue_id}, message 0 for {topic}/{queue_id}",
-                    topic,
-                    queue_id,
-                )
-            size = len(message.body)
-            if not size or size > max_body:
-                what = "is empty" if not size else f"is {size} bytes, over the limit of {max_body}"
-                return PutResult(
-                    PutStatus.MESSAGE_ILLEGAL, f"message {index}: the body {what}", topic, queue_id
-                )
+        if len(messages) > 1:
+            for index, message in enumerate(messages):
+                if message.topic != topic or message.queue_id != queue_id:
+                    return PutResult(
+                        PutStatus.MESSAGE_ILLEGAL,
+                        f"a batch goes to one queue: message {index} is for {message.topic}/"
+                        f"{message.queue_id}, message 0 for {topic}/{queue_id}",
+                        topic,
+                        queue_id,
+                    )
+            sizes = [len(message.body) for message in messages]
+            smallest, largest = min(sizes), max(sizes)
+        else:
+            smallest = largest = len(first.body)
+        if not smallest or largest > max_body:
+            for index, message in enumerate(messages):
+                size = len(message.body)
+                if not size or size > max_body:
+                    what = "is empty" if not size else f"is {size} bytes, over the limit {max_body}"
+                    return PutResult(
+                        PutStatus.MESSAGE_ILLEGAL,
+                        f"message {index}: the body {what}",
+                        topic,
+                        queue_id,
+                    )
         return None
 
     def _check_queue(self, topic: str, queue_id: int, system: bool) -> PutResult | None:

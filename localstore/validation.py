@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
 MAX_RETRY_TOPIC_LENGTH = 255
 RETRY_PREFIX = "%RETRY%"
@@ -49,7 +49,7 @@ def topic_error(topic: str, *, system: bool = False) -> str | None:
     """Why ``topic`` cannot be put to, or None. ``system`` allows the store's own topics."""
     if not topic or not topic.strip():
         return "The specified topic is blank"
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         return (
             f"The specified topic[{topic}] contains illegal characters, allowing only "
             "^[%|a-zA-Z0-9_-]+$"

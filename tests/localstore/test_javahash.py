@@ -1,0 +1,68 @@
+"""Java ``String.hashCode`` (tag codes, index keys): known values and the fast path vs the loop."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localstore.javahash import index_key_hash, java_hash, java_hash_slow
+
+INT_MIN = -(2**31)
+INT_MAX = 2**31 - 1
+
+KNOWN = [
+    ("", 0),
+    ("a", 97),
+    ("TagA", 2598919),
+    ("TagB", 2598920),
+    ("TAG1", 2567159),
+    ("标签", 857175),  # UTF-16 code units, not UTF-8 bytes
+    ("TopicTest#key1", -1655984460),
+    ("AaTopic#BB", -10606476),
+    ("BBTopic#Aa", -10606476),
+    ("Aa", 2112),
+    ("BB", 2112),
+    ("polygenelubricants", INT_MIN),  # the classic Integer.MIN_VALUE hash
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), KNOWN)
+def test_known_values(text: str, expected: int) -> None:
+    assert java_hash(text) == expected
+    assert java_hash_slow(text) == expected
+
+
+def test_non_bmp_hashes_surrogate_pairs() -> None:
+    # U+1F600 is the UTF-16 pair D83D DE00: 31 * 0xD83D + 0xDE00.
+    assert java_hash("😀") == 31 * 0xD83D + 0xDE00
+    assert java_hash("a😀") == java_hash_slow("a😀")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_fast_path_equals_reference_loop(text: str) -> None:
+    assert java_hash(text) == java_hash_slow(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), min_size=1, max_size=400))
+def test_ascii_fast_path_long_strings(text: str) -> None:
+    h = java_hash(text)
+    assert h == java_hash_slow(text)
+    assert INT_MIN <= h <= INT_MAX
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_index_key_hash_is_non_negative_abs(text: str) -> None:
+    h = index_key_hash(text)
+    assert 0 <= h <= INT_MAX
+    expected = java_hash_slow(text)
+    assert h == (0 if expected == INT_MIN else abs(expected))
+
+
+def test_index_key_hash_of_min_value_is_zero() -> None:
+    assert java_hash("polygenelubricants") == INT_MIN
+    assert index_key_hash("polygenelubricants") == 0
+    assert index_key_hash("TopicTest#key1") == 1655984460
