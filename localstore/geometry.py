@@ -43,6 +43,7 @@ class StoreGeometry:
     index_entries: int = 20_000_000
     max_message_size: int = 4 * 1024 * 1024
     flush_mode: FlushMode = "async"
+    index_enabled: bool = True  # RocketMQ's messageIndexEnable: build index files on put
 
     def __post_init__(self) -> None:
         for name in (

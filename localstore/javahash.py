@@ -48,3 +48,17 @@ def index_key_hash(key: str) -> int:
     """The non-negative hash RocketMQ's IndexFile stores: ``abs(hashCode)``, MIN_VALUE -> 0."""
     h = java_hash(key)
     return 0 if h == -0x80000000 else abs(h)
+
+
+_POW31: dict[int, int] = {}
+
+
+def java_hash_concat(prefix_hash: int, suffix: str) -> int:
+    """``java_hash(prefix + suffix)`` from ``java_hash(prefix)`` without rehashing the prefix:
+    ``h(p + s) = h(p) * 31**len(s) + h(s)`` (mod 2**32, lengths in UTF-16 code units)."""
+    units = len(suffix) if suffix.isascii() else len(suffix.encode("utf-16-be")) // 2
+    power = _POW31.get(units)
+    if power is None:
+        power = _POW31[units] = pow(31, units, 1 << 32)
+    h = (prefix_hash * power + java_hash(suffix)) & _MASK
+    return h - 0x100000000 if h & _SIGN else h

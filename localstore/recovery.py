@@ -34,6 +34,7 @@ from localstore.codec import (
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, ConsumeQueue
 from localstore.errors import CorruptStoreError
+from localstore.index_service import IndexService
 from localstore.tags import SCHEDULE_TOPIC, schedule_tag_code, tag_code
 
 
@@ -151,10 +152,19 @@ def dispatch(queues: QueueRegistry, message: StoredMessage, delay_levels: tuple[
 
 
 def recover(
-    commitlog: CommitLog, queues: QueueRegistry, *, check_crc: bool, delay_levels: tuple[int, ...]
+    commitlog: CommitLog,
+    queues: QueueRegistry,
+    *,
+    check_crc: bool,
+    delay_levels: tuple[int, ...],
+    index: IndexService | None = None,
 ) -> RecoveryReport:
-    """Find the commitlog's end, dispatch the records the queues lack, cut off the rest."""
-    start = max(queues.dispatch_from(), commitlog.min_offset)
+    """Find the commitlog's end, dispatch the records the queues (and the index) lack, cut off
+    the rest."""
+    start = queues.dispatch_from()
+    if index is not None:  # index files lost or dropped after a crash are rebuilt too
+        start = min(start, index.end_phy_offset)
+    start = max(start, commitlog.min_offset)
     files_end = commitlog.segments.last.end_offset if commitlog.segments.last else 0
     start = min(start, files_end)
     scanned = dispatched = 0
@@ -162,6 +172,8 @@ def recover(
     for message in iter_records(commitlog, start, check_crc):
         scanned += 1
         dispatched += dispatch(queues, message, delay_levels)
+        if index is not None:
+            index.dispatch(message)
         end = message.phys_offset + message.store_size
     if scanned == 0:
         end = _skip_blank(commitlog, start)

@@ -42,9 +42,10 @@ from localstore.codec import (
 )
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
-from localstore.errors import StoreClosedError, StoreLockedError
+from localstore.errors import StoreClosedError, StoreError, StoreLockedError
 from localstore.flush import FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
+from localstore.index_service import IndexService
 from localstore.message_id import parse_offset_msg_id
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import QueueRegistry, RecoveryReport, recover
@@ -112,11 +113,21 @@ class MessageStore:
         self.queues.load()
         self.topics = TopicTable(self.root)
         self.topics.load(self.root / "consumequeue")
+        self.index: IndexService | None = None
+        if self.geometry.index_enabled:
+            self.index = IndexService(
+                self.root / "index", self.geometry.index_slots, self.geometry.index_entries
+            )
+            self.index.load(
+                crashed=self.crashed_last_time,
+                checkpoint_timestamp=self.checkpoint.index_msg_timestamp,
+            )
         self.recovery: RecoveryReport = recover(
             self.commitlog,
             self.queues,
             check_crc=self.crashed_last_time,
             delay_levels=self._delay_levels,
+            index=self.index,
         )
         self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
         # Topic-queues known to accept puts (queue id in range), with their consume queues.
@@ -146,6 +157,8 @@ class MessageStore:
         self.flusher.close()
         self._flush_others()
         self.queues.close()
+        if self.index is not None:
+            self.index.close()
         self.commitlog.close()
         self.checkpoint.close()
         self._abort.remove()
@@ -172,6 +185,11 @@ class MessageStore:
 
     def _flush_others(self) -> None:
         self.queues.flush()
+        if self.index is not None:
+            self.index.flush()
+            self.checkpoint.index_msg_timestamp = max(
+                self.checkpoint.index_msg_timestamp, self.index.completed_timestamp
+            )
         self.checkpoint.flush()
 
     # -- put -------------------------------------------------------------------------------
@@ -248,6 +266,8 @@ class MessageStore:
                 queue.append(queue_offset, encoded.units, encoded.last_unit_phys_end)
                 self._next_queue_offset[key] = encoded.next_queue_offset
                 self.checkpoint.logics_msg_timestamp = store_timestamp
+            if self.index is not None:
+                self.index.build_batch(topic, messages, encoded.phys_offsets, store_timestamp)
             waiter = (
                 self.flusher.request(encoded.end_offset, on_durable)
                 if commitlog.sync_flush
@@ -419,6 +439,54 @@ class MessageStore:
         """Look a message up by its server-side id (host, port and commitlog offset)."""
         _, phys_offset = parse_offset_msg_id(offset_msg_id)
         return self.message_at(phys_offset)
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_count: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = 2**63 - 1,
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose KEYS hold ``key`` or whose UNIQ_KEY is ``key``, stored
+        within [begin_ms, end_ms], newest first (at most ``max_count``, capped at 64).
+
+        Every hit is re-checked against the stored message, so a hash collision never returns
+        another key's message. Raises :class:`StoreError` when the store keeps no index.
+        """
+        self._ensure_open()
+        if self.index is None:
+            raise StoreError(f"store {self.root} was created without an index (--no-index)")
+        return self.index.query(topic, key, max_count, begin_ms, end_ms, self._message_or_none)
+
+    def query_by_id(self, message_id: str) -> list[StoredMessage]:
+        """Look up an offsetMsgId (host, port, commitlog offset) or a UNIQ_KEY (any topic)."""
+        self._ensure_open()
+        try:
+            _, phys_offset = parse_offset_msg_id(message_id)
+        except ValueError:
+            phys_offset = -1
+        if phys_offset >= 0:
+            message = self._message_or_none(phys_offset)
+            if message is not None and message.offset_msg_id == message_id.upper():
+                return [message]
+        if self.index is None:
+            return []
+        found: list[StoredMessage] = []
+        for topic in sorted({t for t, _ in self.queues.queues}):
+            found.extend(
+                self.index.query(topic, message_id, 64, 0, 2**63 - 1, self._message_or_none)
+            )
+        return [m for m in found if m.msg_id == message_id]
+
+    def _message_or_none(self, phys_offset: int) -> StoredMessage | None:
+        if phys_offset < self.commitlog.min_offset:
+            return None
+        try:
+            return self.message_at(phys_offset)
+        except RecordError:
+            return None
 
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time (ms) of the message at ``queue_offset``; -1 when there is none."""

@@ -1,0 +1,184 @@
+"""One hash index file (``index/{yyyyMMddHHmmssSSS}``): message keys -> commitlog offsets.
+
+Layout (RocketMQ's IndexFile), big-endian, ``40 + 4 * slots + 20 * entries`` bytes::
+
+    header (40 bytes)
+      0  8  beginTimestamp   store time of the first entry
+      8  8  endTimestamp     store time of the last entry
+     16  8  beginPhyOffset   commitlog offset of the first entry's message
+     24  8  endPhyOffset     commitlog offset of the last entry's message
+     32  4  hashSlotCount    slots in use
+     36  4  indexCount       next entry number; starts at 1 (entry 0 is never used)
+    slots: ``slots`` ints at ``40 + slot * 4``, each the newest entry number of its bucket (0: none)
+    entry i at ``40 + slots * 4 + i * 20``:
+      0  4  keyHash          abs(Java hashCode(key)), MIN_VALUE -> 0
+      4  8  phyOffset
+     12  4  timeDiff         seconds since beginTimestamp (0 while beginTimestamp <= 0)
+     16  4  prevIndex        previous entry of the same bucket (0: end of chain)
+
+A file holds ``entries - 1`` keys. Only hashes are stored: a lookup can return another key's
+message (a collision), so callers re-check the key against the message itself.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from pathlib import Path
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+HEADER = struct.Struct(">qqqqii")
+ENTRY = struct.Struct(">iqii")
+SLOT = struct.Struct(">i")
+_INT_MAX = 0x7FFFFFFF
+
+
+def index_file_name(timestamp_ms: int) -> str:
+    """Local-time ``yyyyMMddHHmmssSSS`` of ``timestamp_ms`` (RocketMQ's timeMillisToHumanString)."""
+    local = time.localtime(timestamp_ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", local) + f"{timestamp_ms % 1000:03d}"
+
+
+class IndexFile:
+    """A mapped index file with its header kept in attributes and written back on ``sync``."""
+
+    def __init__(self, path: Path, slots: int, entries: int):
+        self.path = path
+        self.slots = slots
+        self.entries = entries
+        self.size = HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            if length == 0:
+                os.ftruncate(fd, self.size)
+            elif length != self.size:
+                raise ValueError(
+                    f"{path} is {length} bytes, expected {self.size} for an index "
+                    f"file of {slots} slots and {entries} entries"
+                )
+            self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
+        self.begin_timestamp: int
+        self.end_timestamp: int
+        self.begin_phy_offset: int
+        self.end_phy_offset: int
+        self.hash_slot_count: int
+        self.index_count: int
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = HEADER.unpack_from(self._map, 0)
+        self.index_count = max(self.index_count, 1)  # 0 on disk until the first key
+        self._entries_at = HEADER_SIZE + slots * SLOT_SIZE
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        slots: int,
+        entries: int,
+        *,
+        now_ms: int,
+        previous_end_phy_offset: int = 0,
+        previous_end_timestamp: int = 0,
+    ) -> IndexFile:
+        """A new file named by ``now_ms``, its header preset to the previous file's end."""
+        directory.mkdir(parents=True, exist_ok=True)
+        name_ms = now_ms
+        while (directory / index_file_name(name_ms)).exists():
+            name_ms += 1  # two files in one millisecond (tiny test geometries)
+        index = cls(directory / index_file_name(name_ms), slots, entries)
+        if previous_end_phy_offset or previous_end_timestamp:
+            index.begin_phy_offset = index.end_phy_offset = previous_end_phy_offset
+            index.begin_timestamp = index.end_timestamp = previous_end_timestamp
+        index.write_header()
+        return index
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.entries
+
+    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one key; False when the file is full. The header is written by ``write_header``."""
+        count = self.index_count
+        if count >= self.entries:
+            return False
+        mapped = self._map
+        slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
+        head = SLOT.unpack_from(mapped, slot_at)[0]
+        if head <= 0 or head > count:
+            head = 0
+        begin = self.begin_timestamp
+        diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
+        ENTRY.pack_into(
+            mapped, self._entries_at + count * ENTRY_SIZE, key_hash, phy_offset, diff, head
+        )
+        SLOT.pack_into(mapped, slot_at, count)
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if head == 0:
+            self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        return True
+
+    def lookup(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commitlog offsets of entries with ``key_hash`` stored within [begin_ms, end_ms],
+        newest first (the bucket chain's order)."""
+        mapped = self._map
+        found: list[int] = []
+        count = self.index_count
+        current = SLOT.unpack_from(mapped, HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE)[0]
+        if current <= 0 or current >= count:
+            return found
+        begin = self.begin_timestamp
+        while len(found) < max_count:
+            stored_hash, phy, diff, prev = ENTRY.unpack_from(
+                mapped, self._entries_at + current * ENTRY_SIZE
+            )
+            stored_at = begin + diff * 1000
+            if stored_at < begin_ms:
+                break
+            if stored_hash == key_hash and stored_at <= end_ms:
+                found.append(phy)
+            if prev <= 0 or prev >= count or prev == current:
+                break
+            current = prev
+        return found
+
+    def write_header(self) -> None:
+        HEADER.pack_into(
+            self._map,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def sync(self) -> None:
+        """Write the header and make the file durable."""
+        self.write_header()
+        self._map.flush()
+
+    def close(self) -> None:
+        self.write_header()
+        self._map.close()
+
+    def destroy(self) -> None:
+        self._map.close()
+        self.path.unlink(missing_ok=True)

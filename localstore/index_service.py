@@ -1,0 +1,201 @@
+"""Query by key: the index files of a store, built as messages are stored.
+
+Keys indexed per message (RocketMQ's IndexService): ``topic#UNIQ_KEY`` and ``topic#key`` for each
+space-separated token of ``KEYS``; nothing for ROLLBACK transaction records. Files fill in order;
+when the newest is full a new one starts with its header preset to the old one's end, and the old
+one's end time becomes the checkpoint's ``indexMsgTimestamp`` once it is flushed.
+
+Invariant for idempotent re-dispatch: a message whose commitlog offset is at or below the newest
+file's ``end_phy_offset`` (the last indexed message) is already indexed. (RocketMQ re-indexes that
+last message after a crash; queries drop such duplicates in stores it wrote.)
+
+Queries walk files newest to oldest and re-check every candidate against the stored message
+(topic, then the key among its KEYS or its UNIQ_KEY), so a hash collision never returns another
+key's message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from localstore.codec import (
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    NewMessage,
+    StoredMessage,
+    split_keys,
+)
+from localstore.index_file import IndexFile
+from localstore.javahash import java_hash, java_hash_concat
+
+MAX_QUERY_RESULTS = 64  # RocketMQ's maxMsgsNumBatch
+_TIME_DIFF_RESOLUTION_MS = 1000  # index times are whole seconds after the file's begin time
+
+
+def _key_hash(prefix_hash: int, key: str) -> int:
+    h = java_hash_concat(prefix_hash, key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+class IndexService:
+    """The ordered index files of one store."""
+
+    def __init__(self, directory: Path, slots: int, entries: int):
+        self.directory = directory
+        self.slots = slots
+        self.entries = entries
+        self.files: list[IndexFile] = []
+        self._prefix_hashes: dict[str, int] = {}
+        self.completed_timestamp = 0  # end time of the newest full, flushed file
+        self._indexed_any = False  # whether end_phy_offset names an indexed message
+
+    def load(self, *, crashed: bool, checkpoint_timestamp: int) -> None:
+        """Map the files; after a crash drop those newer than the checkpoint (rebuilt by
+        recovery's re-dispatch)."""
+        if not self.directory.is_dir():
+            return
+        for name in sorted(os.listdir(self.directory)):
+            if not name.isdigit():
+                continue
+            index = IndexFile(self.directory / name, self.slots, self.entries)
+            if crashed and index.end_timestamp > checkpoint_timestamp:
+                index.destroy()
+                continue
+            self.files.append(index)
+        self._indexed_any = any(f.index_count > 1 for f in self.files)
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self.files[-1].end_phy_offset if self.files else 0
+
+    def _current(self, now_ms: int) -> IndexFile:
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
+        previous = self.files[-1] if self.files else None
+        index = IndexFile.create(
+            self.directory,
+            self.slots,
+            self.entries,
+            now_ms=now_ms,
+            previous_end_phy_offset=previous.end_phy_offset if previous else 0,
+            previous_end_timestamp=previous.end_timestamp if previous else 0,
+        )
+        if previous is not None:
+            previous.sync()
+            self.completed_timestamp = previous.end_timestamp
+        self.files.append(index)
+        return index
+
+    def _prefix_hash(self, topic: str) -> int:
+        known = self._prefix_hashes.get(topic)
+        if known is None:
+            known = self._prefix_hashes[topic] = java_hash(topic + "#") & 0xFFFFFFFF
+        return known
+
+    # -- building --------------------------------------------------------------------------
+    def build_batch(
+        self,
+        topic: str,
+        messages: Sequence[NewMessage],
+        phys_offsets: Sequence[int],
+        store_timestamp: int,
+    ) -> None:
+        """Index a batch just appended (one topic) in the put path."""
+        prefix = self._prefix_hash(topic)
+        index = self._current(store_timestamp)
+        put_key = index.put_key
+        for message, phys in zip(messages, phys_offsets, strict=True):
+            properties = message.properties
+            if (
+                not properties
+                or message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
+            ):
+                continue
+            uniq = properties.get(PROPERTY_UNIQ_KEY)
+            keys = properties.get(PROPERTY_KEYS)
+            for key in ([uniq] if uniq else []) + (split_keys(keys) if keys else []):
+                key_hash = _key_hash(prefix, key)
+                if not put_key(key_hash, phys, store_timestamp):
+                    index = self._current(store_timestamp)
+                    put_key = index.put_key
+                    put_key(key_hash, phys, store_timestamp)
+        index.write_header()
+        self._indexed_any = self._indexed_any or index.index_count > 1
+
+    def dispatch(self, message: StoredMessage) -> None:
+        """Index one record found by recovery, unless it is already indexed."""
+        if self._indexed_any and message.phys_offset <= self.end_phy_offset:
+            return
+        if message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
+            return
+        properties = message.properties
+        uniq = properties.get(PROPERTY_UNIQ_KEY)
+        keys = properties.get(PROPERTY_KEYS)
+        tokens = ([uniq] if uniq else []) + (split_keys(keys) if keys else [])
+        index = self._current(message.store_timestamp)
+        prefix = self._prefix_hash(message.topic)
+        for key in tokens:
+            key_hash = _key_hash(prefix, key)
+            if not index.put_key(key_hash, message.phys_offset, message.store_timestamp):
+                index = self._current(message.store_timestamp)
+                index.put_key(key_hash, message.phys_offset, message.store_timestamp)
+        index.write_header()
+        self._indexed_any = self._indexed_any or bool(tokens)
+
+    # -- querying --------------------------------------------------------------------------
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_count: int,
+        begin_ms: int,
+        end_ms: int,
+        load: Callable[[int], StoredMessage | None],
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` with ``key`` (a KEYS token or the UNIQ_KEY) stored within
+        [begin_ms, end_ms], newest first, at most ``max_count`` (capped at 64)."""
+        max_count = min(max_count, MAX_QUERY_RESULTS)
+        key_hash = _key_hash(self._prefix_hash(topic), key)
+        # Index times are truncated to whole seconds: look a second wider, then filter exactly.
+        index_begin = begin_ms - _TIME_DIFF_RESOLUTION_MS
+        found: list[StoredMessage] = []
+        seen: set[int] = set()
+        for index in reversed(self.files):
+            if index.begin_timestamp > end_ms:
+                continue
+            if index.end_timestamp < index_begin:
+                break
+            for phys in index.lookup(key_hash, MAX_QUERY_RESULTS * 4, index_begin, end_ms):
+                if phys in seen:
+                    continue
+                seen.add(phys)
+                message = load(phys)
+                if message is None or not _matches(message, topic, key):
+                    continue
+                if begin_ms <= message.store_timestamp <= end_ms:
+                    found.append(message)
+                    if len(found) >= max_count:
+                        return found
+        return found
+
+    def flush(self) -> None:
+        for index in self.files[-2:]:
+            index.sync()
+
+    def close(self) -> None:
+        for index in self.files:
+            index.close()
+        self.files.clear()
+
+
+def _matches(message: StoredMessage, topic: str, key: str) -> bool:
+    if message.topic != topic:
+        return False
+    if message.properties.get(PROPERTY_UNIQ_KEY) == key:
+        return True
+    keys = message.properties.get(PROPERTY_KEYS)
+    return keys is not None and key in split_keys(keys)
