@@ -132,6 +132,39 @@ class ConsumeQueue:
         end = min(segment.wrote_position, start + max_units * UNIT_SIZE)
         return segment.view[start:end] if end > start else memoryview(b"")
 
+    def truncate_beyond(self, phys_end: int) -> int:
+        """Cut the units whose record ends past commitlog offset ``phys_end`` (recovery);
+        returns how many were cut. Cut units are zeroed so no later load finds them again."""
+        if self.max_phys_offset <= phys_end:
+            return 0
+        cut = 0
+        segments = self.segments.segments
+        while segments:
+            last = segments[-1]
+            count = last.wrote_position // UNIT_SIZE
+            keep = _units_ending_within(last.view, count, phys_end)
+            cut += count - keep
+            last.write_at(keep * UNIT_SIZE, bytes((count - keep) * UNIT_SIZE))
+            last.wrote_position = keep * UNIT_SIZE
+            last.flushed_position = min(last.flushed_position, last.wrote_position)
+            if keep == 0 and len(segments) > 1:
+                segments.pop().destroy()
+                continue
+            break
+        self.max_phys_offset = 0
+        end = self.segments.max_offset
+        if end > self.min_logic_offset:
+            phys, size = self.unit_head(end // UNIT_SIZE - 1)
+            self.max_phys_offset = phys + size
+        return cut
+
+    def destroy(self) -> None:
+        """Delete every file of this queue (it is rebuilt from the commitlog)."""
+        for segment in self.segments.segments:
+            segment.destroy()
+        self.segments.segments.clear()
+        self.min_logic_offset = self.max_phys_offset = 0
+
     def flush(self) -> None:
         self.segments.flush()
 
@@ -147,6 +180,21 @@ def _valid_prefix_units(view: memoryview, count: int) -> int:
         mid = (lo + hi) // 2
         phys, size = _UNIT_HEAD.unpack_from(view, mid * UNIT_SIZE)
         if phys >= 0 and size > 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _units_ending_within(view: memoryview, count: int, phys_end: int) -> int:
+    """How many leading units are filler or end at or before ``phys_end`` (real units are in
+    commitlog order, so this is a binary search)."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        unit = view[mid * UNIT_SIZE : (mid + 1) * UNIT_SIZE]
+        phys, size = _UNIT_HEAD.unpack_from(unit, 0)
+        if unit == FILLER_UNIT or phys + size <= phys_end:
             lo = mid + 1
         else:
             hi = mid

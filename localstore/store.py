@@ -47,8 +47,9 @@ from localstore.flush import FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_service import IndexService
 from localstore.message_id import parse_offset_msg_id
+from localstore.queue_registry import QueueRegistry
 from localstore.reader import get_messages, visible_max_offset
-from localstore.recovery import QueueRegistry, RecoveryReport, recover
+from localstore.recovery import RecoveryReport, recover
 from localstore.results import GetResult, PutResult, PutStatus
 from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, TagFilter, parse_delay_levels
 from localstore.topics import TopicTable
@@ -125,7 +126,8 @@ class MessageStore:
         self.recovery: RecoveryReport = recover(
             self.commitlog,
             self.queues,
-            check_crc=self.crashed_last_time,
+            self.checkpoint,
+            crashed=self.crashed_last_time,
             delay_levels=self._delay_levels,
             index=self.index,
         )

@@ -1,0 +1,57 @@
+"""Every consume queue of a store, by (topic, queue id): loaded from ``consumequeue/`` on open,
+created on demand by puts and by recovery's dispatch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from localstore.consume_queue import ConsumeQueue
+
+
+class QueueRegistry:
+    """Every consume queue of the store, by (topic, queue id), created on demand."""
+
+    def __init__(self, directory: Path, entries_per_file: int):
+        self.directory = directory
+        self.entries_per_file = entries_per_file
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def load(self) -> None:
+        if not self.directory.is_dir():
+            return
+        for topic in sorted(os.listdir(self.directory)):
+            topic_dir = self.directory / topic
+            if not topic_dir.is_dir():
+                continue
+            for name in sorted(os.listdir(topic_dir)):
+                if name.isdigit():
+                    queue = self._make(topic, int(name))
+                    queue.load()
+
+    def _make(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = ConsumeQueue(
+            self.directory / topic / str(queue_id), topic, queue_id, self.entries_per_file
+        )
+        self.queues[(topic, queue_id)] = queue
+        return queue
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self.queues.get((topic, queue_id))
+        return queue if queue is not None else self._make(topic, queue_id)
+
+    def dispatch_from(self) -> int:
+        """Commitlog offset up to which every record was dispatched."""
+        return max((q.max_phys_offset for q in self.queues.values()), default=0)
+
+    def flush(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.flush()
+
+    def close(self) -> None:
+        for queue in self.queues.values():
+            queue.close()
+        self.queues.clear()
