@@ -57,8 +57,12 @@ class CommitLog:
         return self.flushed_offset if self.sync_flush else self.max_offset
 
     def set_end(self, offset: int) -> None:
-        """After recovery: ``offset`` is the end of valid data (everything there is on disk)."""
+        """After recovery: ``offset`` is the end of valid data (everything there is on disk).
+        Later segments go; the remains of a torn write after ``offset`` are zeroed."""
         self.segments.truncate(offset)
+        last = self.segments.find(offset)
+        if last is not None:
+            last.zero_from(offset - last.start_offset)
         self.max_offset = self.flushed_offset = offset
 
     # -- writing ---------------------------------------------------------------------------
@@ -71,10 +75,10 @@ class CommitLog:
         else:
             segment = segments.segment_for_append(self.max_offset)
         if not self.sync_flush:
-            segment.append(runs[0])
+            segment.append_publishing_last(runs[0])
             for run in runs[1:]:
                 segment = segments.add_segment(segment.end_offset)
-                segment.append(run)
+                segment.append_publishing_last(run)
             self.last_store_timestamp = store_timestamp  # before max_offset: the flush
             self.max_offset = end_offset  # thread reads them in the other order
             return

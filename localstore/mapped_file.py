@@ -95,11 +95,44 @@ class MappedFile:
         self._map[position:end] = data
         self.wrote_position = end
 
+    def append_publishing_last(self, data: bytes) -> None:
+        """``append`` for commitlog runs: everything but the first 8 bytes (the first record's
+        size and magic) is copied first, those 8 bytes last. A process killed mid-copy leaves
+        zeros where the run's first magic would be, so recovery sees no part of the run, never
+        a record whose body made it but whose properties did not."""
+        position = self.wrote_position
+        end = position + len(data)
+        mapped = self._map
+        mapped[position + 8 : end] = memoryview(data)[8:]
+        mapped[position : position + 8] = data[:8]
+        self.wrote_position = end
+
     def pwrite(self, position: int, data: bytes) -> None:
-        """Write through the file (not the mapping) at ``position``; positions are the caller's."""
+        """Write through the file (not the mapping) at ``position``; positions are the caller's.
+        As with ``append_publishing_last``, the first 8 bytes go last."""
+        view = memoryview(data)
+        self._pwrite_all(position + 8, view[8:])
+        self._pwrite_all(position, view[:8])
+
+    def _pwrite_all(self, position: int, data: memoryview) -> None:
         written = os.pwrite(self._fd, data, position)
         while written < len(data):
             written += os.pwrite(self._fd, data[written:], position + written)
+
+    def zero_from(self, position: int) -> int:
+        """Zero the bytes from ``position`` up to the first all-zero 4 KiB page (or the end):
+        the remains of a torn write past the valid end. Returns how many bytes were zeroed."""
+        mapped = self._map
+        page = 4096
+        end = position
+        while end < self.size:
+            stop = min(self.size, (end // page + 1) * page)
+            if not any(mapped[end:stop]):
+                break
+            end = stop
+        if end > position:
+            mapped[position:end] = bytes(end - position)
+        return end - position
 
     def sync(self) -> None:
         """fdatasync without touching the positions (the caller tracks what it wrote)."""
