@@ -1,0 +1,169 @@
+"""What every ``quiver`` command shares: the parser class, errors, sizes, output, opening a store.
+
+Conventions (the ``perf`` group follows them too):
+
+* a command group module has ``add_parser(subparsers) -> None``, which adds its parser(s) and
+  sets ``func`` on each leaf with ``parser.set_defaults(func=handler)``;
+* ``handler(args: argparse.Namespace) -> int`` returns the exit status (0 ok, 1 a failed check or
+  operation, 2 bad usage) and raises :class:`CliError` for an expected failure; ``main`` turns
+  that (and localstore's ``StoreError``) into one line on stderr, never a traceback;
+* ``--json`` (:func:`add_json_option`) puts one JSON object per line on stdout (:func:`emit_json`).
+
+Nothing here imports localstore at module level: a command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+
+if TYPE_CHECKING:
+    from localstore.store import MessageStore
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[QuiverArgumentParser]"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class CliError(Exception):
+    """An expected failure: ``main`` prints ``message`` on one line and exits with ``status``."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class QuiverArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error in one line and exit with status 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json``: machine output, one JSON object per line on stdout."""
+    parser.add_argument(
+        "--json", action="store_true", help="machine output: one JSON object per line on stdout"
+    )
+
+
+def json_line(document: Mapping[str, Any]) -> str:
+    """One JSON object as one line of text (no newline)."""
+    import orjson
+
+    return orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def emit_json(document: Mapping[str, Any]) -> None:
+    """Write one JSON object as one line on stdout."""
+    print(json_line(document))
+
+
+def warn(message: str) -> None:
+    """A one-line note on stderr that does not change the exit status."""
+    print(f"quiver: {message}", file=sys.stderr)
+
+
+def parse_size(text: str) -> int:
+    """``"4096"``, ``"64K"``, ``"1MiB"``, ``"1g"`` -> bytes (binary units). For argparse."""
+    raw = text.strip().lower().removesuffix("ib").removesuffix("b")
+    number = raw.rstrip("kmgt")
+    unit = raw[len(number) :]
+    if not number.isdigit() or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (want e.g. 4096, 64K, 1M, 1G)")
+    value = int(number) * _SIZE_UNITS[unit]
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An int > 0, for argparse."""
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An int >= 0, for argparse."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def human_size(size: int) -> str:
+    """``65536`` -> ``"64 KiB"`` (exact binary units only, else plain bytes)."""
+    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
+def is_store(path: Path) -> bool:
+    """Whether ``path`` holds a store (Quiver's recorded geometry or RocketMQ's commitlog)."""
+    return (path / "config" / "store.json").is_file() or (path / "commitlog").is_dir()
+
+
+def open_store(directory: str, **geometry: Any) -> MessageStore:
+    """Open the existing store at ``directory``; a missing store is a usage error."""
+    from localstore.store import MessageStore
+
+    path = Path(directory)
+    if not is_store(path):
+        what = "does not exist" if not path.exists() else "holds no store"
+        raise CliError(f"{path} {what} (create a store with: quiver store init {path})", EXIT_USAGE)
+    try:
+        return MessageStore(path, **geometry)
+    except ValueError as exc:  # a damaged file the store refuses (wrong length, bad JSON)
+        raise CliError(f"cannot open store {path}: {exc}") from exc
+
+
+class Progress:
+    """A progress line on stderr for long runs: only on a terminal, at most twice a second."""
+
+    def __init__(self, what: str, total: int | None):
+        self.what = what
+        self.total = total
+        self.enabled = sys.stderr.isatty()
+        self.started = time.monotonic()
+        self._next = self.started + 1.0  # short runs print nothing
+        self._shown = False
+
+    def update(self, done: int) -> None:
+        """Show ``done`` if the last update is old enough."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + 0.5
+        rate = done / max(now - self.started, 1e-9)
+        of = f"/{self.total}" if self.total is not None else ""
+        sys.stderr.write(f"\r{self.what} {done}{of} ({rate:,.0f}/s) ")
+        sys.stderr.flush()
+        self._shown = True
+
+    def finish(self) -> None:
+        """Clear the progress line if one was shown."""
+        if self._shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()

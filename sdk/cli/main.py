@@ -1,0 +1,151 @@
+"""``quiver``: the command line of the Quiver message-queue SDK.
+
+    quiver store init DIR [--commitlog-file-size 64M ...]   create a store
+    quiver store info DIR                                   geometry, segments, topics, offsets
+    quiver store verify DIR                                 check every record and unit
+    quiver produce --data DIR --topic T --body TEXT         store messages
+    quiver read --data DIR --topic T                        read them back
+    quiver perf ...                                         benchmarks (when sdk/perf/cli.py exists)
+
+Every command takes ``--json``. Exit status: 0 ok, 1 a failed check or operation, 2 bad usage.
+Command modules follow the convention described in :mod:`sdk.cli.common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+
+from sdk.cli import produce_cmd, read_cmd, store_cmd
+from sdk.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    QuiverArgumentParser,
+    Subparsers,
+)
+
+PERF_MODULE = "sdk.perf.cli"
+
+
+def build_parser(command: str | None = None) -> QuiverArgumentParser:
+    """The ``quiver`` parser. ``command`` is the sub-command about to run, if known: the perf
+    module is imported only when it is ``perf``."""
+    parser = QuiverArgumentParser(
+        prog="quiver",
+        description="Quiver: a Python message queue with a RocketMQ-compatible embedded store.",
+        epilog="Exit status: 0 ok, 1 a failed check or operation, 2 bad usage.",
+    )
+    parser.add_argument(
+        "--version", action=_VersionAction, nargs=0, help="show the version and exit"
+    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    store_cmd.add_parser(subparsers)
+    produce_cmd.add_parser(subparsers)
+    read_cmd.add_parser(subparsers)
+    _add_perf(subparsers, load=command == "perf")
+    return parser
+
+
+def _add_perf(subparsers: Subparsers, *, load: bool) -> None:
+    """Wire ``quiver perf`` when :mod:`sdk.perf.cli` exists.
+
+    The module provides ``add_parser(subparsers) -> None``; it is imported only to run a perf
+    command. Otherwise a placeholder lists ``perf`` in ``quiver --help``.
+    """
+    try:
+        exists = importlib.util.find_spec(PERF_MODULE) is not None
+    except ModuleNotFoundError:
+        exists = False
+    if not exists:
+        return
+    if not load:
+        subparsers.add_parser("perf", help="benchmarks (see: quiver perf --help)", add_help=False)
+        return
+    try:
+        module = importlib.import_module(PERF_MODULE)
+    except ImportError as exc:
+        raise CliError(f"cannot load the perf commands: {exc}") from exc
+    module.add_parser(subparsers)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, looking the version up only when asked (importlib.metadata is slow)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("quiver")
+        except PackageNotFoundError:
+            text = "(not installed)"
+        parser.exit(0, f"quiver {text}\n")
+
+
+def _command_index(argv: Sequence[str]) -> int:
+    """Index of the first argument that is not an option: the sub-command (top-level options
+    take no values); ``len(argv)`` when there is none."""
+    return next((i for i, arg in enumerate(argv) if not arg.startswith("-")), len(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``quiver`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    index = _command_index(arguments)
+    debug = "--debug" in arguments[:index]
+    try:
+        parser = build_parser(arguments[index] if index < len(arguments) else None)
+        args = parser.parse_args(arguments)
+        status = args.func(args)
+        return 0 if status is None else int(status)
+    except BrokenPipeError:  # the reader of our output went away (`quiver read | head`)
+        _silence_stdout()
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("quiver: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        status = _expected_status(exc)
+        if status is None or debug:
+            raise
+        message = exc.message if isinstance(exc, CliError) else str(exc) or type(exc).__name__
+        print(f"quiver: error: {' '.join(message.split())}", file=sys.stderr)
+        return status
+
+
+def _expected_status(exc: Exception) -> int | None:
+    """The exit status of an expected error, None for a bug (which keeps its traceback)."""
+    if isinstance(exc, CliError):
+        return exc.status
+    from localstore.errors import GeometryMismatchError, StoreError
+
+    if isinstance(exc, GeometryMismatchError):
+        return EXIT_USAGE
+    if isinstance(exc, (StoreError, OSError)):
+        return EXIT_FAILED
+    return None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""``quiver read``: messages of a topic (one queue or all), optionally filtered by tags."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from typing import TYPE_CHECKING, Any
+
+from sdk.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Subparsers,
+    add_json_option,
+    emit_json,
+    non_negative_int,
+    open_store,
+    positive_int,
+    warn,
+)
+
+if TYPE_CHECKING:
+    from localstore.codec import StoredMessage
+    from localstore.store import MessageStore
+    from localstore.tags import TagFilter
+
+GET_BATCH = 32
+HUMAN_BODY_CHARS = 120
+_SHOWN_AS_FIELDS = frozenset({"TAGS", "KEYS", "UNIQ_KEY"})
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    """Add ``read``."""
+    parser = subparsers.add_parser(
+        "read",
+        help="read messages",
+        description="Read messages of a topic, queue by queue, from each queue's min offset "
+        "(or --from-offset).",
+    )
+    parser.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    parser.add_argument("--topic", required=True, metavar="T")
+    parser.add_argument(
+        "--queue",
+        type=non_negative_int,
+        metavar="N",
+        help="read only this queue (default: every queue of the topic)",
+    )
+    parser.add_argument(
+        "--from-offset",
+        type=non_negative_int,
+        metavar="N",
+        help="queue offset to start at (default: the queue's min offset)",
+    )
+    parser.add_argument(
+        "--max",
+        type=positive_int,
+        metavar="N",
+        help="read at most N messages in total (default: all)",
+    )
+    parser.add_argument("--tags", metavar="EXPR", help="tag filter: TagA || TagB, or * (all)")
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read and print the messages."""
+    from localstore.tags import TagFilter
+
+    try:
+        tag_filter = TagFilter.parse(args.tags)
+    except ValueError as exc:
+        raise CliError(f"--tags: {exc}", EXIT_USAGE) from exc
+    remaining = args.max if args.max is not None else -1
+    total = 0
+    with open_store(args.data) as store:
+        queue_ids = _queues(store, args.topic, args.queue)
+        for queue_id in queue_ids:
+            count = _read_queue(store, args, queue_id, tag_filter, remaining)
+            total += count
+            if remaining > 0:
+                remaining -= count
+                if remaining == 0:
+                    break
+    if not args.json:
+        queues = ", ".join(map(str, queue_ids)) or "none"
+        print(f"read {total} message(s) from {args.topic} (queues {queues})")
+    return EXIT_OK
+
+
+def _queues(store: MessageStore, topic: str, queue: int | None) -> list[int]:
+    """The queues to read; an unknown topic or queue is an error."""
+    known = store.queue_ids(topic)
+    config = store.topics.get(topic)
+    if not known and config is None:
+        raise CliError(f"topic {topic} does not exist in store {store.root}", EXIT_FAILED)
+    if queue is None:
+        return known
+    if queue not in known and (config is None or queue >= config.read_queue_nums):
+        count = config.read_queue_nums if config else len(known)
+        raise CliError(
+            f"topic {topic} has no queue {queue} (it has {count} read queues)", EXIT_FAILED
+        )
+    return [queue]
+
+
+def _read_queue(
+    store: MessageStore,
+    args: argparse.Namespace,
+    queue_id: int,
+    tag_filter: TagFilter,
+    remaining: int,
+) -> int:
+    """Print messages of one queue; at most ``remaining`` (-1: all). Returns how many."""
+    from localstore.codec import RecordError
+    from localstore.results import GetStatus
+
+    topic = args.topic
+    low = store.min_offset(topic, queue_id)
+    offset = low if args.from_offset is None else args.from_offset
+    if offset < low:
+        warn(f"{topic}/{queue_id} starts at offset {low}; reading from there")
+        offset = low
+    printed = 0
+    while remaining != 0:
+        want = GET_BATCH if remaining < 0 else min(GET_BATCH, remaining)
+        try:
+            result = store.get_messages(topic, queue_id, offset, max_count=want, tags=tag_filter)
+        except RecordError as exc:
+            raise CliError(f"cannot read {topic}/{queue_id} at offset {offset}: {exc}") from exc
+        if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+            break
+        for message in result.messages:
+            _print(message, args.json)
+        printed += len(result.messages)
+        if remaining > 0:
+            remaining -= len(result.messages)
+        if result.next_offset <= offset:
+            break
+        offset = result.next_offset
+    return printed
+
+
+def message_json(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as a JSON-ready dict; the body as UTF-8 text, else base64."""
+    try:
+        body, encoding = message.body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
+    return {
+        "topic": message.topic,
+        "queue_id": message.queue_id,
+        "queue_offset": message.queue_offset,
+        "phys_offset": message.phys_offset,
+        "msg_id": message.msg_id,
+        "offset_msg_id": message.offset_msg_id,
+        "tags": message.tags,
+        "keys": message.keys,
+        "properties": message.properties,
+        "body": body,
+        "body_encoding": encoding,
+        "store_size": message.store_size,
+        "flag": message.flag,
+        "sys_flag": message.sys_flag,
+        "born_timestamp": message.born_timestamp,
+        "store_timestamp": message.store_timestamp,
+        "born_host": message.born_host,
+        "store_host": message.store_host,
+        "reconsume_times": message.reconsume_times,
+    }
+
+
+def _print(message: StoredMessage, as_json: bool) -> None:
+    if as_json:
+        emit_json(message_json(message))
+        return
+    try:
+        text = repr(message.body.decode("utf-8"))
+    except UnicodeDecodeError:
+        text = f"base64:{base64.b64encode(message.body[:HUMAN_BODY_CHARS]).decode()}"
+    if len(text) > HUMAN_BODY_CHARS:
+        text = text[:HUMAN_BODY_CHARS] + "..."
+    fields = [
+        f"{message.topic}/{message.queue_id}@{message.queue_offset}",
+        f"msgId={message.msg_id}",
+        f"offsetMsgId={message.offset_msg_id}",
+    ]
+    if message.tags is not None:
+        fields.append(f"tags={message.tags}")
+    if message.keys:
+        fields.append(f"keys={','.join(message.keys)}")
+    fields += [f"{k}={v}" for k, v in message.properties.items() if k not in _SHOWN_AS_FIELDS]
+    fields.append(f"body({len(message.body)})={text}")
+    print("  ".join(fields))

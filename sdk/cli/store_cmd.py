@@ -1,0 +1,251 @@
+"""``quiver store init | info | verify``: create a store, describe it, check its files."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sdk.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Subparsers,
+    add_json_option,
+    emit_json,
+    human_size,
+    is_store,
+    open_store,
+    parse_size,
+    positive_int,
+)
+
+if TYPE_CHECKING:
+    from localstore.store import MessageStore
+
+_GEOMETRY_OPTIONS = (  # (option, StoreGeometry field, argparse type, help)
+    (
+        "--commitlog-file-size",
+        "commitlog_file_size",
+        parse_size,
+        "bytes per commitlog segment, e.g. 64M (default 1G)",
+    ),
+    (
+        "--cq-entries-per-file",
+        "cq_entries_per_file",
+        positive_int,
+        "units per consume-queue file (default 300000)",
+    ),
+    ("--index-slots", "index_slots", positive_int, "hash slots per index file (default 5000000)"),
+    ("--index-entries", "index_entries", positive_int, "entries per index file (default 20000000)"),
+    (
+        "--max-message-size",
+        "max_message_size",
+        parse_size,
+        "largest body accepted, e.g. 4M (default 4M)",
+    ),
+)
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    """Add ``store`` and its sub-commands."""
+    store = subparsers.add_parser(
+        "store",
+        help="create, describe and check a store",
+        description="Create, describe and check a store directory.",
+    )
+    actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    init = actions.add_parser(
+        "init",
+        help="create a store",
+        description="Create a store (or check an existing one's geometry).",
+    )
+    init.add_argument("directory", metavar="DIR")
+    for option, dest, kind, text in _GEOMETRY_OPTIONS:
+        init.add_argument(option, dest=dest, type=kind, metavar="N", help=text)
+    init.add_argument(
+        "--flush",
+        dest="flush_mode",
+        choices=("sync", "async"),
+        help="sync: a put returns once on disk; async (default): flushed every 500 ms",
+    )
+    add_json_option(init)
+    init.set_defaults(func=run_init)
+
+    info = actions.add_parser(
+        "info",
+        help="geometry, segments, topics and offsets",
+        description="Describe a store: geometry, commitlog segments, "
+        "topics and their queues' offsets.",
+    )
+    info.add_argument("directory", metavar="DIR")
+    add_json_option(info)
+    info.set_defaults(func=run_info)
+
+    verify = actions.add_parser(
+        "verify",
+        help="check every record and consume-queue unit",
+        description="Check every commitlog record (frame, offset, CRC) "
+        "and every consume-queue unit. Exit status 1 when "
+        "something is wrong.",
+    )
+    verify.add_argument("directory", metavar="DIR")
+    verify.add_argument(
+        "--max-problems",
+        type=positive_int,
+        default=100,
+        metavar="N",
+        help="list at most N problems (default 100; all are counted)",
+    )
+    add_json_option(verify)
+    verify.set_defaults(func=run_verify)
+
+
+def run_init(args: argparse.Namespace) -> int:
+    """Create the store at DIR with the requested geometry; print the geometry."""
+    from localstore.geometry import StoreGeometry
+    from localstore.store import MessageStore
+
+    requested = {
+        name: getattr(args, name) for name in _geometry_fields() if getattr(args, name) is not None
+    }
+    try:
+        StoreGeometry(**requested)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    path = Path(args.directory)
+    if path.exists() and not path.is_dir():
+        raise CliError(f"{path} exists and is not a directory", EXIT_USAGE)
+    existed = is_store(path)
+    with MessageStore(path, **requested) as store:
+        geometry = dataclasses.asdict(store.geometry)
+    if args.json:
+        emit_json({"path": str(path), "created": not existed, "geometry": geometry})
+        return EXIT_OK
+    print(f"{'store exists' if existed else 'created store'} {path}")
+    _print_geometry(geometry)
+    return EXIT_OK
+
+
+def _geometry_fields() -> list[str]:
+    return [dest for _, dest, _, _ in _GEOMETRY_OPTIONS] + ["flush_mode"]
+
+
+def _print_geometry(geometry: dict[str, Any]) -> None:
+    for name, value in geometry.items():
+        size = f" ({human_size(value)})" if name.endswith("_size") else ""
+        print(f"  {name:<20} {value}{size}")
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Describe the store at DIR."""
+    with open_store(args.directory) as store:
+        document = describe(store)
+    if args.json:
+        emit_json(document)
+        return EXIT_OK
+    commitlog = document["commitlog"]
+    print(f"store {document['path']}")
+    print("geometry")
+    _print_geometry(document["geometry"])
+    if document["crashed_last_time"]:
+        print("the last run did not close the store cleanly (recovered at open)")
+    print(
+        f"commitlog [{commitlog['min_offset']}, {commitlog['max_offset']}) in "
+        f"{len(commitlog['segments'])} segment(s)"
+    )
+    for segment in commitlog["segments"]:
+        print(f"  {segment['name']}  start {segment['start_offset']}")
+    print(f"topics: {len(document['topics'])}")
+    for topic in document["topics"]:
+        print(
+            f"  {topic['topic']}: {topic['messages']} message(s), "
+            f"{topic['write_queue_nums']} write / {topic['read_queue_nums']} read queues"
+        )
+        for queue in topic["queues"]:
+            print(
+                f"    queue {queue['queue_id']:<3} offsets [{queue['min_offset']}, "
+                f"{queue['max_offset']})  {queue['messages']} message(s)"
+            )
+    return EXIT_OK
+
+
+def describe(store: MessageStore) -> dict[str, Any]:
+    """What ``store info`` shows, as a JSON-ready dict."""
+    commitlog = store.commitlog
+    names = sorted(set(store.topics.topics) | {topic for topic, _ in store.queues.queues})
+    topics = []
+    for name in names:
+        config = store.topics.get(name)
+        queues = []
+        for queue_id in store.queue_ids(name):
+            low, high = store.min_offset(name, queue_id), store.max_offset(name, queue_id)
+            queues.append(
+                {
+                    "queue_id": queue_id,
+                    "min_offset": low,
+                    "max_offset": high,
+                    "messages": max(high - low, 0),
+                }
+            )
+        topics.append(
+            {
+                "topic": name,
+                "read_queue_nums": config.read_queue_nums if config else len(queues),
+                "write_queue_nums": config.write_queue_nums if config else len(queues),
+                "messages": sum(queue["messages"] for queue in queues),
+                "queues": queues,
+            }
+        )
+    recovery = store.recovery
+    return {
+        "path": str(store.root),
+        "geometry": dataclasses.asdict(store.geometry),
+        "flush_mode": store.geometry.flush_mode,
+        "crashed_last_time": store.crashed_last_time,
+        "recovery": {
+            "start_offset": recovery.start_offset,
+            "end_offset": recovery.end_offset,
+            "records_scanned": recovery.records_scanned,
+            "records_dispatched": recovery.records_dispatched,
+        },
+        "commitlog": {
+            "min_offset": commitlog.min_offset,
+            "max_offset": commitlog.max_offset,
+            "segments": [
+                {
+                    "name": segment.path.name,
+                    "start_offset": segment.start_offset,
+                    "size": segment.size,
+                }
+                for segment in commitlog.segments.segments
+            ],
+        },
+        "topics": topics,
+    }
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Verify the store at DIR; exit status 1 when a problem is found."""
+    from localstore.verify import verify_store
+
+    with open_store(args.directory) as store:
+        report = verify_store(store, max_problems=args.max_problems)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print(f"store {args.directory}: {report.summary()}")
+        for problem in report.problems:
+            print(f"  {problem}")
+        if report.problem_count > len(report.problems):
+            print(f"  ... and {report.problem_count - len(report.problems)} more")
+    if report.ok:
+        return EXIT_OK
+    raise CliError(
+        f"store {args.directory} failed verification: {report.problem_count} "
+        f"problem(s), the first: {report.problems[0]}",
+        EXIT_FAILED,
+    )
