@@ -23,9 +23,16 @@ records are copied as one slice, so a batch of one queue's consecutive records c
 
 from __future__ import annotations
 
-from localstore.codec import PROPERTY_TAGS, StoredMessage, decode_record, read_properties
+from localstore.codec import (
+    PROPERTY_TAGS,
+    RecordError,
+    StoredMessage,
+    decode_record,
+    read_properties,
+)
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.errors import CorruptStoreError
 from localstore.results import GetResult, GetStatus
 from localstore.tags import TagFilter
 
@@ -69,7 +76,7 @@ def get_messages(
 
     limit = max_count if tag_filter.matches_all else max(FILTER_SCAN_UNITS, max_count)
     units = queue.read_units(queue_offset, min(limit, max_offset - queue_offset))
-    scan = _Scan(commitlog, tag_filter, max_count, max_bytes)
+    scan = _Scan(commitlog, queue, queue_offset, tag_filter, max_count, max_bytes)
     examined = scan.collect_ranges(units) if raw else scan.decode(units)
     del units
     status = (
@@ -96,8 +103,18 @@ class _Scan:
     a helper call per message would cost more than the work it does.
     """
 
-    def __init__(self, commitlog: CommitLog, tag_filter: TagFilter, max_count: int, max_bytes: int):
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queue: ConsumeQueue,
+        first: int,
+        tag_filter: TagFilter,
+        max_count: int,
+        max_bytes: int,
+    ):
         self.commitlog = commitlog
+        self.queue = queue
+        self.first = first
         self.filter = tag_filter
         self.max_count = max_count
         self.max_bytes = max_bytes
@@ -132,7 +149,12 @@ class _Scan:
                 view = located[0]
                 seg_start = phys - located[1]
                 seg_end = seg_start + len(view)
-            message = decode_record(view, phys - seg_start)  # type: ignore[arg-type]
+            try:
+                message = decode_record(view, phys - seg_start)  # type: ignore[arg-type]
+            except RecordError as exc:
+                raise self._corrupt(examined - 1, phys, str(exc)) from exc
+            if message.phys_offset != phys:
+                raise self._corrupt(examined - 1, phys, "the record there says it is elsewhere")
             if codes is not None and not tag_matches(message.properties.get(PROPERTY_TAGS)):
                 continue
             messages.append(message)
@@ -176,6 +198,13 @@ class _Scan:
                 break
         self.count = count
         return examined
+
+    def _corrupt(self, index: int, phys: int, why: str) -> CorruptStoreError:
+        where = f"{self.queue.topic}/{self.queue.queue_id} queue offset {self.first + index}"
+        return CorruptStoreError(
+            f"consume queue {where} points at commitlog offset {phys}, where no record of it "
+            f"starts ({why}); `quiver store verify` lists every problem"
+        )
 
     def _tag_matches(self, phys: int) -> bool:
         located = self.commitlog.segment_view(phys)

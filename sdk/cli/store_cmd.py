@@ -72,6 +72,13 @@ def add_parser(subparsers: Subparsers) -> None:
         choices=("sync", "async"),
         help="sync: a put returns once on disk; async (default): flushed every 500 ms",
     )
+    init.add_argument(
+        "--no-index",
+        dest="index_enabled",
+        action="store_const",
+        const=False,
+        help="build no index files (no query by key; RocketMQ's messageIndexEnable=false)",
+    )
     add_json_option(init)
     init.set_defaults(func=run_init)
 
@@ -131,7 +138,7 @@ def run_init(args: argparse.Namespace) -> int:
 
 
 def _geometry_fields() -> list[str]:
-    return [dest for _, dest, _, _ in _GEOMETRY_OPTIONS] + ["flush_mode"]
+    return [dest for _, dest, _, _ in _GEOMETRY_OPTIONS] + ["flush_mode", "index_enabled"]
 
 
 def _print_geometry(geometry: dict[str, Any]) -> None:

@@ -34,6 +34,12 @@ def add_parser(subparsers: Any) -> None:
         help="messages for the sync-flush figures (default: min(count, 100000))",
     )
     store.add_argument("--commitlog-file-size", type=int, default=1024 * 1024 * 1024)
+    store.add_argument(
+        "--no-index",
+        dest="index_enabled",
+        action="store_false",
+        help="stores without index files (RocketMQ's messageIndexEnable=false)",
+    )
     store.add_argument("--json", action="store_true", help="one JSON line per figure")
     store.add_argument("--quiet", action="store_true", help="no progress on stderr")
     store.set_defaults(func=_run_store)
@@ -57,6 +63,7 @@ def _run_store(args: argparse.Namespace) -> int:
         batch=args.batch,
         sync_count=args.sync_count or min(args.count, 100_000),
         commitlog_file_size=args.commitlog_file_size,
+        index_enabled=args.index_enabled,
     )
     try:
         for figure in run_store_bench(config, Progress(enabled=not args.quiet)):

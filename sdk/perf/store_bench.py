@@ -48,6 +48,7 @@ class StoreBenchConfig:
     batch: int
     sync_count: int
     commitlog_file_size: int
+    index_enabled: bool = True
 
 
 def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Figure]:
@@ -59,6 +60,7 @@ def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Fi
         options=options,
         flush_mode="async",
         commitlog_file_size=config.commitlog_file_size,
+        index_enabled=config.index_enabled,
     ) as store:
         rate, rss_growth = _timed_puts(store, config, config.batch, progress, "batch put")
         yield _figure("batch_append_records_per_s", rate, config)
@@ -69,7 +71,11 @@ def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Fi
         yield _figure("get_raw_records_per_s", _timed_gets(store, config, True, progress), config)
     sync_dir = config.data_dir / "sync"
     with MessageStore(
-        sync_dir, options=options, flush_mode="sync", commitlog_file_size=config.commitlog_file_size
+        sync_dir,
+        options=options,
+        flush_mode="sync",
+        commitlog_file_size=config.commitlog_file_size,
+        index_enabled=config.index_enabled,
     ) as store:
         rate, per_fsync = _sync_threads(store, config, progress)
         yield _figure("sync_threads_msgs_per_s", rate, config, count=config.sync_count)
