@@ -153,10 +153,20 @@ class IndexFile:
                 break
             if stored_hash == key_hash and stored_at <= end_ms:
                 found.append(phy)
-            if prev <= 0 or prev >= count or prev == current:
+            if prev <= 0 or prev >= current:  # chains only point back: no cycle, even if damaged
                 break
             current = prev
         return found
+
+    @property
+    def is_sound(self) -> bool:
+        """The header is self-consistent (a damaged file is dropped and rebuilt)."""
+        return (
+            1 <= self.index_count <= self.entries
+            and 0 <= self.hash_slot_count <= self.slots
+            and 0 <= self.begin_phy_offset <= self.end_phy_offset
+            and 0 <= self.begin_timestamp <= self.end_timestamp
+        )
 
     def write_header(self) -> None:
         HEADER.pack_into(

@@ -29,7 +29,7 @@ from localstore.codec import (
     StoredMessage,
     split_keys,
 )
-from localstore.index_file import IndexFile
+from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from localstore.javahash import java_hash, java_hash_concat
 
 MAX_QUERY_RESULTS = 64  # RocketMQ's maxMsgsNumBatch
@@ -49,20 +49,29 @@ class IndexService:
         self.slots = slots
         self.entries = entries
         self.files: list[IndexFile] = []
+        self.file_size = HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
         self._prefix_hashes: dict[str, int] = {}
         self.completed_timestamp = 0  # end time of the newest full, flushed file
         self._indexed_any = False  # whether end_phy_offset names an indexed message
 
     def load(self, *, crashed: bool, checkpoint_timestamp: int) -> None:
-        """Map the files; after a crash drop those newer than the checkpoint (rebuilt by
-        recovery's re-dispatch)."""
+        """Map the files. After a crash drop those newer than the checkpoint; always drop a
+        file with a damaged header or length, and every file after it. Recovery's re-dispatch
+        rebuilds what was dropped."""
         if not self.directory.is_dir():
             return
+        dropping = False
         for name in sorted(os.listdir(self.directory)):
             if not name.isdigit():
                 continue
-            index = IndexFile(self.directory / name, self.slots, self.entries)
-            if crashed and index.end_timestamp > checkpoint_timestamp:
+            path = self.directory / name
+            if path.stat().st_size != self.file_size:
+                dropping = True
+                path.unlink()
+                continue
+            index = IndexFile(path, self.slots, self.entries)
+            dropping = dropping or not index.is_sound
+            if dropping or (crashed and index.end_timestamp > checkpoint_timestamp):
                 index.destroy()
                 continue
             self.files.append(index)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localstore.checkpoint import Checkpoint
-from localstore.codec import RecordError, decode_record
+from localstore.codec import RecordError, body_crc, decode_record
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dispatch import dispatch
@@ -83,7 +83,7 @@ def _normal_start(
     newest = max(queues.queues.values(), key=lambda q: q.max_phys_offset, default=None)
     start = commitlog.min_offset
     if newest is not None and newest.max_phys_offset > start:
-        if not _last_unit_sound(commitlog, newest):
+        if not _last_unit_sound(commitlog, newest, check_crc=True):
             return None
         start = newest.max_phys_offset
     if index is not None and index.end_phy_offset and index.end_phy_offset < start:
@@ -103,8 +103,9 @@ def _abnormal_start(commitlog: CommitLog, checkpoint: Checkpoint) -> int:
     return commitlog.min_offset
 
 
-def _last_unit_sound(commitlog: CommitLog, queue: ConsumeQueue) -> bool:
-    """The queue's last unit points at a whole record of this queue, of the unit's size."""
+def _last_unit_sound(commitlog: CommitLog, queue: ConsumeQueue, *, check_crc: bool) -> bool:
+    """The queue's last unit points at a whole record of this queue, of the unit's size (and,
+    for the log's newest record, with an intact body: a clean close leaves no torn tail)."""
     last = queue.max_offset - 1
     if last < queue.min_offset:
         return True
@@ -121,6 +122,7 @@ def _last_unit_sound(commitlog: CommitLog, queue: ConsumeQueue) -> bool:
     return (
         message.phys_offset == phys
         and message.store_size == size
+        and (not check_crc or body_crc(message.body) == message.body_crc)
         and message.topic == queue.topic
         and message.queue_id == queue.queue_id
         and message.queue_offset == last
@@ -132,7 +134,7 @@ def _drop_unsound_queues(commitlog: CommitLog, queues: QueueRegistry) -> list[st
     at their own record: a damaged file. Recovery's dispatch rebuilds them from the commitlog."""
     dropped = []
     for key, queue in list(queues.queues.items()):
-        if not _last_unit_sound(commitlog, queue):
+        if not _last_unit_sound(commitlog, queue, check_crc=False):
             dropped.append(f"{queue.topic}/{queue.queue_id}")
             queue.destroy()
             del queues.queues[key]
