@@ -148,7 +148,9 @@ class IndexFile:
             stored_hash, phy, diff, prev = ENTRY.unpack_from(
                 mapped, self._entries_at + current * ENTRY_SIZE
             )
-            stored_at = begin + diff * 1000
+            # Entry 1's time diff was taken against the preset begin of a new file; the header's
+            # begin is entry 1's own store time.
+            stored_at = begin if current == 1 else begin + diff * 1000
             if stored_at < begin_ms:
                 break
             if stored_hash == key_hash and stored_at <= end_ms:

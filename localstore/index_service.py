@@ -53,6 +53,7 @@ class IndexService:
         self._prefix_hashes: dict[str, int] = {}
         self.completed_timestamp = 0  # end time of the newest full, flushed file
         self._indexed_any = False  # whether end_phy_offset names an indexed message
+        self._reindex_last = False  # files were dropped: index the message at end once more
 
     def load(self, *, crashed: bool, checkpoint_timestamp: int) -> None:
         """Map the files. After a crash drop those newer than the checkpoint; always drop a
@@ -73,6 +74,8 @@ class IndexService:
             dropping = dropping or not index.is_sound
             if dropping or (crashed and index.end_timestamp > checkpoint_timestamp):
                 index.destroy()
+                # The last kept file's last message may have had keys in a dropped file.
+                self._reindex_last = True
                 continue
             self.files.append(index)
         self._indexed_any = any(f.index_count > 1 for f in self.files)
@@ -137,8 +140,12 @@ class IndexService:
 
     def dispatch(self, message: StoredMessage) -> None:
         """Index one record found by recovery, unless it is already indexed."""
-        if self._indexed_any and message.phys_offset <= self.end_phy_offset:
+        end = self.end_phy_offset
+        if self._indexed_any and (
+            message.phys_offset < end or (message.phys_offset == end and not self._reindex_last)
+        ):
             return
+        self._reindex_last = False
         if message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
             return
         properties = message.properties
@@ -168,6 +175,8 @@ class IndexService:
         """Messages of ``topic`` with ``key`` (a KEYS token or the UNIQ_KEY) stored within
         [begin_ms, end_ms], newest first, at most ``max_count`` (capped at 64)."""
         max_count = min(max_count, MAX_QUERY_RESULTS)
+        if max_count <= 0:
+            return []
         key_hash = _key_hash(self._prefix_hash(topic), key)
         # Index times are truncated to whole seconds: look a second wider, then filter exactly.
         index_begin = begin_ms - _TIME_DIFF_RESOLUTION_MS

@@ -476,7 +476,8 @@ class MessageStore:
         if self.index is None:
             return []
         found: list[StoredMessage] = []
-        for topic in sorted({t for t, _ in self.queues.queues}):
+        topics = set(self.topics.topics) | {t for t, _ in self.queues.queues}
+        for topic in sorted(topics):
             found.extend(
                 self.index.query(topic, message_id, 64, 0, 2**63 - 1, self._message_or_none)
             )

@@ -131,7 +131,7 @@ def _read_queue(
         if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
             break
         for message in result.messages:
-            _print(message, args.json)
+            print_message(message, args.json)
         printed += len(result.messages)
         if remaining > 0:
             remaining -= len(result.messages)
@@ -170,7 +170,8 @@ def message_json(message: StoredMessage) -> dict[str, Any]:
     }
 
 
-def _print(message: StoredMessage, as_json: bool) -> None:
+def print_message(message: StoredMessage, as_json: bool) -> None:
+    """One message: a JSON line, or a human-readable line."""
     if as_json:
         emit_json(message_json(message))
         return
