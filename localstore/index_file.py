@@ -108,31 +108,47 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.index_count >= self.entries
 
-    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
-        """Add one key; False when the file is full. The header is written by ``write_header``."""
+    def put_keys(
+        self, hashes: list[int], offsets: list[int], start: int, store_timestamp: int
+    ) -> int:
+        """Add keys ``hashes[start:]`` (their messages at ``offsets``, all stored at
+        ``store_timestamp``) until the file is full; returns the index of the first key not
+        added. The header is written back by ``write_header``."""
         count = self.index_count
-        if count >= self.entries:
-            return False
+        room = self.entries - count
+        stop = min(len(hashes), start + max(room, 0))
+        if stop <= start:
+            return start
         mapped = self._map
-        slot_at = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
-        head = SLOT.unpack_from(mapped, slot_at)[0]
-        if head <= 0 or head > count:
-            head = 0
+        slots = self.slots
+        entries_at = self._entries_at
+        read_slot = SLOT.unpack_from
+        write_slot = SLOT.pack_into
+        write_entry = ENTRY.pack_into
         begin = self.begin_timestamp
+        # The diff of the file's first entry is taken before its begin time is set (RocketMQ).
         diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
-        ENTRY.pack_into(
-            mapped, self._entries_at + count * ENTRY_SIZE, key_hash, phy_offset, diff, head
-        )
-        SLOT.pack_into(mapped, slot_at, count)
         if count <= 1:
-            self.begin_phy_offset = phy_offset
+            self.begin_phy_offset = offsets[start]
             self.begin_timestamp = store_timestamp
-        if head == 0:
-            self.hash_slot_count += 1
-        self.index_count = count + 1
-        self.end_phy_offset = phy_offset
+        used_slots = 0
+        for i in range(start, stop):
+            key_hash = hashes[i]
+            slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            head = read_slot(mapped, slot_at)[0]
+            if head <= 0 or head > count:
+                head = 0
+                used_slots += 1
+            write_entry(mapped, entries_at + count * ENTRY_SIZE, key_hash, offsets[i], diff, head)
+            write_slot(mapped, slot_at, count)
+            if count <= 1:
+                diff = 0  # later entries are measured from the begin time just set
+            count += 1
+        self.hash_slot_count += used_slots
+        self.index_count = count
+        self.end_phy_offset = offsets[stop - 1]
         self.end_timestamp = store_timestamp
-        return True
+        return stop
 
     def lookup(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
         """Commitlog offsets of entries with ``key_hash`` stored within [begin_ms, end_ms],

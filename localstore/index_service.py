@@ -30,9 +30,10 @@ from localstore.codec import (
     split_keys,
 )
 from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
-from localstore.javahash import java_hash, java_hash_concat
+from localstore.javahash import _HIGH, _LOW, _POW31, java_hash, java_hash_concat
 
 MAX_QUERY_RESULTS = 64  # RocketMQ's maxMsgsNumBatch
+_ROLLBACK = SYSFLAG_TRANSACTION_ROLLBACK
 _TIME_DIFF_RESOLUTION_MS = 1000  # index times are whole seconds after the file's begin time
 
 
@@ -112,31 +113,63 @@ class IndexService:
     def build_batch(
         self,
         topic: str,
-        messages: Sequence[NewMessage],
+        messages: Sequence[NewMessage | StoredMessage],
         phys_offsets: Sequence[int],
         store_timestamp: int,
     ) -> None:
-        """Index a batch just appended (one topic) in the put path."""
-        prefix = self._prefix_hash(topic)
+        """Index a batch just appended (one topic, one store time) in the put path."""
+        hashes, offsets = self._key_hashes(topic, messages, phys_offsets)
+        position = 0
         index = self._current(store_timestamp)
-        put_key = index.put_key
+        while True:
+            position = index.put_keys(hashes, offsets, position, store_timestamp)
+            if position >= len(hashes):
+                break
+            index = self._current(store_timestamp)  # full: the next file
+        index.write_header()
+        self._indexed_any = self._indexed_any or bool(hashes)
+
+    def _key_hashes(
+        self,
+        topic: str,
+        messages: Sequence[NewMessage | StoredMessage],
+        phys_offsets: Sequence[int],
+    ) -> tuple[list[int], list[int]]:
+        """Index hashes of ``topic#UNIQ_KEY`` and ``topic#key`` per message, with its offset.
+
+        The Java hash of an ASCII key is computed inline (see :mod:`localstore.javahash`) from
+        the cached hash of ``topic#``: this loop is the put path's indexing cost."""
+        prefix = self._prefix_hash(topic)
+        powers = _POW31
+        high, low = _HIGH, _LOW
+        hashes: list[int] = []
+        offsets: list[int] = []
         for message, phys in zip(messages, phys_offsets, strict=True):
             properties = message.properties
-            if (
-                not properties
-                or message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK
-            ):
+            if not properties or message.sys_flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
                 continue
-            uniq = properties.get(PROPERTY_UNIQ_KEY)
             keys = properties.get(PROPERTY_KEYS)
-            for key in ([uniq] if uniq else []) + (split_keys(keys) if keys else []):
-                key_hash = _key_hash(prefix, key)
-                if not put_key(key_hash, phys, store_timestamp):
-                    index = self._current(store_timestamp)
-                    put_key = index.put_key
-                    put_key(key_hash, phys, store_timestamp)
-        index.write_header()
-        self._indexed_any = self._indexed_any or index.index_count > 1
+            uniq = properties.get(PROPERTY_UNIQ_KEY)
+            for key in (uniq, *keys.split(" ")) if keys else (uniq,):
+                if not key:
+                    continue
+                raw = key.encode()
+                if len(raw) == len(key):
+                    power = powers.get(len(raw))
+                    if power is None:
+                        power = powers[len(raw)] = pow(31, len(raw), 1 << 32)
+                    h = (
+                        prefix * power
+                        + 31 * int(raw.translate(high), 31)
+                        + int(raw.translate(low), 31)
+                    ) & 0xFFFFFFFF
+                else:
+                    h = java_hash_concat(prefix, key) & 0xFFFFFFFF
+                if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
+                    h = (0x100000000 - h) & 0x7FFFFFFF
+                hashes.append(h)
+                offsets.append(phys)
+        return hashes, offsets
 
     def dispatch(self, message: StoredMessage) -> None:
         """Index one record found by recovery, unless it is already indexed."""
@@ -146,21 +179,7 @@ class IndexService:
         ):
             return
         self._reindex_last = False
-        if message.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_ROLLBACK:
-            return
-        properties = message.properties
-        uniq = properties.get(PROPERTY_UNIQ_KEY)
-        keys = properties.get(PROPERTY_KEYS)
-        tokens = ([uniq] if uniq else []) + (split_keys(keys) if keys else [])
-        index = self._current(message.store_timestamp)
-        prefix = self._prefix_hash(message.topic)
-        for key in tokens:
-            key_hash = _key_hash(prefix, key)
-            if not index.put_key(key_hash, message.phys_offset, message.store_timestamp):
-                index = self._current(message.store_timestamp)
-                index.put_key(key_hash, message.phys_offset, message.store_timestamp)
-        index.write_header()
-        self._indexed_any = self._indexed_any or bool(tokens)
+        self.build_batch(message.topic, [message], [message.phys_offset], message.store_timestamp)
 
     # -- querying --------------------------------------------------------------------------
     def query(
