@@ -23,6 +23,8 @@ records are copied as one slice, so a batch of one queue's consecutive records c
 
 from __future__ import annotations
 
+from typing import Any
+
 from localstore.codec import (
     PROPERTY_TAGS,
     RecordError,
@@ -119,7 +121,8 @@ class _Scan:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.messages: list[StoredMessage] = []
-        self.ranges: list[list[int]] = []  # [start, end) commitlog ranges of raw records
+        # [segment view, start, end) of raw records, positions within the segment
+        self.ranges: list[list[Any]] = []
         self.count = 0
         self.removed = False
 
@@ -187,10 +190,15 @@ class _Scan:
                 continue
             if codes is not None and not self._tag_matches(phys):
                 continue
-            if phys == last_end:
-                ranges[-1][1] = last_end = phys + size
+            if phys == last_end:  # continues the previous record: same segment, one slice
+                ranges[-1][2] += size
+                last_end += size
             else:
-                ranges.append([phys, phys + size])
+                located = commitlog.segment_view(phys)
+                if located is None:  # deleted by retention since min_phys was read
+                    self.removed = True
+                    continue
+                ranges.append([located[0], located[1], located[1] + size])
                 last_end = phys + size
             count += 1
             total += size
@@ -213,5 +221,8 @@ class _Scan:
         return self.filter.tag_matches(read_properties(located[0], located[1]).get(PROPERTY_TAGS))
 
     def raw_bytes(self) -> bytes:
-        parts = [self.commitlog.read(start, end - start) for start, end in self.ranges]
+        """Copy the noted ranges out of the segments' views (kept since the scan, so a segment
+        retired by retention meanwhile is still readable)."""
+        parts = [bytes(view[start:end]) for view, start, end in self.ranges]
+        self.ranges.clear()
         return parts[0] if len(parts) == 1 else b"".join(parts)

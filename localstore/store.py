@@ -51,6 +51,13 @@ from localstore.queue_registry import QueueRegistry
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
 from localstore.results import GetResult, PutResult, PutStatus
+from localstore.retention import (
+    CleanReport,
+    RetentionPolicy,
+    RetiredFiles,
+    clean,
+    correct_min_offset,
+)
 from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, TagFilter, parse_delay_levels
 from localstore.topics import TopicTable
 from localstore.validation import topic_error
@@ -70,6 +77,8 @@ class StoreOptions:
     store_host: str = "127.0.0.1:10911"
     warm_segments: bool = False
     delay_levels: str = DEFAULT_DELAY_LEVELS
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    clean_interval_ms: int = 10_000  # periodic retention check (0: only on request)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -131,7 +140,10 @@ class MessageStore:
             delay_levels=self._delay_levels,
             index=self.index,
         )
+        for queue in self.queues.queues.values():  # files alone cannot tell what retention cut
+            correct_min_offset(queue, self.commitlog.min_offset)
         self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
+        self._retired = RetiredFiles()
         # Topic-queues known to accept puts (queue id in range), with their consume queues.
         self._writable: dict[tuple[str, int], ConsumeQueue] = {}
         self._valid_topics: set[str] = set()
@@ -140,6 +152,7 @@ class MessageStore:
         self._max_record_size = self.geometry.max_message_size + ENCODER_SLACK_BYTES
         self._closed = False
         self._abort.create()
+        self._cleaner = _PeriodicCleaner(self, options.clean_interval_ms)
         self.flusher = FlushService(
             self.commitlog,
             group_commit=sync,
@@ -156,12 +169,14 @@ class MessageStore:
             return
         with self._put_lock:
             self._closed = True
+        self._cleaner.close()
         self.flusher.close()
         self._flush_others()
         self.queues.close()
         if self.index is not None:
             self.index.close()
         self.commitlog.close()
+        self._retired.close()
         self.checkpoint.close()
         self._abort.remove()
         self._lock_file.release()
@@ -350,6 +365,26 @@ class MessageStore:
             queue_id,
         )
 
+    # -- retention -------------------------------------------------------------------------
+    def clean(
+        self, *, force: bool = False, manual: bool = True, now_ms: int | None = None
+    ) -> CleanReport:
+        """Delete expired commitlog segments and what only points into them (see
+        :mod:`localstore.retention`). ``manual`` makes the run due now (only expired segments
+        go); ``force`` deletes segments whatever their age (never the last one)."""
+        self._ensure_open()
+        with self._put_lock:
+            return clean(
+                self.commitlog,
+                self.queues,
+                self.index,
+                self.options.retention,
+                now_ms if now_ms is not None else time.time_ns() // 1_000_000,
+                force=force,
+                manual=manual,
+                retired=self._retired,
+            )
+
     # -- get -------------------------------------------------------------------------------
     def get_messages(
         self,
@@ -431,7 +466,8 @@ class MessageStore:
         if phys_offset + size > self.commitlog.confirmed_offset:
             raise RecordError(f"no record at commitlog offset {phys_offset}")
         located = self.commitlog.segment_view(phys_offset)
-        assert located is not None
+        if located is None:  # deleted by retention meanwhile
+            raise RecordError(f"no record at commitlog offset {phys_offset}")
         message = decode_record(located[0], located[1])
         if message.phys_offset != phys_offset:
             raise RecordError(f"no record starts at commitlog offset {phys_offset}")
@@ -542,3 +578,32 @@ def _read_pid(path: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+class _PeriodicCleaner:
+    """Runs the store's retention check every ``interval_ms`` (first after six intervals, as
+    RocketMQ waits 60 s before its first 10 s run); a run deletes only when one is due."""
+
+    def __init__(self, store: MessageStore, interval_ms: int):
+        self._store = store
+        self._interval_s = interval_ms / 1000
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if interval_ms > 0:
+            self._thread = threading.Thread(target=self._run, name="quiver-clean", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        if self._stop.wait(self._interval_s * 6):
+            return
+        while not self._stop.is_set():
+            try:
+                self._store.clean(manual=False)
+            except StoreClosedError:
+                return
+            self._stop.wait(self._interval_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -110,6 +110,20 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(verify)
     verify.set_defaults(func=run_verify)
 
+    clean = actions.add_parser(
+        "clean",
+        help="delete expired segments (retention)",
+        description="Delete commitlog segments older than the retention time (72 h), oldest "
+        "first, never the last one, and the consume-queue and index files that only point into "
+        "them. --force deletes segments whatever their age.",
+    )
+    clean.add_argument("directory", metavar="DIR")
+    clean.add_argument(
+        "--force", action="store_true", help="delete old segments whatever their age"
+    )
+    add_json_option(clean)
+    clean.set_defaults(func=run_clean)
+
 
 def run_init(args: argparse.Namespace) -> int:
     """Create the store at DIR with the requested geometry; print the geometry."""
@@ -256,3 +270,31 @@ def run_verify(args: argparse.Namespace) -> int:
         f"problem(s), the first: {report.problems[0]}",
         EXIT_FAILED,
     )
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    """Run retention on the store at DIR now and print what it deleted."""
+    with open_store(args.directory) as store:
+        report = store.clean(force=args.force, manual=True)
+        queues = {
+            f"{topic}/{queue_id}": store.min_offset(topic, queue_id)
+            for topic, queue_id in sorted(store.queues.queues)
+        }
+    if args.json:
+        emit_json(
+            {
+                "deleted": [str(path) for path in report.deleted],
+                "commitlog_min_offset": report.commitlog_min_offset,
+                "queue_min_offsets": queues,
+                "reason": report.trigger.reason,
+            }
+        )
+        return EXIT_OK
+    for path in report.deleted:
+        print(f"deleted {path}")
+    print(
+        f"store {args.directory}: {len(report.commitlog_files)} commitlog segment(s), "
+        f"{len(report.queue_files)} consume-queue file(s), {len(report.index_files)} index "
+        f"file(s) deleted; commitlog min offset {report.commitlog_min_offset}"
+    )
+    return EXIT_OK
