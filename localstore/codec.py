@@ -242,8 +242,9 @@ class RecordError(ValueError):
     """Bytes at a position are not a valid record (bad magic, size, length or CRC)."""
 
 
-def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
+def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> StoredMessage:
     """Decode the record starting at ``pos`` of ``buf`` (whose index 0 is not a phys offset).
+    ``body=False`` skips copying the body (dispatch needs every field but the body).
 
     Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record.
     """
@@ -269,7 +270,7 @@ def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
         if magic != MAGIC_V1 and magic != MAGIC_V2:  # noqa: PLR1714 - two int compares are faster
             raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at buffer position {pos}")
         cursor = pos + header.size + body_len
-        body = bytes(buf[cursor - body_len : cursor])
+        body_bytes = bytes(buf[cursor - body_len : cursor]) if body else b""
         if magic == MAGIC_V1:
             topic_end = cursor + 1 + buf[cursor]
             topic = str(buf[cursor + 1 : topic_end], "utf-8")
@@ -283,7 +284,7 @@ def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
         props = str(buf[topic_end + 2 : cursor], "utf-8") if props_len > 0 else ""
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc
-    if cursor - pos != total or len(body) != body_len or props_len < 0:
+    if cursor - pos != total or (body and len(body_bytes) != body_len) or props_len < 0:
         raise RecordError(
             f"record at buffer position {pos} declares {total} bytes but its fields take "
             f"{cursor - pos}"
@@ -303,7 +304,7 @@ def decode_record(buf: bytes | memoryview, pos: int) -> StoredMessage:
         _HOSTS.get(store_host) or _remember_host(store_host),
         reconsume,
         prepared,
-        body,
+        body_bytes,
         decode_properties(props) if props else {},
         store_host,
     )

@@ -171,15 +171,15 @@ class IndexService:
                 offsets.append(phys)
         return hashes, offsets
 
-    def dispatch(self, message: StoredMessage) -> None:
-        """Index one record found by recovery, unless it is already indexed."""
+    def needs(self, phys_offset: int) -> bool:
+        """Whether the message at ``phys_offset`` still has to be indexed (re-dispatch)."""
         end = self.end_phy_offset
         if self._indexed_any and (
-            message.phys_offset < end or (message.phys_offset == end and not self._reindex_last)
+            phys_offset < end or (phys_offset == end and not self._reindex_last)
         ):
-            return
+            return False
         self._reindex_last = False
-        self.build_batch(message.topic, [message], [message.phys_offset], message.store_timestamp)
+        return True
 
     # -- querying --------------------------------------------------------------------------
     def query(

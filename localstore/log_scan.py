@@ -81,8 +81,11 @@ def scan_valid_end(commitlog: CommitLog, start: int, *, check_crc: bool) -> tupl
         position = base + size  # blank record or segment end: continue in the next segment
 
 
-def iter_records(commitlog: CommitLog, start: int, end: int) -> Iterator[StoredMessage]:
-    """Decoded records in [start, end) (a range ``scan_valid_end`` found valid)."""
+def iter_records(
+    commitlog: CommitLog, start: int, end: int, *, body: bool = True
+) -> Iterator[StoredMessage]:
+    """Decoded records in [start, end) (a range ``scan_valid_end`` found valid); ``body=False``
+    leaves bodies out."""
     position = start
     while position < end:
         segment = commitlog.segments.find(position)
@@ -92,7 +95,7 @@ def iter_records(commitlog: CommitLog, start: int, end: int) -> Iterator[StoredM
         if pos + 8 > segment.size or INT.unpack_from(view, pos + 4)[0] == BLANK_MAGIC:
             position = segment.end_offset
             continue
-        message = decode_record(view, pos)
+        message = decode_record(view, pos, body=body)
         yield message
         position += message.store_size
 

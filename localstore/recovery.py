@@ -27,7 +27,7 @@ from localstore.checkpoint import Checkpoint
 from localstore.codec import RecordError, body_crc, decode_record
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
-from localstore.dispatch import dispatch
+from localstore.dispatch import Dispatcher
 from localstore.index_service import IndexService
 from localstore.log_scan import first_record_ok, iter_records, scan_valid_end
 from localstore.queue_registry import QueueRegistry
@@ -70,10 +70,11 @@ def recover(
     if rebuilt:
         redispatch_from = commitlog.min_offset
     redispatch_from = max(redispatch_from, commitlog.min_offset)
-    dispatched = 0
-    for message in iter_records(commitlog, redispatch_from, end):
-        dispatched += dispatch(queues, index, message, delay_levels)
-    return RecoveryReport(abnormal, start, end, scanned, dispatched, truncated, rebuilt)
+    dispatcher = Dispatcher(queues, index, delay_levels)
+    for message in iter_records(commitlog, redispatch_from, end, body=False):
+        dispatcher.add(message)
+    dispatcher.flush()
+    return RecoveryReport(abnormal, start, end, scanned, dispatcher.units_added, truncated, rebuilt)
 
 
 def _normal_start(
