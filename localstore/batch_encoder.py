@@ -22,6 +22,7 @@ from localstore.codec import (
     BLANK_RECORD_SIZE,
     BLANK_STRUCT,
     HEADER_STRUCTS,
+    HEADER_V4,
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_BYTES,
@@ -209,3 +210,102 @@ def _check_sizes(
             f"message {index}: record of {size} bytes does not fit a segment of "
             f"{segment_size} bytes or the limit of {max_record_size}",
         )
+
+
+def encode_one(
+    messages: Sequence[NewMessage],
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    position: int,
+    segment_size: int,
+    store_timestamp: int,
+    store_host: bytes,
+    max_record_size: int,
+    delay_levels: tuple[int, ...] | None = None,
+) -> EncodedBatch:
+    """``encode_batch`` for a batch of one message without the batch loop's lists: the single
+    put's path. Only the common shape is handled here (IPv4 hosts, no transaction flag, not
+    the schedule topic, room left in the segment, sizes within limits); everything else goes
+    through ``encode_batch``, which owns those rules."""
+    message = messages[0]
+    properties = message.properties
+    body = message.body
+    born_host = message.born_host
+    known = _TOPIC_FIELDS.get(topic)
+    if (
+        known is None
+        or message.sys_flag
+        or len(born_host) != 8
+        or len(store_host) != 8
+        or delay_levels is not None
+    ):
+        return encode_batch(
+            messages,
+            topic,
+            queue_id,
+            queue_offset,
+            position,
+            segment_size,
+            store_timestamp,
+            store_host,
+            max_record_size,
+            delay_levels,
+        )
+    magic, topic_field = known
+    if properties:
+        props = ("\x02".join(map("\x01".join, properties.items())) + "\x02").encode()
+        tags = properties.get("TAGS")
+    else:
+        props = b""
+        tags = None
+    size = HEADER_V4.size + len(body) + len(topic_field) + 2 + len(props)
+    if (
+        size + BLANK_RECORD_SIZE > segment_size - position % segment_size
+        or size > max_record_size
+        or len(props) > MAX_PROPERTIES_BYTES
+    ):
+        return encode_batch(
+            messages,
+            topic,
+            queue_id,
+            queue_offset,
+            position,
+            segment_size,
+            store_timestamp,
+            store_host,
+            max_record_size,
+            delay_levels,
+        )
+    code = _TAG_CODES.get(tags)
+    if code is None:
+        code = tag_code(tags)
+    record = b"".join(
+        (
+            HEADER_V4.pack(
+                size,
+                magic,
+                zlib.crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                message.flag,
+                queue_offset,
+                position,
+                0,
+                message.born_timestamp or store_timestamp,
+                born_host,
+                store_timestamp,
+                store_host,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                len(body),
+            ),
+            body,
+            topic_field,
+            SHORT.pack(len(props)),
+            props,
+        )
+    )
+    end = position + size
+    return EncodedBatch(
+        [record], UNIT.pack(position, size, code), [position], queue_offset + 1, end, end
+    )

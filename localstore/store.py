@@ -29,7 +29,7 @@ from typing import Any
 
 import filelock
 
-from localstore.batch_encoder import RejectedMessageError, encode_batch
+from localstore.batch_encoder import RejectedMessageError, encode_batch, encode_one
 from localstore.checkpoint import AbortMarker, Checkpoint
 from localstore.codec import (
     SYSFLAG_TRANSACTION_PREPARED,
@@ -212,7 +212,8 @@ class MessageStore:
     # -- put -------------------------------------------------------------------------------
     def put(self, message: NewMessage, *, system: bool = False) -> PutResult:
         """Store one message. ``system`` allows the store's own topics (schedule, retry, ...)."""
-        return self.put_batch((message,), system=system)
+        result, waiter = self.append((message,), system=system)
+        return result if waiter is None else self._await_durable(result, waiter)
 
     def put_batch(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult:
         """Store messages of one topic-queue with one append; all or none are stored.
@@ -221,7 +222,10 @@ class MessageStore:
         takes longer than ``sync_flush_timeout_ms``; the messages are stored all the same).
         """
         result, waiter = self.append(messages, system=system)
-        if waiter is not None and not waiter.wait(self.options.sync_flush_timeout_ms / 1000):
+        return result if waiter is None else self._await_durable(result, waiter)
+
+    def _await_durable(self, result: PutResult, waiter: FlushWaiter) -> PutResult:
+        if not waiter.wait(self.options.sync_flush_timeout_ms / 1000):
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
             result.detail = f"not flushed within {self.options.sync_flush_timeout_ms} ms" + (
                 f": {self.flusher.error}" if self.flusher.error else ""
@@ -237,10 +241,17 @@ class MessageStore:
     ) -> tuple[PutResult, FlushWaiter | None]:
         """Append without waiting for durability: under sync flush the returned waiter (or
         ``on_durable``, called on the flush thread) tells when the batch is on disk."""
-        rejection = self.check(messages, system=system)
-        if rejection is not None:
-            return rejection, None
-        first = messages[0]
+        first = messages[0] if messages else None
+        if (  # the common single put passes these checks without the general loop
+            first is None
+            or len(messages) > 1
+            or first.topic not in (self._valid_system_topics if system else self._valid_topics)
+            or not 0 < len(first.body) <= self.geometry.max_message_size
+        ):
+            rejection = self.check(messages, system=system)
+            if rejection is not None:
+                return rejection, None
+            first = messages[0]
         topic, queue_id = first.topic, first.queue_id
         with self._put_lock:
             if self._closed:
@@ -256,7 +267,7 @@ class MessageStore:
             store_timestamp = time.time_ns() // 1_000_000
             commitlog = self.commitlog
             try:
-                encoded = encode_batch(
+                encoded = (encode_one if len(messages) == 1 else encode_batch)(
                     messages,
                     topic,
                     queue_id,
