@@ -20,6 +20,7 @@ from pathlib import Path
 
 NAME_DIGITS = 20
 _WARM_CHUNK_BYTES = 1 << 20
+_RESERVE_CHUNK_BYTES = 4 << 20
 
 
 def segment_name(start_offset: int) -> str:
@@ -35,6 +36,7 @@ class MappedFile:
         "_map",
         "flushed_position",
         "path",
+        "reserved",
         "size",
         "start_offset",
         "view",
@@ -59,6 +61,7 @@ class MappedFile:
         self.view = memoryview(self._map)
         self.wrote_position = 0
         self.flushed_position = 0
+        self.reserved = 0  # bytes from the start whose disk blocks are known allocated
 
     @classmethod
     def create(
@@ -92,8 +95,18 @@ class MappedFile:
         """Write ``data`` at the wrote position and advance it. The caller checks the room."""
         position = self.wrote_position
         end = position + len(data)
+        if end > self.reserved:
+            self._reserve(end)
         self._map[position:end] = data
         self.wrote_position = end
+
+    def _reserve(self, end: int) -> None:
+        """Allocate disk blocks up to ``end`` (and a chunk beyond) before storing into the
+        mapping: a store into a mapped hole on a full disk kills the process with SIGBUS,
+        while posix_fallocate raises OSError (ENOSPC) that the caller turns into a status."""
+        target = min(self.size, max(end, self.reserved + _RESERVE_CHUNK_BYTES))
+        os.posix_fallocate(self._fd, self.reserved, target - self.reserved)
+        self.reserved = target
 
     def append_publishing_last(self, data: bytes) -> None:
         """``append`` for commitlog runs: everything but the first 8 bytes (the first record's
@@ -102,6 +115,8 @@ class MappedFile:
         a record whose body made it but whose properties did not."""
         position = self.wrote_position
         end = position + len(data)
+        if end > self.reserved:
+            self._reserve(end)
         mapped = self._map
         mapped[position + 8 : end] = memoryview(data)[8:]
         mapped[position : position + 8] = data[:8]

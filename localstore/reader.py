@@ -42,15 +42,26 @@ FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
 
 
 def visible_max_offset(queue: ConsumeQueue, confirmed_offset: int) -> int:
-    """The queue's max offset counting only units whose records readers may see."""
+    """The queue's max offset counting only units whose records readers may see.
+
+    Units are in commitlog order, so the visible ones are a prefix: check the last unit (the
+    common case: everything visible), else binary-search the first unit past the boundary."""
     end = queue.max_offset
     floor = queue.min_offset
-    while end > floor:
-        phys, size = queue.unit_head(end - 1)
+    if end <= floor:
+        return end
+    phys, size = queue.unit_head(end - 1)
+    if phys + size <= confirmed_offset:
+        return end
+    lo, hi = floor, end - 1  # the first invisible unit is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        phys, size = queue.unit_head(mid)
         if phys + size <= confirmed_offset:
-            break
-        end -= 1
-    return end
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def get_messages(

@@ -47,6 +47,7 @@ from localstore.flush import FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_service import IndexService
 from localstore.message_id import parse_offset_msg_id
+from localstore.offset_index import CommitLogOffsetIndex
 from localstore.queue_registry import QueueRegistry
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
@@ -59,6 +60,7 @@ from localstore.retention import (
     correct_min_offset,
 )
 from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, TagFilter, parse_delay_levels
+from localstore.time_index import QueueTimeIndex, offset_for_timestamp
 from localstore.topics import TopicTable
 from localstore.validation import topic_error
 
@@ -144,6 +146,13 @@ class MessageStore:
             correct_min_offset(queue, self.commitlog.min_offset)
         self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
         self._retired = RetiredFiles()
+        # Derived, Kafka-style sparse indexes: loaded after recovery, repaired or rebuilt if
+        # missing or damaged.
+        self.time_indexes: dict[tuple[str, int], QueueTimeIndex] = {
+            key: QueueTimeIndex.open(self.root, queue, self.commitlog)
+            for key, queue in self.queues.queues.items()
+        }
+        self.offset_index = CommitLogOffsetIndex.open(self.root, self.commitlog)
         # Topic-queues known to accept puts (queue id in range), with their consume queues.
         self._writable: dict[tuple[str, int], ConsumeQueue] = {}
         self._valid_topics: set[str] = set()
@@ -172,6 +181,9 @@ class MessageStore:
         self._cleaner.close()
         self.flusher.close()
         self._flush_others()
+        for time_index in self.time_indexes.values():
+            time_index.close()
+        self.offset_index.close()
         self.queues.close()
         if self.index is not None:
             self.index.close()
@@ -294,6 +306,15 @@ class MessageStore:
                 queue.append(queue_offset, encoded.units, encoded.last_unit_phys_end)
                 self._next_queue_offset[key] = encoded.next_queue_offset
                 self.checkpoint.logics_msg_timestamp = store_timestamp
+                time_index = self.time_indexes.get(key)
+                if time_index is None:
+                    time_index = self.time_indexes[key] = QueueTimeIndex.open(
+                        self.root, queue, commitlog
+                    )
+                time_index.append(
+                    queue_offset, encoded.next_queue_offset - queue_offset, store_timestamp
+                )
+            self.offset_index.append_batch(encoded.phys_offsets, encoded.end_offset)
             if self.index is not None:
                 self.index.build_batch(topic, messages, encoded.phys_offsets, store_timestamp)
             waiter = (
@@ -385,7 +406,7 @@ class MessageStore:
         go); ``force`` deletes segments whatever their age (never the last one)."""
         self._ensure_open()
         with self._put_lock:
-            return clean(
+            report = clean(
                 self.commitlog,
                 self.queues,
                 self.index,
@@ -395,6 +416,13 @@ class MessageStore:
                 manual=manual,
                 retired=self._retired,
             )
+            if report.commitlog_files:
+                self.offset_index.drop_before(self.commitlog.min_offset)
+            for key, queue_min in report.queue_min_offsets.items():
+                time_index = self.time_indexes.get(key)
+                if time_index is not None:
+                    time_index.drop_before(queue_min)
+            return report
 
     # -- get -------------------------------------------------------------------------------
     def get_messages(
@@ -537,6 +565,26 @@ class MessageStore:
             return self.message_at(phys_offset)
         except RecordError:
             return None
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose store time is >= ``timestamp_ms`` (RocketMQ 5's
+        search by time), clamped to [min offset, max offset]; 0 for an unknown queue. A binary
+        search in the queue's sparse time index, then over at most one interval of units."""
+        self._ensure_open()
+        key = (topic, queue_id)
+        return offset_for_timestamp(
+            self.queues.get(topic, queue_id),
+            self.commitlog,
+            self.time_indexes.get(key),
+            timestamp_ms,
+        )
+
+    def split_points(self, parts: int) -> list[int]:
+        """Commitlog offsets that cut the whole log into ``parts`` ranges, each starting on a
+        record boundary: ``[b0 = min offset, ..., b_last = end]``, range k = [b[k], b[k+1])
+        (fewer ranges when the log has fewer indexed record starts). For parallel scans."""
+        self._ensure_open()
+        return self.offset_index.split_points(parts)
 
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time (ms) of the message at ``queue_offset``; -1 when there is none."""
