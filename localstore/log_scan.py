@@ -30,6 +30,7 @@ from localstore.codec import (
 from localstore.commitlog import CommitLog
 
 _PREFIX = struct.Struct(">iiiiiqqi")  # total, magic, crc, queue id, flag, queue offset, phys, sys
+_PAIR = struct.Struct(">ii")  # total, magic
 _HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
 
 
@@ -44,8 +45,10 @@ def scan_valid_end(commitlog: CommitLog, start: int, *, check_crc: bool) -> tupl
     records = 0
     crc32 = zlib.crc32
     prefix = _PREFIX.unpack_from
+    pair = _PAIR.unpack_from
     read_int = INT.unpack_from
     read_short = SHORT.unpack_from
+    header_sizes = _HEADER_SIZES
     while True:
         segment = commitlog.segments.find(position)
         if segment is None:
@@ -53,29 +56,30 @@ def scan_valid_end(commitlog: CommitLog, start: int, *, check_crc: bool) -> tupl
         view, size, base = segment.view, segment.size, segment.start_offset
         pos = position - base
         while pos + 8 <= size:
-            total, magic = read_int(view, pos)[0], read_int(view, pos + 4)[0]
+            if pos + _PREFIX.size <= size:
+                total, magic, crc, _, _, _, phys, sys_flag = prefix(view, pos)
+            else:  # only room for a blank record here
+                total, magic = pair(view, pos)
+                crc = phys = sys_flag = 0
             if magic == BLANK_MAGIC:
                 break
-            if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0 or pos + total > size:  # noqa: PLR1714
+            stop = pos + total
+            if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0 or stop > size:  # noqa: PLR1714
                 return end, records
-            _, _, crc, _, _, _, phys, sys_flag = prefix(view, pos)
-            header = _HEADER_SIZES[(sys_flag >> 4) & 3]
-            body_len = read_int(view, pos + header - 4)[0]
-            cursor = pos + header + body_len
-            if phys != base + pos or body_len < 0 or cursor + 3 > pos + total:
+            body_at = pos + header_sizes[(sys_flag >> 4) & 3]
+            body_len = read_int(view, body_at - 4)[0]
+            cursor = body_at + body_len
+            if phys != base + pos or body_len < 0 or cursor + 3 > stop:
                 return end, records
             if magic == MAGIC_V1:
                 cursor += 1 + view[cursor]
             else:
                 cursor += 2 + read_short(view, cursor)[0]
-            if cursor + 2 > pos + total or cursor + 2 + read_short(view, cursor)[0] != pos + total:
+            if cursor + 2 > stop or cursor + 2 + read_short(view, cursor)[0] != stop:
                 return end, records
-            if (
-                check_crc
-                and crc32(view[pos + header : pos + header + body_len]) & 0x7FFFFFFF != crc
-            ):
+            if check_crc and crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
                 return end, records
-            pos += total
+            pos = stop
             end = base + pos
             records += 1
         position = base + size  # blank record or segment end: continue in the next segment
