@@ -99,15 +99,22 @@ def test_kill_loop_keeps_every_acknowledged_message(tmp_path: Path, mode: str):
                 got = store.get_messages(TOPIC, queue_id, queue_offset, max_count=1)
                 assert got.status is GetStatus.FOUND, (seq, got.status)
                 assert got.messages[0].body == expected_body(seq)
+            found = 0
             for queue_id in range(QUEUES):  # nothing corrupt anywhere
                 offset = store.min_offset(TOPIC, queue_id)
                 while True:
                     got = store.get_messages(TOPIC, queue_id, offset, max_count=64)
                     if not got.found:
                         break
+                    found += len(got.messages)
                     for message in got.messages:
                         seq = int(message.body.split(b"-")[1])
                         assert message.body == expected_body(seq)
                         assert message.keys == [f"k{seq}"]
                     offset = got.next_offset
     assert len(acked) > KILLS_PER_MODE  # the writers did get work done between kills
+    assert found >= len(acked)  # unacknowledged puts may have landed too, never fewer
+    print(
+        f"\nkill loop ({mode} flush): {KILLS_PER_MODE} kills, {len(acked)} acknowledged, "
+        f"{found} found, every acknowledged one intact"
+    )

@@ -145,6 +145,40 @@ def test_rocketmq_store_reads_back_every_message(
     assert store.commitlog.max_offset == summary["maxPhyOffset"]
 
 
+def test_rocketmq_crashed_store_recovers_to_what_rocketmq_recovers(
+    open_store: StoreFactory, tmp_path: Path
+) -> None:
+    """crashed-store/: abort marker, an all-zero preallocated segment, a stale checkpoint.
+    Recovery must give exactly RocketMQ's own recovered read-back."""
+    root = extract_rocketmq_stores(tmp_path / "rocketmq") / "crashed-store"
+    expected = read_jsonl(ROCKETMQ_DIR / "crashed-store.recovered.jsonl.gz")
+    segments_before = sorted(p.name for p in (root / "commitlog").iterdir())
+    store = open_store(root, **ROCKETMQ_GEOMETRY)
+    assert store.crashed_last_time and store.recovery.abnormal
+    summary = next(line for line in expected if line["type"] == "summary")
+    assert store.commitlog.min_offset == summary["minPhyOffset"]
+    assert store.commitlog.max_offset == summary["maxPhyOffset"]
+    segments_after = sorted(p.name for p in (root / "commitlog").iterdir())
+    assert segments_after == segments_before[:-1]  # the all-zero preallocated one is gone
+    for line in expected:
+        if line["type"] == "queue":
+            key = (line["topic"], line["queueId"])
+            assert (store.min_offset(*key), store.max_offset(*key)) == (
+                line["minOffset"],
+                line["maxOffset"],
+            ), key
+    messages = [line for line in expected if line["type"] == "msg"]
+    assert len(messages) == summary["messages"] == 601
+    for want in messages:
+        got = store.get_messages(want["topic"], want["queueId"], want["queueOffset"], max_count=1)
+        assert got.found, want["queueOffset"]
+        assert_matches_rocketmq(store, got.messages[0], want)
+    store.close()
+    reopened = open_store(root)  # and the recovered store opens cleanly afterwards
+    assert not reopened.recovery.abnormal
+    assert reopened.commitlog.max_offset == summary["maxPhyOffset"]
+
+
 def test_rocketmq_store_accepts_new_puts(
     open_store: StoreFactory, rocketmq_store_dir: Path
 ) -> None:
