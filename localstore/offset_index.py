@@ -159,7 +159,7 @@ class CommitLogOffsetIndex:
         while k < j:
             phys = offsets[k]
             active.append(ENTRY.pack(first_number + k, phys - start))
-            self._next_due = phys + interval
+            self._next_due = min(phys + interval, self._segment_end)
             k = bisect_left(offsets, phys + interval, k + 1, j)
 
     def _start_segment(self, start: int, *, lost: bool) -> None:
@@ -192,7 +192,7 @@ class CommitLogOffsetIndex:
         self._records = records
         self._lost = False
         last_position = _position(file.buf, file.count - 1) if file.count else 0
-        self._next_due = start + last_position + self.interval
+        self._next_due = min(start + last_position + self.interval, self._segment_end)
 
     def _lose_segment(self) -> None:
         self._lost = True
