@@ -96,11 +96,19 @@ def main(argv: list[str]) -> int:
             f"offset {found.queue_offset}, msgId {found.msg_id}, body {found.body.decode()}"
         )
 
+        history = store.query_by_key(TOPIC, "order-1")
         print(
-            f"6. {TOPIC}/0 holds queue offsets [{store.min_offset(TOPIC, 0)}, "
+            f"6. query by key order-1 (index files, newest first): "
+            f"{[m.body.decode() for m in history]}"
+        )
+
+        since = store.offset_for_timestamp(TOPIC, 0, found.store_timestamp)
+        print(
+            f"7. the first offset stored at or after {found.store_timestamp} ms is {since}; "
+            f"{TOPIC}/0 holds queue offsets [{store.min_offset(TOPIC, 0)}, "
             f"{store.max_offset(TOPIC, 0)})"
         )
-    print(f"7. closed the store; inspect it with: quiver store info {data}")
+    print(f"8. closed the store; inspect it with: quiver store info {data}")
     return 0
 
 

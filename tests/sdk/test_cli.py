@@ -364,4 +364,8 @@ def test_quickstart_runs(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "put one message: PUT_OK" in done.stdout and "closed the store" in done.stdout
+    assert (
+        'query by key order-1 (index files, newest first): [\'{"order": 1, "state": "shipped"}'
+        in done.stdout
+    )
     assert quiver("store", "verify", target).returncode == 0
