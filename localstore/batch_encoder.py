@@ -13,6 +13,7 @@ offset 0 and no consume-queue unit, as in RocketMQ.
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -87,13 +88,12 @@ def encode_batch(
     segment_end = position - position % segment_size + segment_size
     tails: dict[int, bytes] = {}  # properties length -> topic field + length field
     tag_codes = _TAG_CODES
-    pack_unit = UNIT.pack
     crc32 = zlib.crc32
     join_pair = "\x01".join
     runs: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append
-    units: list[bytes] = []
+    units: list[int] = []  # (phys, size, tag code) per unit, packed once per batch
     phys_offsets: list[int] = []
     unit_end = 0
 
@@ -141,7 +141,7 @@ def encode_batch(
                     code = tag_code(tags)
             else:
                 code = schedule_tag_code(store_timestamp, properties.get("DELAY"), delay_levels)
-            units.append(pack_unit(position, size, code))
+            units += (position, size, code)
             unit_end = position + size
         append(
             header.pack(
@@ -171,10 +171,28 @@ def encode_batch(
         position += size
 
     runs.append(b"".join(parts))
-    return EncodedBatch(runs, b"".join(units), phys_offsets, queue_offset, position, unit_end)
+    return EncodedBatch(
+        runs,
+        _units_struct(len(units) // 3).pack(*units),
+        phys_offsets,
+        queue_offset,
+        position,
+        unit_end,
+    )
 
 
 _TOPIC_FIELDS: dict[str, tuple[int, bytes]] = {}
+_UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _units_struct(count: int) -> struct.Struct:
+    """One Struct for ``count`` consume-queue units: one pack call per batch."""
+    known = _UNITS_STRUCTS.get(count)
+    if known is None:
+        known = struct.Struct(">" + "qiq" * count)
+        if count <= 4096:
+            _UNITS_STRUCTS[count] = known
+    return known
 
 
 def _topic_field(topic: str) -> tuple[int, bytes]:

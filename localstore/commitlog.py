@@ -40,6 +40,7 @@ class CommitLog:
         self.sync_flush = sync_flush
         self._warm = warm_segments
         self._allocator = _SegmentAllocator(directory, segment_size) if warm_segments else None
+        self._prepare_next_at = _NEVER  # offset at which the next segment is prepared
         self.segments = SegmentQueue(directory, segment_size, factory=self._new_segment)
         self._pending: list[tuple[MappedFile, int, bytes]] = []  # sync flush write-behind
         self._pending_lock = threading.Lock()
@@ -63,11 +64,16 @@ class CommitLog:
         last = self.segments.find(offset)
         if last is not None:
             last.zero_from(offset - last.start_offset)
+            if self._allocator is not None:
+                self._prepare_next_at = last.start_offset + self.segment_size // 2
         self.max_offset = self.flushed_offset = offset
 
     # -- writing ---------------------------------------------------------------------------
     def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
         """Write encoded runs: the first at ``max_offset``, each later one in a new segment."""
+        if end_offset >= self._prepare_next_at and self._allocator is not None:
+            self._prepare_next_at = _NEVER
+            self._allocator.prepare(end_offset - end_offset % self.segment_size + self.segment_size)
         segments = self.segments
         last = segments.segments[-1] if segments.segments else None
         if last is not None and last.wrote_position + len(runs[0]) <= last.size:
@@ -155,10 +161,9 @@ class CommitLog:
     def _new_segment(self, start: int) -> MappedFile:
         if self._allocator is None:
             return MappedFile.create(self.directory, start, self.segment_size)
-        self._allocator.take(start)
-        segment = MappedFile(self.directory / segment_name(start), start, self.segment_size)
-        self._allocator.prepare(start + self.segment_size)
-        return segment
+        # The next one is prepared once this one is half written (see write_runs).
+        self._prepare_next_at = start + self.segment_size // 2
+        return self._allocator.take(start)
 
     def close(self) -> None:
         if self._allocator is not None:
@@ -168,6 +173,9 @@ class CommitLog:
         if last is not None and last.wrote_position == 0 and len(self.segments.segments) > 1:
             self.segments.segments.pop().destroy()
         self.segments.close()
+
+
+_NEVER = 1 << 62
 
 
 def _coalesce(writes: list[tuple[MappedFile, int, bytes]]) -> list[tuple[MappedFile, int, bytes]]:
@@ -191,10 +199,10 @@ def is_blank_record(view: memoryview, pos: int) -> bool:
 
 
 class _SegmentAllocator:
-    """Prepares the next commitlog segment on a background thread, its pages already touched.
-
-    Writing zeros with pwrite releases the GIL, so the page faults of a fresh segment are paid
-    here and not inside the writer's memcpy (RocketMQ's AllocateMappedFileService + warm-up).
+    """Prepares the next commitlog segment on a background thread: written with zeros and
+    synced (its blocks allocated, its pages in the page cache), then mapped with every page
+    populated, so the writer meets no page fault and no allocation (RocketMQ's
+    AllocateMappedFileService with warm-up). pwrite, fdatasync and mmap release the GIL.
     """
 
     def __init__(self, directory: Path, segment_size: int):
@@ -202,46 +210,55 @@ class _SegmentAllocator:
         self._size = segment_size
         self._lock = threading.Lock()
         self._pending: dict[int, threading.Thread] = {}
+        self._ready: dict[int, MappedFile] = {}
 
     def prepare(self, start: int) -> None:
         with self._lock:
-            if start in self._pending:
+            if start in self._pending or start in self._ready:
                 return
             thread = threading.Thread(
-                target=self._warm, args=(start,), daemon=True, name=f"quiver-allocate-{start}"
+                target=self._make, args=(start,), daemon=True, name=f"quiver-allocate-{start}"
             )
             self._pending[start] = thread
             thread.start()
 
-    def _warm(self, start: int) -> None:
+    def _make(self, start: int) -> None:
         path = self._directory / segment_name(start)
-        if path.exists():
-            return
-        # Warm under a name RocketMQ's loader never sees, then move it into place whole.
-        scratch = self._directory.parent / "quiver-tmp"
-        scratch.mkdir(exist_ok=True)
-        tmp = scratch / f"{segment_name(start)}.warming"
-        tmp.unlink(missing_ok=True)
-        warm_file(tmp, self._size)
-        os.replace(tmp, path)
+        if not path.exists():
+            # Warm under a name RocketMQ's loader never sees, then move it into place whole.
+            scratch = self._directory.parent / "quiver-tmp"
+            scratch.mkdir(exist_ok=True)
+            tmp = scratch / f"{segment_name(start)}.warming"
+            tmp.unlink(missing_ok=True)
+            warm_file(tmp, self._size)
+            os.replace(tmp, path)
+        segment = MappedFile(path, start, self._size, populate=True)
+        with self._lock:
+            self._ready[start] = segment
 
-    def take(self, start: int) -> None:
-        """Wait until the segment starting at ``start`` exists, preparing it if nobody did."""
+    def take(self, start: int) -> MappedFile:
+        """The segment starting at ``start``, waiting for it or making it now."""
         with self._lock:
             thread = self._pending.pop(start, None)
         if thread is not None:
             thread.join()
-        path = self._directory / segment_name(start)
-        if not path.exists():
+        with self._lock:
+            segment = self._ready.pop(start, None)
+        if segment is None:
             self._directory.mkdir(parents=True, exist_ok=True)
-            self._warm(start)
+            self._make(start)
+            with self._lock:
+                segment = self._ready.pop(start)
+        return segment
 
     def close(self) -> None:
+        """Drop what was prepared but never used."""
         with self._lock:
-            pending = list(self._pending.items())
+            pending = list(self._pending.values())
             self._pending.clear()
-        for start, thread in pending:
+        for thread in pending:
             thread.join()
-            path = self._directory / segment_name(start)
-            if path.exists() and os.path.getsize(path) == self._size:
-                path.unlink()  # prepared but never used
+        with self._lock:
+            unused, self._ready = list(self._ready.values()), {}
+        for segment in unused:
+            segment.destroy()

@@ -43,7 +43,7 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, start_offset: int, size: int):
+    def __init__(self, path: Path, start_offset: int, size: int, *, populate: bool = False):
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -54,14 +54,22 @@ class MappedFile:
                 os.ftruncate(self._fd, size)
             elif length != size:
                 raise ValueError(f"{path} is {length} bytes, expected the segment size {size}")
-            self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
+            if populate:  # map every page now (a warmed file's pages are in the page cache)
+                self._map = mmap.mmap(
+                    self._fd,
+                    size,
+                    flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+                    prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                )
+            else:
+                self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
         except BaseException:
             os.close(self._fd)
             raise
         self.view = memoryview(self._map)
         self.wrote_position = 0
         self.flushed_position = 0
-        self.reserved = 0  # bytes from the start whose disk blocks are known allocated
+        self.reserved = size if populate else 0  # bytes whose disk blocks are allocated
 
     @classmethod
     def create(
