@@ -23,6 +23,7 @@ records are copied as one slice, so a batch of one queue's consecutive records c
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from localstore.codec import (
@@ -33,12 +34,23 @@ from localstore.codec import (
     read_properties,
 )
 from localstore.commitlog import CommitLog
-from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.errors import CorruptStoreError
 from localstore.results import GetResult, GetStatus
 from localstore.tags import TagFilter
 
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
+_SIZES_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _sizes_struct(count: int) -> struct.Struct:
+    """Reads the size field of ``count`` consecutive units in one call."""
+    known = _SIZES_STRUCTS.get(count)
+    if known is None:
+        known = struct.Struct(">" + "8xi8x" * count)
+        if count <= 1024:
+            _SIZES_STRUCTS[count] = known
+    return known
 
 
 def visible_max_offset(queue: ConsumeQueue, confirmed_offset: int) -> int:
@@ -182,6 +194,10 @@ class _Scan:
 
     def collect_ranges(self, units: memoryview) -> int:
         """Note the byte ranges of matching records; returns how many units were examined."""
+        if self.filter.matches_all:
+            taken = self._take_contiguous(units)
+            if taken:
+                return taken
         codes = None if self.filter.matches_all else self.filter.codes
         commitlog = self.commitlog
         min_phys = commitlog.min_offset
@@ -217,6 +233,27 @@ class _Scan:
                 break
         self.count = count
         return examined
+
+    def _take_contiguous(self, units: memoryview) -> int:
+        """The common unfiltered case in one step: when the units' records lie back to back in
+        one segment (a queue written alone or in batches) and fit the budgets, the answer is
+        one slice. Returns the units taken, or 0 when the general loop must decide."""
+        count = min(len(units) // UNIT_SIZE, self.max_count)
+        if count < 2:
+            return 0
+        first, _, _ = UNIT.unpack_from(units, 0)
+        last, last_size, _ = UNIT.unpack_from(units, (count - 1) * UNIT_SIZE)
+        span = last + last_size - first
+        if span > self.max_bytes or first < self.commitlog.min_offset:
+            return 0
+        if sum(_sizes_struct(count).unpack_from(units, 0)) != span:  # others' records between
+            return 0
+        located = self.commitlog.segment_view(first)
+        if located is None or located[1] + span > len(located[0]):  # crosses a segment end
+            return 0
+        self.ranges.append([located[0], located[1], located[1] + span])
+        self.count = count
+        return count
 
     def _corrupt(self, index: int, phys: int, why: str) -> CorruptStoreError:
         where = f"{self.queue.topic}/{self.queue.queue_id} queue offset {self.first + index}"
