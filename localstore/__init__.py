@@ -16,8 +16,9 @@ from localstore.errors import (
 )
 from localstore.geometry import StoreGeometry
 from localstore.message_id import UniqKeyGenerator, make_offset_msg_id, parse_offset_msg_id
+from localstore.options import StoreOptions
 from localstore.results import GetResult, GetStatus, PutResult, PutStatus
-from localstore.store import MessageStore, StoreOptions
+from localstore.store import MessageStore
 from localstore.tags import TagFilter
 
 __all__ = [

@@ -22,12 +22,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import filelock
 
 from localstore.batch_encoder import RejectedMessageError, encode_batch, encode_one
 from localstore.checkpoint import AbortMarker, Checkpoint
@@ -42,46 +39,32 @@ from localstore.codec import (
 )
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
-from localstore.errors import StoreClosedError, StoreError, StoreLockedError
+from localstore.dir_lock import acquire_directory_lock
+from localstore.errors import StoreClosedError, StoreError
 from localstore.flush import FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_service import IndexService
 from localstore.message_id import parse_offset_msg_id
 from localstore.offset_index import CommitLogOffsetIndex
+from localstore.options import StoreOptions
+from localstore.periodic import PeriodicTask
 from localstore.queue_registry import QueueRegistry
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
 from localstore.results import GetResult, PutResult, PutStatus
 from localstore.retention import (
     CleanReport,
-    RetentionPolicy,
     RetiredFiles,
     clean,
     correct_min_offset,
 )
-from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, TagFilter, parse_delay_levels
+from localstore.tags import SCHEDULE_TOPIC, TagFilter, parse_delay_levels
 from localstore.time_index import QueueTimeIndex, offset_for_timestamp
 from localstore.topics import TopicTable
-from localstore.validation import topic_error
+from localstore.validation import check_batch
 
 ENCODER_SLACK_BYTES = 64 * 1024  # a record may exceed max_message_size by this much (headers)
 DEFAULT_MAX_BYTES = 256 * 1024
-
-
-@dataclass(slots=True)
-class StoreOptions:
-    """Run-time settings (not recorded in the store; may differ between opens)."""
-
-    default_queue_count: int = 4
-    flush_interval_ms: int = 500
-    cq_flush_interval_ms: int = 1000
-    sync_flush_timeout_ms: int = 5000
-    store_host: str = "127.0.0.1:10911"
-    warm_segments: bool = False
-    delay_levels: str = DEFAULT_DELAY_LEVELS
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    clean_interval_ms: int = 10_000  # periodic retention check (0: only on request)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class MessageStore:
@@ -97,7 +80,7 @@ class MessageStore:
         self.root = Path(root)
         self.options = options or StoreOptions()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _acquire_directory_lock(self.root)
+        self._lock_file = acquire_directory_lock(self.root)
         try:
             self._open(geometry)
         except BaseException:
@@ -161,7 +144,13 @@ class MessageStore:
         self._max_record_size = self.geometry.max_message_size + ENCODER_SLACK_BYTES
         self._closed = False
         self._abort.create()
-        self._cleaner = _PeriodicCleaner(self, options.clean_interval_ms)
+        # RocketMQ checks every 10 s, the first time after 60 s.
+        self._cleaner = PeriodicTask(
+            "quiver-clean",
+            self._periodic_clean,
+            options.clean_interval_ms / 1000,
+            options.clean_interval_ms * 6 / 1000,
+        )
         self.flusher = FlushService(
             self.commitlog,
             group_commit=sync,
@@ -340,43 +329,8 @@ class MessageStore:
     def check(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult | None:
         """The rejection a put of ``messages`` would get for its topic, bodies or batch shape,
         or None. (Queue range and sizes known only after encoding are checked by the put.)"""
-        if not messages:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, "the batch holds no message")
-        first = messages[0]
-        topic, queue_id = first.topic, first.queue_id
         valid = self._valid_system_topics if system else self._valid_topics
-        if topic not in valid:
-            problem = topic_error(topic, system=system)
-            if problem is not None:
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, problem, topic, queue_id)
-            valid.add(topic)
-        max_body = self.geometry.max_message_size
-        if len(messages) > 1:
-            for index, message in enumerate(messages):
-                if message.topic != topic or message.queue_id != queue_id:
-                    return PutResult(
-                        PutStatus.MESSAGE_ILLEGAL,
-                        f"a batch goes to one queue: message {index} is for {message.topic}/"
-                        f"{message.queue_id}, message 0 for {topic}/{queue_id}",
-                        topic,
-                        queue_id,
-                    )
-            sizes = [len(message.body) for message in messages]
-            smallest, largest = min(sizes), max(sizes)
-        else:
-            smallest = largest = len(first.body)
-        if not smallest or largest > max_body:
-            for index, message in enumerate(messages):
-                size = len(message.body)
-                if not size or size > max_body:
-                    what = "is empty" if not size else f"is {size} bytes, over the limit {max_body}"
-                    return PutResult(
-                        PutStatus.MESSAGE_ILLEGAL,
-                        f"message {index}: the body {what}",
-                        topic,
-                        queue_id,
-                    )
-        return None
+        return check_batch(messages, valid, self.geometry.max_message_size, system=system)
 
     def _check_queue(self, topic: str, queue_id: int, system: bool) -> PutResult | None:
         config = self.topics.get(topic)
@@ -423,6 +377,14 @@ class MessageStore:
                 if time_index is not None:
                     time_index.drop_before(queue_min)
             return report
+
+    def _periodic_clean(self) -> bool:
+        """One periodic retention check (deletes only when a run is due); False once closed."""
+        try:
+            self.clean(manual=False)
+        except StoreClosedError:
+            return False
+        return True
 
     # -- get -------------------------------------------------------------------------------
     def get_messages(
@@ -604,65 +566,3 @@ class MessageStore:
     def _ensure_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {self.root} is closed")
-
-
-def _acquire_directory_lock(root: Path) -> filelock.BaseFileLock:
-    """flock ``{root}/lock`` (RocketMQ's lock file) and write our pid into it.
-
-    flock conflicts between two opens even within one process, so a second store instance on
-    the same directory fails here too.
-    """
-    path = root / "lock"
-    lock = filelock.FileLock(
-        path,
-        timeout=0,
-        thread_local=False,
-        is_singleton=False,
-        preserve_lock_file=True,
-        fallback_to_soft=False,
-    )
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise StoreLockedError(root, _read_pid(path)) from None
-    with open(path, "r+b") as handle:
-        handle.write(str(os.getpid()).encode())
-        handle.truncate()
-    return lock
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-class _PeriodicCleaner:
-    """Runs the store's retention check every ``interval_ms`` (first after six intervals, as
-    RocketMQ waits 60 s before its first 10 s run); a run deletes only when one is due."""
-
-    def __init__(self, store: MessageStore, interval_ms: int):
-        self._store = store
-        self._interval_s = interval_ms / 1000
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if interval_ms > 0:
-            self._thread = threading.Thread(target=self._run, name="quiver-clean", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        if self._stop.wait(self._interval_s * 6):
-            return
-        while not self._stop.is_set():
-            try:
-                self._store.clean(manual=False)
-            except StoreClosedError:
-                return
-            self._stop.wait(self._interval_s)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()

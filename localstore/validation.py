@@ -8,6 +8,10 @@ sent to at all; the store's own services put into them with ``system=True``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+from localstore.codec import NewMessage
+from localstore.results import PutResult, PutStatus
 
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
@@ -62,4 +66,47 @@ def topic_error(topic: str, *, system: bool = False) -> str | None:
             return f"Sending message to topic[{topic}] is forbidden."
         if is_system_topic(topic):
             return f"The topic[{topic}] is conflict with system topic."
+    return None
+
+
+def check_batch(
+    messages: Sequence[NewMessage], valid_topics: set[str], max_body: int, *, system: bool
+) -> PutResult | None:
+    """The rejection a put of ``messages`` gets for its topic, bodies or batch shape, or None
+    (queue range and encoded sizes are checked by the put itself). ``valid_topics`` caches the
+    topics that passed, so a topic is validated once."""
+    if not messages:
+        return PutResult(PutStatus.MESSAGE_ILLEGAL, "the batch holds no message")
+    first = messages[0]
+    topic, queue_id = first.topic, first.queue_id
+    if topic not in valid_topics:
+        problem = topic_error(topic, system=system)
+        if problem is not None:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, problem, topic, queue_id)
+        valid_topics.add(topic)
+    if len(messages) > 1:
+        for index, message in enumerate(messages):
+            if message.topic != topic or message.queue_id != queue_id:
+                return PutResult(
+                    PutStatus.MESSAGE_ILLEGAL,
+                    f"a batch goes to one queue: message {index} is for {message.topic}/"
+                    f"{message.queue_id}, message 0 for {topic}/{queue_id}",
+                    topic,
+                    queue_id,
+                )
+        sizes = [len(message.body) for message in messages]
+        smallest, largest = min(sizes), max(sizes)
+    else:
+        smallest = largest = len(first.body)
+    if not smallest or largest > max_body:
+        for index, message in enumerate(messages):
+            size = len(message.body)
+            if not size or size > max_body:
+                what = "is empty" if not size else f"is {size} bytes, over the limit {max_body}"
+                return PutResult(
+                    PutStatus.MESSAGE_ILLEGAL,
+                    f"message {index}: the body {what}",
+                    topic,
+                    queue_id,
+                )
     return None

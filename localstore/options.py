@@ -1,0 +1,25 @@
+"""Run-time settings of a store (not recorded in it; they may differ between opens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from localstore.retention import RetentionPolicy
+from localstore.tags import DEFAULT_DELAY_LEVELS
+
+
+@dataclass(slots=True)
+class StoreOptions:
+    """Run-time settings (not recorded in the store; may differ between opens)."""
+
+    default_queue_count: int = 4
+    flush_interval_ms: int = 500
+    cq_flush_interval_ms: int = 1000
+    sync_flush_timeout_ms: int = 5000
+    store_host: str = "127.0.0.1:10911"
+    warm_segments: bool = False
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    clean_interval_ms: int = 10_000  # periodic retention check (0: only on request)
+    extra: dict[str, Any] = field(default_factory=dict)
