@@ -6,6 +6,7 @@
     quiver produce --data DIR --topic T --body TEXT         store messages
     quiver read --data DIR --topic T                        read them back
     quiver query key|id|time ...                            find by key, id or time
+    quiver offsets show|reset --data DIR --group G ...      consumer offsets and lag
     quiver perf ...                                         benchmarks (when sdk/perf/cli.py exists)
 
 Every command takes ``--json``. Exit status: 0 ok, 1 a failed check or operation, 2 bad usage.
@@ -21,7 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sdk.cli import produce_cmd, query_cmd, read_cmd, store_cmd
+from sdk.cli import offsets_cmd, produce_cmd, query_cmd, read_cmd, store_cmd
 from sdk.cli.common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -50,6 +51,7 @@ def build_parser(command: str | None = None) -> QuiverArgumentParser:
     produce_cmd.add_parser(subparsers)
     read_cmd.add_parser(subparsers)
     query_cmd.add_parser(subparsers)
+    offsets_cmd.add_parser(subparsers)
     _add_perf(subparsers, load=command == "perf")
     return parser
 

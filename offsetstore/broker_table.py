@@ -1,0 +1,353 @@
+"""The broker's consumer offset table (RocketMQ's ``ConsumerOffsetManager``).
+
+Memory: ``"topic@group" -> {queue_id: offset}`` (topic first, separator ``@``; neither a topic
+nor a group may contain ``@``). Offsets are "next to consume". :meth:`ConsumerOffsetTable.commit`
+**overwrites**, as the broker does: clients send increase-only values, and an administrator's
+reset must be able to move an offset back.
+
+File ``{root}/config/consumerOffset.json`` (and ``consumerOffset.json.bak``)::
+
+    {
+      "dataVersion": {"counter": 7, "stateVersion": 0, "timestamp": 1736661762584},
+      "offsetTable": {"TopicTest@group_a": {"0": 42, "1": 41}}
+    }
+
+Quiver writes strict JSON (quoted keys), which RocketMQ's fastjson reads too. It reads
+RocketMQ's own files: tab-indented fastjson output with **unquoted integer map keys**
+(``{0:42,1:41}``), 4.x files holding only ``offsetTable``, and 5.x files whose derived
+``groupTopicMap`` and ``lmqOffsetTable`` are ignored.
+
+Invariants:
+
+* Writes are atomic (see :mod:`offsetstore.atomic_file`): the file is always a complete old or a
+  complete new table, and ``.bak`` holds the table before the last write.
+* Loading never silently restarts from nothing: a missing, empty or unparsable main file falls
+  back to ``.bak``; when both exist and are unreadable, :class:`OffsetFileError` names both.
+  Only when neither file exists does the table start empty.
+* The table is thread-safe: one lock guards memory, a second serializes file writes (the write
+  happens outside the memory lock, from a snapshot).
+* Persisted every ``interval_s`` seconds by :meth:`start_auto_persist` (RocketMQ's
+  ``flushConsumerOffsetInterval``, 5 s) when changed, and by :meth:`close`.
+
+Queue bounds come through the :class:`QueueBounds` protocol (localstore's ``MessageStore``
+satisfies it), so this module never imports localstore.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from offsetstore.atomic_file import backup_path, write_atomically
+from offsetstore.base import NOT_FOUND, OffsetFileError, ReadResult
+
+__all__ = [
+    "FILE_NAME",
+    "ConsumerOffsetTable",
+    "MinOffsetSource",
+    "QueueBounds",
+    "QueueLag",
+    "ResetTarget",
+    "parse_offset_file",
+]
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "consumerOffset.json"
+DEFAULT_PERSIST_INTERVAL_S = 5.0
+ResetTarget = Literal["earliest", "latest"] | int  # an int is a store timestamp in ms
+
+# A JSON string (kept as is) or an unquoted integer map key after "{" or "," (quoted).
+_STRING_OR_INT_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
+
+
+class MinOffsetSource(Protocol):
+    """Asks a queue's smallest readable offset (for the "young queue answers 0" rule)."""
+
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+
+
+class QueueBounds(MinOffsetSource, Protocol):
+    """What resets and lag need from the store; localstore's ``MessageStore`` has all four."""
+
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    def queue_ids(self, topic: str) -> list[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    """One queue of a group: committed offset (None if none), bounds, and messages behind."""
+
+    topic: str
+    queue_id: int
+    committed: int | None
+    min_offset: int
+    max_offset: int
+
+    @property
+    def lag(self) -> int:
+        """``max - committed`` (never negative); ``max - min`` when nothing is committed."""
+        start = self.min_offset if self.committed is None else self.committed
+        return max(self.max_offset - start, 0)
+
+
+def _quote_int_keys(text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return match.group(1)
+        return f'{match.group(2)}"{match.group(3)}"{match.group(4)}'
+
+    return _STRING_OR_INT_KEY.sub(replace, text)
+
+
+def parse_offset_file(text: str) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+    """``(offset table, data version)`` of a consumerOffset.json text (strict JSON or
+    RocketMQ's fastjson dialect). Raises ValueError when it is not such a file."""
+    if not text.strip():
+        raise ValueError("the file is empty")
+    document = orjson.loads(_quote_int_keys(text))
+    if not isinstance(document, dict) or not isinstance(document.get("offsetTable", {}), dict):
+        raise ValueError("not an object with an offsetTable")
+    table: dict[str, dict[int, int]] = {}
+    for key, queues in document.get("offsetTable", {}).items():
+        topic, at, group = key.partition("@")
+        if not (topic and at and group) or not isinstance(queues, dict):
+            raise ValueError(f"bad offsetTable entry {key!r}")
+        table[key] = {int(q): _offset(value) for q, value in queues.items()}
+    version = document.get("dataVersion") or {}
+    if not isinstance(version, dict):
+        raise ValueError("bad dataVersion")
+    data_version = {k: int(v) for k, v in version.items() if isinstance(v, int)}
+    return table, data_version
+
+
+def _offset(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"not an offset: {value!r}")
+    return value
+
+
+class ConsumerOffsetTable:
+    """The committed offsets of every consumer group of one broker (thread-safe)."""
+
+    def __init__(self, root: str | Path, *, min_offsets: MinOffsetSource | None = None):
+        """Load ``{root}/config/consumerOffset.json`` (or its ``.bak``). ``min_offsets``
+        enables RocketMQ's rule that a never-committed queue whose min offset is 0 answers 0."""
+        self.path = Path(root) / "config" / FILE_NAME
+        self.backup_path = backup_path(self.path)
+        self._min_offsets = min_offsets
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._table: dict[str, dict[int, int]] = {}
+        self._version = {"counter": 0, "stateVersion": 0, "timestamp": 0}
+        self._dirty = False
+        self._keep_backup = True  # False after loading from .bak: the main file is garbage
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.load()
+
+    # -- memory -----------------------------------------------------------------------------
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` for the queue, overwriting (a decrease is logged, not refused)."""
+        self.commit_many(group, topic, {queue_id: offset})
+
+    def commit_many(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Record several queues of one topic at once."""
+        key = _key(topic, group)
+        with self._lock:
+            queues = self._table.setdefault(key, {})
+            for queue_id, offset in offsets.items():
+                old = queues.get(queue_id)
+                if old is not None and offset < old:
+                    log.debug("offset of %s/%d moves back: %d -> %d", key, queue_id, old, offset)
+                queues[queue_id] = offset
+            self._touch()
+
+    def query(
+        self, group: str, topic: str, queue_id: int, *, zero_if_young: bool = True
+    ) -> ReadResult:
+        """The committed offset, or :data:`NOT_FOUND`. With ``zero_if_young`` (RocketMQ's
+        ``setZeroIfNotFound``) and a min-offset source, a never-committed queue whose min offset
+        is 0 answers 0: nothing was ever deleted from it, so starting at 0 misses nothing."""
+        with self._lock:
+            found = self._table.get(_key(topic, group), {}).get(queue_id)
+        if found is not None:
+            return found
+        source = self._min_offsets
+        if zero_if_young and source is not None and source.min_offset(topic, queue_id) <= 0:
+            return 0
+        return NOT_FOUND
+
+    def groups(self) -> list[str]:
+        """Every group with committed offsets, sorted."""
+        with self._lock:
+            return sorted({key.partition("@")[2] for key in self._table})
+
+    def topics(self, group: str) -> list[str]:
+        """The topics ``group`` committed offsets of, sorted."""
+        with self._lock:
+            return sorted(t for t, _, g in (k.partition("@") for k in self._table) if g == group)
+
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        """A copy of ``{queue_id: offset}`` of ``group`` on ``topic`` (empty when none)."""
+        with self._lock:
+            return dict(sorted(self._table.get(_key(topic, group), {}).items()))
+
+    def remove(self, group: str, topic: str) -> bool:
+        """Forget ``group``'s offsets on ``topic``; whether there were any."""
+        with self._lock:
+            found = self._table.pop(_key(topic, group), None) is not None
+            if found:
+                self._touch()
+            return found
+
+    def data_version(self) -> dict[str, int]:
+        """RocketMQ's ``dataVersion`` (``counter`` grows with every change)."""
+        with self._lock:
+            return dict(self._version)
+
+    def _touch(self) -> None:
+        self._version["counter"] += 1
+        self._version["timestamp"] = int(time.time() * 1000)
+        self._dirty = True
+
+    # -- resets and lag ---------------------------------------------------------------------
+
+    def reset(self, group: str, topic: str, to: ResetTarget, bounds: QueueBounds) -> dict[int, int]:
+        """Move ``group``'s offsets of every queue of ``topic`` to the earliest or latest
+        offset, or to the first offset stored at or after a timestamp (ms); returns them."""
+        queue_ids = sorted(set(bounds.queue_ids(topic)) | set(self.offsets(group, topic)))
+        target: Callable[[int], int]
+        if to == "earliest":
+            target = lambda q: bounds.min_offset(topic, q)  # noqa: E731
+        elif to == "latest":
+            target = lambda q: bounds.max_offset(topic, q)  # noqa: E731
+        elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
+            timestamp_ms = to
+            target = lambda q: bounds.offset_for_timestamp(topic, q, timestamp_ms)  # noqa: E731
+        else:
+            raise ValueError(f"reset target must be earliest, latest or a timestamp, not {to!r}")
+        offsets = {q: target(q) for q in queue_ids}
+        self.commit_many(group, topic, offsets)
+        return offsets
+
+    def lag(self, group: str, topic: str, bounds: QueueBounds) -> list[QueueLag]:
+        """Per queue of ``topic`` (known to the store or committed): committed, min, max."""
+        committed = self.offsets(group, topic)
+        queue_ids = sorted(set(bounds.queue_ids(topic)) | set(committed))
+        return [
+            QueueLag(
+                topic,
+                q,
+                committed.get(q),
+                bounds.min_offset(topic, q),
+                bounds.max_offset(topic, q),
+            )
+            for q in queue_ids
+        ]
+
+    # -- file -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Replace memory with the file's table (or the backup's); see the module docstring."""
+        errors: list[str] = []
+        for path in (self.path, self.backup_path):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError) as exc:
+                errors.append(f"{path}: {exc}")
+                continue
+            try:
+                table, version = parse_offset_file(text)
+            except ValueError as exc:
+                errors.append(f"{path}: {exc}")
+                continue
+            if errors:
+                log.warning("offsets loaded from %s (%s)", path, errors[0])
+            with self._lock:
+                self._table = table
+                self._version.update(version)
+                self._dirty = False
+                self._keep_backup = path == self.path
+            return
+        if errors:
+            raise OffsetFileError("cannot read consumer offsets: " + "; ".join(errors))
+
+    def persist(self) -> None:
+        """Write the table to the file atomically (keeping the previous one as ``.bak``)."""
+        with self._write_lock:
+            with self._lock:
+                document = {
+                    "dataVersion": dict(self._version),
+                    "offsetTable": {
+                        key: {str(q): o for q, o in sorted(queues.items())}
+                        for key, queues in sorted(self._table.items())
+                    },
+                }
+                self._dirty = False
+                keep_backup = self._keep_backup
+            data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+            try:
+                if not keep_backup:  # the main file is garbage: never rotate it over .bak
+                    self.path.unlink(missing_ok=True)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(self.path, data)
+            except BaseException:
+                with self._lock:
+                    self._dirty = True
+                raise
+            with self._lock:
+                self._keep_backup = True
+
+    def start_auto_persist(self, interval_s: float = DEFAULT_PERSIST_INTERVAL_S) -> None:
+        """Persist every ``interval_s`` seconds (when changed) on a daemon thread."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._persist_loop, args=(interval_s,), name="consumer-offsets", daemon=True
+        )
+        self._thread.start()
+
+    def _persist_loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            if self._dirty:
+                try:
+                    self.persist()
+                except OSError:
+                    log.exception("cannot persist consumer offsets to %s", self.path)
+
+    def close(self) -> None:
+        """Stop the persist thread and persist (when changed). Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._dirty:
+            self.persist()
+
+    def __enter__(self) -> ConsumerOffsetTable:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _key(topic: str, group: str) -> str:
+    if "@" in topic or "@" in group:
+        raise ValueError(f"a topic or group may not contain '@': {topic!r}, {group!r}")
+    return f"{topic}@{group}"

@@ -1,0 +1,299 @@
+"""RocketMQ's ``RemoteBrokerOffsetStore``: a clustering consumer's offsets, kept by the brokers.
+
+The store talks to brokers only through :class:`OffsetBackend`, a protocol defined here (the SDK's
+transports implement it; :class:`TableBackend` is the in-process one over a broker's
+:class:`~offsetstore.broker_table.ConsumerOffsetTable`), so offsetstore never imports sdk.
+
+Behaviour (RocketMQ 5, with Quiver's fixes):
+
+* Memory: ``{MessageQueue: offset}`` plus a frozen flag per entry. ``update_offset`` and
+  ``read_offset(MEMORY)`` take one short lock and never wait for I/O: persisting runs outside it.
+* ``read_offset(STORE)`` asks the queue's broker: not found -> :data:`NOT_FOUND`, an error
+  (after retries of transient ones) -> :data:`READ_FAILED`; a found offset replaces the memory
+  entry (unless frozen).
+* ``persist_all(queues)`` commits the memory offsets of ``queues``, **one backend call per
+  broker**, and drops memory entries of queues not in ``queues`` (RocketMQ's behaviour: those
+  queues were revoked; ``drop_unlisted=False`` keeps them). ``persist(queue)`` commits one queue.
+* Transient failures (an exception whose ``retriable`` attribute is true, or a
+  ``ConnectionError`` / ``TimeoutError``) are retried with tenacity: exponential backoff with
+  full jitter, at most :attr:`RetryPolicy.attempts` tries. A commit that still fails is **kept**
+  (the pending set) and sent again at the next persist, so progress is never lost; a later
+  memory value for the same queue supersedes it. Other errors are not retried but kept too.
+* A daemon thread persists every 5 s (:meth:`RemoteBrokerOffsetStore.start_auto_persist`);
+  :meth:`RemoteBrokerOffsetStore.close` stops it and persists everything once more.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol, TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from offsetstore.base import (
+    NOT_FOUND,
+    READ_FAILED,
+    MessageQueue,
+    OffsetStatus,
+    ReadOffsetType,
+    ReadResult,
+)
+from offsetstore.broker_table import ConsumerOffsetTable
+
+__all__ = [
+    "OffsetBackend",
+    "RemoteBrokerOffsetStore",
+    "RetryPolicy",
+    "TableBackend",
+    "is_retriable",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PERSIST_INTERVAL_S = 5.0
+T = TypeVar("T")
+
+
+class OffsetBackend(Protocol):
+    """How the store reaches the brokers' offset tables."""
+
+    def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or None when the broker has none."""
+        ...
+
+    def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None:
+        """Commit offsets of queues of one broker in one call (overwrite)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded exponential backoff with jitter: the n-th wait is random in
+    ``[0, min(max_wait_s, initial_wait_s * 2**n)]``."""
+
+    attempts: int = 3
+    initial_wait_s: float = 0.1
+    max_wait_s: float = 2.0
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn()``, retried on transient errors; the last error is raised as is."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s),
+            retry=retry_if_exception(is_retriable),
+            reraise=True,
+        )
+        return retrying(fn)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether a failure may pass: ``exc.retriable`` is true, or a connection or timeout error."""
+    flag = getattr(exc, "retriable", None)
+    if flag is not None:
+        return bool(flag)
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+@dataclass(slots=True)
+class _Entry:
+    offset: int
+    frozen: bool = False
+
+
+class RemoteBrokerOffsetStore:
+    """Offsets of one consumer group, committed to the brokers (thread-safe)."""
+
+    def __init__(
+        self,
+        group: str,
+        backend: OffsetBackend,
+        *,
+        retry: RetryPolicy | None = None,
+        drop_unlisted: bool = True,
+    ) -> None:
+        """``drop_unlisted``: :meth:`persist_all` forgets memory entries of queues it is not
+        given (RocketMQ's behaviour, the default); False keeps them."""
+        self.group = group
+        self.drop_unlisted = drop_unlisted
+        self.backend = backend
+        self.retry = retry or RetryPolicy()
+        self._lock = threading.Lock()  # memory and pending; never held during I/O
+        self._persist_lock = threading.Lock()  # one persist at a time
+        self._table: dict[MessageQueue, _Entry] = {}
+        self._pending: dict[MessageQueue, int] = {}  # commits that failed, sent again later
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- memory -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Nothing to load: the brokers hold the offsets."""
+
+    def update_offset(self, queue: MessageQueue, offset: int, increase_only: bool) -> None:
+        with self._lock:
+            self._update(queue, offset, increase_only)
+
+    def _update(self, queue: MessageQueue, offset: int, increase_only: bool) -> None:
+        entry = self._table.get(queue)
+        if entry is None:
+            self._table[queue] = _Entry(offset)
+        elif not entry.frozen and (not increase_only or offset > entry.offset):
+            entry.offset = offset
+
+    def update_and_freeze_offset(self, queue: MessageQueue, offset: int) -> None:
+        with self._lock:
+            self._table[queue] = _Entry(offset, frozen=True)
+
+    def remove_offset(self, queue: MessageQueue) -> None:
+        with self._lock:
+            self._table.pop(queue, None)
+
+    def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
+        with self._lock:
+            return {q: e.offset for q, e in self._table.items() if q.topic == topic}
+
+    def pending(self) -> dict[MessageQueue, int]:
+        """Commits that failed and wait for the next persist."""
+        with self._lock:
+            return dict(self._pending)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read_offset(self, queue: MessageQueue, read_type: ReadOffsetType) -> ReadResult:
+        if read_type is not ReadOffsetType.STORE:
+            with self._lock:
+                entry = self._table.get(queue)
+            if entry is not None:
+                return entry.offset
+            if read_type is ReadOffsetType.MEMORY:
+                return NOT_FOUND
+        return self._read_from_broker(queue)
+
+    def _read_from_broker(self, queue: MessageQueue) -> ReadResult:
+        try:
+            found = self.retry.call(
+                lambda: self.backend.query_offset(
+                    queue.broker_name, self.group, queue.topic, queue.queue_id
+                )
+            )
+        except Exception:
+            log.warning("cannot read the offset of %s for %s", queue, self.group, exc_info=True)
+            return READ_FAILED
+        if found is None or isinstance(found, OffsetStatus):
+            return NOT_FOUND
+        with self._lock:
+            self._update(queue, found, increase_only=False)
+        return found
+
+    # -- persisting -------------------------------------------------------------------------
+
+    def persist(self, queue: MessageQueue) -> None:
+        with self._lock:
+            entry = self._table.get(queue)
+            offsets = {queue: entry.offset} if entry is not None else {}
+        self._commit(offsets)
+
+    def persist_all(self, queues: Iterable[MessageQueue]) -> None:
+        keep = set(queues)
+        with self._lock:
+            if self.drop_unlisted:
+                for queue in [q for q in self._table if q not in keep]:
+                    del self._table[queue]
+            offsets = {q: e.offset for q, e in self._table.items() if q in keep}
+        self._commit(offsets)
+
+    def _commit(self, offsets: dict[MessageQueue, int]) -> None:
+        """Send ``offsets`` plus the pending ones, one call per broker; keep what fails."""
+        with self._persist_lock:
+            with self._lock:
+                merged = {**self._pending, **offsets}
+                self._pending.clear()
+            by_broker: dict[str, dict[MessageQueue, int]] = defaultdict(dict)
+            for queue, offset in merged.items():
+                by_broker[queue.broker_name][queue] = offset
+            for broker_name, batch in sorted(by_broker.items()):
+                try:
+                    commit = partial(self.backend.commit_offsets, broker_name, self.group, batch)
+                    self.retry.call(commit)
+                except Exception:
+                    log.warning(
+                        "cannot commit %d offset(s) of %s to %s; kept for the next persist",
+                        len(batch),
+                        self.group,
+                        broker_name,
+                        exc_info=True,
+                    )
+                    with self._lock:
+                        for queue, offset in batch.items():
+                            self._pending.setdefault(queue, offset)
+
+    def start_auto_persist(
+        self,
+        interval_s: float = DEFAULT_PERSIST_INTERVAL_S,
+        queues: Callable[[], Iterable[MessageQueue]] | None = None,
+    ) -> None:
+        """Persist every ``interval_s`` seconds on a daemon thread: the queues ``queues()``
+        names (the consumer's assigned queues), or every queue in memory."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._persist_loop,
+            args=(interval_s, queues),
+            name=f"offsets-{self.group}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _persist_loop(
+        self, interval_s: float, queues: Callable[[], Iterable[MessageQueue]] | None
+    ) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.persist_all(queues() if queues is not None else self._memory_queues())
+            except Exception:  # a bug in queues(): keep the thread alive
+                log.exception("periodic offset persist of %s failed", self.group)
+
+    def _memory_queues(self) -> list[MessageQueue]:
+        with self._lock:
+            return list(self._table)
+
+    def close(self) -> None:
+        """Stop the persist thread and persist every offset in memory. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.persist_all(self._memory_queues())
+
+
+class TableBackend:
+    """The in-process backend: one broker's :class:`ConsumerOffsetTable` (the embedded broker's
+    transport). ``broker_name`` is checked when given."""
+
+    def __init__(self, table: ConsumerOffsetTable, broker_name: str | None = None) -> None:
+        self.table = table
+        self.broker_name = broker_name
+
+    def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
+        self._check(broker_name)
+        found = self.table.query(group, topic, queue_id)
+        return found if isinstance(found, int) else None
+
+    def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None:
+        self._check(broker_name)
+        for queue, offset in offsets.items():
+            self.table.commit(group, queue.topic, queue.queue_id, offset)
+
+    def _check(self, broker_name: str) -> None:
+        if self.broker_name is not None and broker_name != self.broker_name:
+            raise LookupError(f"this is broker {self.broker_name}, not {broker_name}")

@@ -1,0 +1,168 @@
+"""The broker's consumer offset table: RocketMQ's file, atomic writes, .bak, resets, lag."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localstore import MessageStore, NewMessage
+from offsetstore.base import NOT_FOUND, OffsetFileError
+from offsetstore.broker_table import ConsumerOffsetTable, QueueBounds, parse_offset_file
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9.8"
+GEOMETRY = {"commitlog_file_size": 65536, "cq_entries_per_file": 50}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    with MessageStore(tmp_path / "store", **GEOMETRY) as opened:
+        yield opened
+
+
+def put(store: MessageStore, topic: str, queue_id: int, count: int) -> None:
+    for i in range(count):
+        store.put(NewMessage(topic=topic, body=b"m%d" % i, queue_id=queue_id))
+
+
+def test_loads_rocketmqs_own_file_exactly(tmp_path: Path) -> None:
+    with tarfile.open(FIXTURES / "stores.tar.gz") as archive:
+        archive.extract("store/config/consumerOffset.json", tmp_path, filter="data")
+    with gzip.open(FIXTURES / "store.jsonl.gz", "rt") as dump:
+        expected = json.loads(dump.readline())
+    assert expected["type"] == "consumerOffsets"
+    raw = (tmp_path / "store/config/consumerOffset.json").read_text()
+    assert "\t" in raw and "{0:" in raw  # fastjson's dialect, not JSON
+
+    table = ConsumerOffsetTable(tmp_path / "store")
+    found = {
+        f"{topic}@{group}": {str(q): o for q, o in table.offsets(group, topic).items()}
+        for group in table.groups()
+        for topic in table.topics(group)
+    }
+    assert found == expected["table"]
+    assert table.groups() == ["other_group", "quiver_group"]
+    assert table.query("quiver_group", "TopicTest", 1) == 42
+    assert table.query("quiver_group", "TopicTest", 9) is NOT_FOUND
+
+
+def test_rocketmq_5_shape_ignores_derived_maps() -> None:
+    text = (
+        '{\n\t"dataVersion":{"counter":1448,"stateVersion":0,"timestamp":1736661762584},\n'
+        '\t"groupTopicMap":{"push_test":["%RETRY%push_test","test"]},\n'
+        '\t"lmqOffsetTable":{},\n\t"offsetTable":{\n'
+        '\t\t"test@push_test":{0:165243,1:165245,2:165243,3:165242},\n'
+        '\t\t"%RETRY%push_test@push_test":{0:0}\n\t}\n}'
+    )
+    table, version = parse_offset_file(text)
+    assert table == {
+        "test@push_test": {0: 165243, 1: 165245, 2: 165243, 3: 165242},
+        "%RETRY%push_test@push_test": {0: 0},
+    }
+    assert version["counter"] == 1448
+    # a string holding what looks like an integer key is left alone
+    odd, _ = parse_offset_file('{"offsetTable":{"a,1:x@g":{"7":1}}}')
+    assert odd == {"a,1:x@g": {7: 1}}
+
+
+def test_commit_overwrites_and_persist_is_atomic_with_backup(tmp_path: Path) -> None:
+    table = ConsumerOffsetTable(tmp_path)
+    table.commit("g", "T", 0, 10)
+    table.commit("g", "T", 0, 7)  # the broker overwrites: an admin may move back
+    assert table.query("g", "T", 0) == 7
+    table.persist()
+    first = table.path.read_bytes()
+    assert not table.backup_path.exists()
+    table.commit("g", "T", 1, 3)
+    table.persist()
+    assert table.backup_path.read_bytes() == first
+    assert json.loads(table.path.read_text())["offsetTable"] == {"T@g": {"0": 7, "1": 3}}
+    assert [p.name for p in table.path.parent.iterdir() if p.name.endswith("tmp")] == []
+    again = ConsumerOffsetTable(tmp_path)
+    assert again.offsets("g", "T") == {0: 7, 1: 3}
+    assert again.data_version()["counter"] == table.data_version()["counter"]
+
+
+@pytest.mark.parametrize("garbage", [b"", b'{\n\t"offsetTable":{"T@g":{0:4', b"\xff\xfe"])
+def test_garbage_main_file_falls_back_to_backup(tmp_path: Path, garbage: bytes) -> None:
+    table = ConsumerOffsetTable(tmp_path)
+    table.commit("g", "T", 0, 5)
+    table.persist()
+    table.commit("g", "T", 0, 6)
+    table.persist()  # .bak holds 5, the file 6
+    table.path.write_bytes(garbage)  # the crash RocketMQ users report
+    recovered = ConsumerOffsetTable(tmp_path)
+    assert recovered.offsets("g", "T") == {0: 5}
+    recovered.commit("g", "T", 1, 1)
+    recovered.persist()  # the garbage is not rotated over the good backup
+    assert ConsumerOffsetTable(tmp_path).offsets("g", "T") == {0: 5, 1: 1}
+    table.path.unlink()
+    assert ConsumerOffsetTable(tmp_path).offsets("g", "T") == {0: 5}  # .bak
+
+
+def test_both_files_garbage_is_an_error_naming_both(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "consumerOffset.json").write_text("{nope")
+    (config / "consumerOffset.json.bak").write_text("[]")
+    with pytest.raises(OffsetFileError) as caught:
+        ConsumerOffsetTable(tmp_path)
+    assert "consumerOffset.json:" in str(caught.value)
+    assert "consumerOffset.json.bak:" in str(caught.value)
+
+
+def test_young_queue_answers_zero(store: MessageStore, tmp_path: Path) -> None:
+    bounds: QueueBounds = store
+    table = ConsumerOffsetTable(tmp_path / "t", min_offsets=bounds)
+    assert table.query("g", "T", 0) == 0  # min offset 0: nothing was deleted
+    assert table.query("g", "T", 0, zero_if_young=False) is NOT_FOUND
+    assert ConsumerOffsetTable(tmp_path / "t").query("g", "T", 0) is NOT_FOUND
+
+
+def test_reset_to_earliest_latest_and_time_and_lag(store: MessageStore, tmp_path: Path) -> None:
+    put(store, "T", 0, 5)
+    put(store, "T", 1, 2)
+    time.sleep(0.02)
+    cut_ms = int(time.time() * 1000)
+    time.sleep(0.02)
+    put(store, "T", 0, 3)
+    table = ConsumerOffsetTable(tmp_path / "t")
+    table.commit("g", "T", 0, 4)
+
+    lag = {
+        row.queue_id: (row.committed, row.min_offset, row.max_offset, row.lag)
+        for row in table.lag("g", "T", store)
+    }
+    assert lag == {0: (4, 0, 8, 4), 1: (None, 0, 2, 2)}
+
+    assert table.reset("g", "T", "latest", store) == {0: 8, 1: 2}
+    assert [row.lag for row in table.lag("g", "T", store)] == [0, 0]
+    assert table.reset("g", "T", "earliest", store) == {0: 0, 1: 0}
+    assert table.reset("g", "T", cut_ms, store) == {0: 5, 1: 2}
+    assert table.offsets("g", "T") == {0: 5, 1: 2}
+    with pytest.raises(ValueError, match="earliest, latest"):
+        table.reset("g", "T", -1, store)
+
+
+def test_auto_persist_and_close(tmp_path: Path) -> None:
+    table = ConsumerOffsetTable(tmp_path)
+    table.start_auto_persist(interval_s=0.01)
+    table.commit("g", "T", 3, 9)
+    deadline = time.monotonic() + 5
+    while not table.path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ConsumerOffsetTable(tmp_path).offsets("g", "T") == {3: 9}
+    table.commit("g", "T", 3, 10)
+    table.close()
+    table.close()
+    assert ConsumerOffsetTable(tmp_path).offsets("g", "T") == {3: 10}
+
+
+def test_at_sign_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'@'"):
+        ConsumerOffsetTable(tmp_path).commit("g@x", "T", 0, 1)
