@@ -1,0 +1,231 @@
+"""Wrappers that make a listener idempotent: each message's effect happens once per dedup key
+while its record lives, however often the message is delivered.
+
+For a batch, :func:`idempotent` does, per message:
+
+1. compute the key (``key(message)``, prefixed by ``namespace``). A message without a key is
+   handed to the listener without deduplication; a key repeated within the batch is a duplicate.
+2. claim it: ``CLAIMED`` / ``TAKEN_OVER`` (no record, or a crashed consumer's expired lease) ->
+   handed to the listener; ``DUPLICATE`` (live ``CONSUMED`` record) -> skipped;
+   ``IN_PROGRESS`` (another consumer holds a live lease) -> not processed now.
+3. call the listener once with the handed-on messages, in their delivery order.
+4. ``SUCCESS`` -> mark the claimed keys ``CONSUMED`` (kept ``ttl_s``); ``RECONSUME_LATER`` or an
+   exception -> release the claims (so the retry can claim them) and propagate it.
+
+Choice for ``IN_PROGRESS`` messages: the wrapper filters them out of the listener's batch but
+answers ``RECONSUME_LATER`` for the batch (after recording the others as consumed). Answering
+``SUCCESS`` would let the consumer commit the offset past a message whose processing may still
+fail or crash elsewhere (lost message); with ``RECONSUME_LATER`` the batch comes back, the
+messages processed meanwhile are skipped as duplicates, and the in-progress one is either done by
+then (skipped) or its lease has expired (taken over).
+
+The effect is at-least-once plus deduplication: a crash between the listener's effect and
+``mark_consumed`` repeats the effect once the lease expires. :func:`idempotent_in_transaction`
+closes that gap when the business data lives in the :class:`SqliteDedupStore`'s database: the
+listener's writes and the ``CONSUMED`` records commit in one SQLite transaction (exactly-once
+effect). A lease should outlast the longest processing time; it is not renewed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from sdk.idempotency.records import (
+    ClaimStatus,
+    ConsumeResult,
+    DedupState,
+    DedupStore,
+    KeyFunction,
+    ReceivedMessage,
+    uniq_key,
+)
+from sdk.idempotency.sqlite import SqliteDedupStore
+
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "DEFAULT_TTL_S",
+    "Listener",
+    "SkipHook",
+    "TransactionalListener",
+    "idempotent",
+    "idempotent_in_transaction",
+]
+
+M = TypeVar("M", bound=ReceivedMessage)
+
+Listener = Callable[[list[M]], ConsumeResult]
+"""A listener: takes a batch of received messages, answers a :class:`ConsumeResult` or raises."""
+
+TransactionalListener = Callable[[list[M], sqlite3.Connection], ConsumeResult]
+"""A listener that writes through the connection of an open SQLite transaction."""
+
+SkipHook = Callable[[M, ClaimStatus], None]
+"""Called for each message not handed to the listener (``DUPLICATE`` or ``IN_PROGRESS``)."""
+
+DEFAULT_LEASE_S = 60.0
+"""How long a claim stays ``CONSUMING`` before another consumer may take the message over."""
+
+DEFAULT_TTL_S = 24 * 3600.0
+"""How long a ``CONSUMED`` record is kept: re-deliveries within it are skipped."""
+
+
+@dataclass
+class _Claims(Generic[M]):
+    """One batch after claiming: what to run, which keys this call owns."""
+
+    owner: str
+    run: list[M] = field(default_factory=list)
+    owned: dict[str, M] = field(default_factory=dict)
+    in_progress: bool = False
+
+    def result(self) -> ConsumeResult:
+        """The batch's answer once the handed-on messages succeeded."""
+        return ConsumeResult.RECONSUME_LATER if self.in_progress else ConsumeResult.SUCCESS
+
+
+def _skip(on_skip: SkipHook[M] | None, message: M, status: ClaimStatus) -> None:
+    if on_skip is not None:
+        on_skip(message, status)
+
+
+def _claim(
+    messages: list[M],
+    store: DedupStore,
+    key: KeyFunction,
+    namespace: str,
+    lease_s: float,
+    on_skip: SkipHook[M] | None,
+) -> _Claims[M]:
+    claims: _Claims[M] = _Claims(owner=uuid.uuid4().hex)
+    keyed: list[tuple[M, str | None]] = []
+    for message in messages:
+        raw = key(message)
+        keyed.append((message, None if raw is None else f"{namespace}{raw}"))
+    unique = list(dict.fromkeys(k for _, k in keyed if k is not None))
+    outcome = store.claim(unique, owner=claims.owner, lease_s=lease_s) if unique else {}
+    seen: set[str] = set()
+    for message, k in keyed:
+        if k is None:
+            claims.run.append(message)
+            continue
+        status = ClaimStatus.DUPLICATE if k in seen else outcome[k]
+        seen.add(k)
+        if status.owned:
+            claims.run.append(message)
+            claims.owned[k] = message
+        else:
+            claims.in_progress |= status is ClaimStatus.IN_PROGRESS
+            _skip(on_skip, message, status)
+    return claims
+
+
+def idempotent(
+    listener: Listener[M],
+    store: DedupStore,
+    *,
+    key: KeyFunction = uniq_key,
+    lease_s: float = DEFAULT_LEASE_S,
+    ttl_s: float = DEFAULT_TTL_S,
+    namespace: str = "",
+    on_skip: SkipHook[M] | None = None,
+) -> Listener[M]:
+    """Wrap ``listener`` so a message whose key was already consumed (within ``ttl_s``) is skipped
+    and one being consumed elsewhere (within its ``lease_s``) is not processed twice.
+
+    ``key`` maps a message to its dedup key (default: its ``UNIQ_KEY``; see
+    :func:`~sdk.idempotency.records.first_key` and
+    :func:`~sdk.idempotency.records.property_key` for business keys). ``namespace`` prefixes every
+    key, e.g. with the consumer group, so groups sharing a store do not skip each other's messages.
+    ``on_skip`` is told of every message not handed to the listener.
+    """
+
+    def idempotent_listener(messages: list[M]) -> ConsumeResult:
+        claims = _claim(messages, store, key, namespace, lease_s, on_skip)
+        if not claims.run:
+            return claims.result()
+        try:
+            result = listener(claims.run)
+        except BaseException:
+            store.release(list(claims.owned), owner=claims.owner)
+            raise
+        if result is not ConsumeResult.SUCCESS:
+            store.release(list(claims.owned), owner=claims.owner)
+            return result
+        store.mark_consumed(list(claims.owned), ttl_s=ttl_s)
+        return claims.result()
+
+    idempotent_listener.__wrapped__ = listener  # type: ignore[attr-defined]
+    return idempotent_listener
+
+
+class _RollbackError(Exception):
+    """Raised inside the transaction to roll it back when the listener does not succeed."""
+
+    def __init__(self, result: ConsumeResult) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+def idempotent_in_transaction(
+    listener: TransactionalListener[M],
+    store: SqliteDedupStore,
+    *,
+    key: KeyFunction = uniq_key,
+    lease_s: float = DEFAULT_LEASE_S,
+    ttl_s: float = DEFAULT_TTL_S,
+    namespace: str = "",
+    on_skip: SkipHook[M] | None = None,
+) -> Listener[M]:
+    """Like :func:`idempotent`, but the listener runs inside ``store.transaction()`` and gets its
+    connection: its writes and the ``CONSUMED`` records commit together or not at all.
+
+    Inside the transaction (write lock held) the claimed keys are checked again: one that another
+    consumer committed meanwhile (after this call's lease expired and it took the message over)
+    is skipped as a duplicate, so the business write happens exactly once per key. On
+    ``RECONSUME_LATER`` or an exception the transaction rolls back and the claims are released.
+    The listener runs while the database's write lock is held (other writers wait up to the
+    store's ``busy_timeout_s``), so it should only write, not do slow work.
+    """
+
+    def transactional_listener(messages: list[M]) -> ConsumeResult:
+        claims = _claim(messages, store, key, namespace, lease_s, on_skip)
+        if not claims.run:
+            return claims.result()
+        try:
+            with store.transaction() as conn:
+                run, done = _drop_consumed(claims, store, on_skip)
+                if run:
+                    result = listener(run, conn)
+                    if result is not ConsumeResult.SUCCESS:
+                        raise _RollbackError(result)
+                store.mark_consumed(done, ttl_s=ttl_s)
+        except _RollbackError as rollback:
+            store.release(list(claims.owned), owner=claims.owner)
+            return rollback.result
+        except BaseException:
+            store.release(list(claims.owned), owner=claims.owner)
+            raise
+        return claims.result()
+
+    transactional_listener.__wrapped__ = listener  # type: ignore[attr-defined]
+    return transactional_listener
+
+
+def _drop_consumed(
+    claims: _Claims[M], store: SqliteDedupStore, on_skip: SkipHook[M] | None
+) -> tuple[list[M], list[str]]:
+    """The messages still to run and the keys to mark, leaving out keys already ``CONSUMED``."""
+    dropped: set[int] = set()
+    done: list[str] = []
+    for k, message in claims.owned.items():
+        record = store.get(k)
+        if record is not None and record.state is DedupState.CONSUMED:
+            dropped.add(id(message))
+            _skip(on_skip, message, ClaimStatus.DUPLICATE)
+        else:
+            done.append(k)
+    return [m for m in claims.run if id(m) not in dropped], done
