@@ -87,9 +87,11 @@ def get_messages(
 ) -> GetResult:
     if queue is None:
         return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-    confirmed = commitlog.confirmed_offset
     min_offset = queue.min_offset
-    max_offset = visible_max_offset(queue, confirmed)
+    if commitlog.sync_flush:
+        max_offset = visible_max_offset(queue, commitlog.confirmed_offset)
+    else:  # every unit's record was written before the unit: all are visible
+        max_offset = queue.max_offset
     if max_offset == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
     if queue_offset < min_offset:

@@ -77,13 +77,21 @@ class TagFilter:
 
     @classmethod
     def parse(cls, expression: str | None) -> TagFilter:
+        """Parse a tag expression (cached: consumers repeat theirs on every pull)."""
+        known = _PARSED.get(expression)
+        if known is not None:
+            return known
         text = (expression or "").strip()
         if text in ("", "*"):
-            return cls("*", None, frozenset())
-        tags = frozenset(t.strip() for t in text.split("||") if t.strip())
-        if not tags:
-            raise ValueError(f"tag expression {expression!r} names no tag")
-        return cls(text, tags, frozenset(tag_code(t) for t in tags))
+            parsed = cls("*", None, frozenset())
+        else:
+            tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+            if not tags:
+                raise ValueError(f"tag expression {expression!r} names no tag")
+            parsed = cls(text, tags, frozenset(tag_code(t) for t in tags))
+        if len(_PARSED) < _TAG_CACHE_LIMIT:
+            _PARSED[expression] = parsed
+        return parsed
 
     @property
     def matches_all(self) -> bool:
@@ -96,3 +104,6 @@ class TagFilter:
     def tag_matches(self, tags: str | None) -> bool:
         """Second step, on the stored ``TAGS`` value: removes hash collisions."""
         return self.tags is None or (tags is not None and tags in self.tags)
+
+
+_PARSED: dict[str | None, TagFilter] = {}
