@@ -182,6 +182,7 @@ def encode_batch(
 
 
 _TOPIC_FIELDS: dict[str, tuple[int, bytes]] = {}
+_HEADER_V4_SIZE = HEADER_V4.size
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
 
 
@@ -277,11 +278,13 @@ def encode_one(
     else:
         props = b""
         tags = None
-    size = HEADER_V4.size + len(body) + len(topic_field) + 2 + len(props)
+    body_len = len(body)
+    props_len = len(props)
+    size = _HEADER_V4_SIZE + body_len + len(topic_field) + 2 + props_len
     if (
         size + BLANK_RECORD_SIZE > segment_size - position % segment_size
         or size > max_record_size
-        or len(props) > MAX_PROPERTIES_BYTES
+        or props_len > MAX_PROPERTIES_BYTES
     ):
         return encode_batch(
             messages,
@@ -315,11 +318,11 @@ def encode_one(
                 store_host,
                 message.reconsume_times,
                 message.prepared_transaction_offset,
-                len(body),
+                body_len,
             ),
             body,
             topic_field,
-            SHORT.pack(len(props)),
+            SHORT.pack(props_len),
             props,
         )
     )

@@ -141,7 +141,8 @@ class MessageStore:
         self._valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
         self._put_lock = threading.Lock()
-        self._max_record_size = self.geometry.max_message_size + ENCODER_SLACK_BYTES
+        self._max_body = self.geometry.max_message_size
+        self._max_record_size = self._max_body + ENCODER_SLACK_BYTES
         self._closed = False
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
@@ -247,7 +248,7 @@ class MessageStore:
             first is None
             or len(messages) > 1
             or first.topic not in (self._valid_system_topics if system else self._valid_topics)
-            or not 0 < len(first.body) <= self.geometry.max_message_size
+            or not 0 < len(first.body) <= self._max_body
         ):
             rejection = self.check(messages, system=system)
             if rejection is not None:
