@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from sdk.message import ConsumeResult  # re-exported here for the listener wrappers
+
 __all__ = [
     "ClaimStatus",
     "Clock",
@@ -54,16 +56,6 @@ Clock = Callable[[], int]
 def wall_clock_ms() -> int:
     """The default :data:`Clock`: ``time.time()`` in whole milliseconds."""
     return time.time_ns() // 1_000_000
-
-
-class ConsumeResult(enum.Enum):
-    """What a listener answers for a batch (RocketMQ's ConsumeConcurrentlyStatus).
-
-    Defined here until the consumer API (``sdk.message``) exists.
-    """
-
-    SUCCESS = "CONSUME_SUCCESS"
-    RECONSUME_LATER = "RECONSUME_LATER"
 
 
 class DedupState(enum.StrEnum):

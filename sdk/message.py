@@ -1,0 +1,64 @@
+"""What applications send and receive.
+
+* :class:`Message`: a message to send: topic, body, tags, keys, user properties, and an optional
+  delay (one of RocketMQ's delay levels, or an absolute delivery time).
+* :data:`ReceivedMessage`: what consumers receive: the stored record decoded
+  (:class:`localstore.StoredMessage`): topic, queue id, queue offset, ``msg_id`` (the producer's
+  UNIQ_KEY), ``offset_msg_id``, tags, keys, properties, body, born and store timestamps and
+  reconsume times. The broker hands out stored records as they are; the client decodes them with
+  the store's own codec.
+* :class:`ConsumeResult`: what a listener answers for a batch.
+
+Property names RocketMQ reserves (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``DELAY``, ...) are set from
+the fields, never from ``properties``: a user property with a reserved name is refused.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from localstore.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+
+ReceivedMessage = StoredMessage
+
+RESERVED_PROPERTIES = frozenset({
+    "KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
+    "TRAN_MSG", "PGROUP", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "ORIGIN_MESSAGE_ID",
+    "CONSUME_START_TIME", "MIN_OFFSET", "MAX_OFFSET", "__transactionId__",
+    "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "INNER_NUM", "INNER_BASE",
+})  # fmt: skip
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send. ``keys`` are business keys (query by key finds the message by any of
+    them); ``delay_level`` is 1-18 (RocketMQ's levels, 1 s to 2 h) or 0 for none;
+    ``deliver_at_ms`` is an absolute delivery time (ms since the epoch) instead."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    deliver_at_ms: int | None = None
+    flag: int = 0
+
+    def system_properties(self) -> dict[str, str]:
+        """Tags and keys as the stored properties RocketMQ uses (``TAGS``, ``KEYS``)."""
+        result: dict[str, str] = {}
+        if self.tags:
+            result[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            result[PROPERTY_KEYS] = " ".join(self.keys)
+        return result
+
+
+class ConsumeResult(enum.Enum):
+    """What a listener answers for a batch (RocketMQ's ConsumeConcurrentlyStatus); raising an
+    exception counts as RECONSUME_LATER."""
+
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
