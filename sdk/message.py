@@ -9,8 +9,9 @@
   the store's own codec.
 * :class:`ConsumeResult`: what a listener answers for a batch.
 
-Property names RocketMQ reserves (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``DELAY``, ...) are set from
-the fields, never from ``properties``: a user property with a reserved name is refused.
+Property names RocketMQ reserves (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``DELAY``, ...; see
+:data:`RESERVED_PROPERTIES`) come from the fields, not from ``properties``; the producer is to
+refuse a user property with a reserved name.
 """
 
 from __future__ import annotations
