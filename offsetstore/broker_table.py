@@ -48,6 +48,7 @@ import orjson
 
 from offsetstore.atomic_file import backup_path, write_atomically
 from offsetstore.base import NOT_FOUND, OffsetFileError, ReadResult
+from offsetstore.memory import PeriodicPersister
 
 __all__ = [
     "FILE_NAME",
@@ -153,8 +154,7 @@ class ConsumerOffsetTable:
         self._version = {"counter": 0, "stateVersion": 0, "timestamp": 0}
         self._dirty = False
         self._keep_backup = True  # False after loading from .bak: the main file is garbage
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._persister: PeriodicPersister | None = None
         self.load()
 
     # -- memory -----------------------------------------------------------------------------
@@ -315,30 +315,21 @@ class ConsumerOffsetTable:
 
     def start_auto_persist(self, interval_s: float = DEFAULT_PERSIST_INTERVAL_S) -> None:
         """Persist every ``interval_s`` seconds (when changed) on a daemon thread."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._persist_loop, args=(interval_s,), name="consumer-offsets", daemon=True
-        )
-        self._thread.start()
+        if self._persister is None:
+            self._persister = PeriodicPersister(
+                "consumer-offsets", self._persist_if_changed, interval_s
+            )
 
-    def _persist_loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            if self._dirty:
-                try:
-                    self.persist()
-                except OSError:
-                    log.exception("cannot persist consumer offsets to %s", self.path)
+    def _persist_if_changed(self) -> None:
+        if self._dirty:
+            self.persist()
 
     def close(self) -> None:
         """Stop the persist thread and persist (when changed). Idempotent."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._dirty:
-            self.persist()
+        persister, self._persister = self._persister, None
+        if persister is not None:
+            persister.stop()
+        self._persist_if_changed()
 
     def __enter__(self) -> ConsumerOffsetTable:
         return self

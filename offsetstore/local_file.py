@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeGuard
@@ -56,6 +55,7 @@ from offsetstore.base import (
     ReadOffsetType,
     ReadResult,
 )
+from offsetstore.memory import MAX_OFFSET, MemoryOffsets, PeriodicPersister
 
 __all__ = [
     "DEFAULT_DIR_NAME",
@@ -71,7 +71,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_DIR_NAME = ".quiver_offsets"
 FILE_NAME = "offsets.json"
 FILE_FORMAT_VERSION = 1
-MAX_OFFSET = 2**63 - 1  # a Java long, as in RocketMQ
 
 
 # --- the file format --------------------------------------------------------------------------
@@ -161,12 +160,6 @@ def read_offsets_file(path: Path) -> dict[MessageQueue, int]:
 # --- the store --------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Entry:
-    offset: int
-    frozen: bool = False
-
-
 def _path_component(name: str, what: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
         raise ValueError(f"{what} {name!r} cannot be used as a folder name")
@@ -181,53 +174,27 @@ class LocalFileOffsetStore:
         self.client_id = _path_component(client_id, "client id")
         self.group = _path_component(group, "consumer group")
         self.path = root / self.client_id / self.group / FILE_NAME
-        self._table: dict[MessageQueue, _Entry] = {}
-        self._lock = threading.Lock()  # the in-memory table
+        self._memory = MemoryOffsets()
         self._io_lock = threading.Lock()  # this instance's file reads-modify-writes
         self._file_lock = FileLock(str(self.path) + ".lock")
-        self._stop = threading.Event()
-        self._auto_thread: threading.Thread | None = None
+        self._persister: PeriodicPersister | None = None
 
     def __repr__(self) -> str:
         return f"LocalFileOffsetStore(path={str(self.path)!r})"
 
     # memory -----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _check(offset: int) -> None:
-        if not _is_int(offset) or not 0 <= offset <= MAX_OFFSET:
-            raise ValueError(f"an offset is an int in [0, 2**63 - 1], got {offset!r}")
-
-    def _set(self, queue: MessageQueue, offset: int, increase_only: bool) -> None:
-        """Caller holds ``_lock``."""
-        entry = self._table.get(queue)
-        if entry is None:
-            self._table[queue] = _Entry(offset)
-        elif not entry.frozen:
-            entry.offset = max(entry.offset, offset) if increase_only else offset
-
     def update_offset(self, queue: MessageQueue, offset: int, increase_only: bool) -> None:
-        self._check(offset)
-        with self._lock:
-            self._set(queue, offset, increase_only)
+        self._memory.update(queue, offset, increase_only)
 
     def update_and_freeze_offset(self, queue: MessageQueue, offset: int) -> None:
-        self._check(offset)
-        with self._lock:
-            self._table[queue] = _Entry(offset, frozen=True)
+        self._memory.freeze(queue, offset)
 
     def remove_offset(self, queue: MessageQueue) -> None:
-        with self._lock:
-            self._table.pop(queue, None)
+        self._memory.remove(queue)
 
     def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
-        with self._lock:
-            return {q: e.offset for q, e in self._table.items() if q.topic == topic}
-
-    def _memory(self, queue: MessageQueue) -> int | None:
-        with self._lock:
-            entry = self._table.get(queue)
-            return None if entry is None else entry.offset
+        return self._memory.of_topic(topic)
 
     # the file ---------------------------------------------------------------------------------
 
@@ -235,13 +202,11 @@ class LocalFileOffsetStore:
         """Read the file (or its backup) into memory; :class:`OffsetFileError` if unusable."""
         with self._io_lock:
             table = read_offsets_file(self.path)
-        with self._lock:
-            for queue, offset in table.items():
-                self._set(queue, offset, increase_only=False)
+        self._memory.update_all(table)
 
     def read_offset(self, queue: MessageQueue, read_type: ReadOffsetType) -> ReadResult:
         if read_type is not ReadOffsetType.STORE:
-            offset = self._memory(queue)
+            offset = self._memory.get(queue)
             if offset is not None:
                 return offset
             if read_type is ReadOffsetType.MEMORY:
@@ -255,8 +220,7 @@ class LocalFileOffsetStore:
         stored = table.get(queue)
         if stored is None:
             return NOT_FOUND
-        with self._lock:
-            self._set(queue, stored, increase_only=False)
+        self._memory.update(queue, stored, increase_only=False)
         return stored
 
     def persist(self, queue: MessageQueue) -> None:
@@ -265,9 +229,7 @@ class LocalFileOffsetStore:
     def persist_all(self, queues: Iterable[MessageQueue]) -> None:
         """Write the in-memory offsets of ``queues`` to the file, keeping every other queue the
         file holds (merge under the file lock). Raises :class:`OffsetStoreError` subclasses."""
-        wanted = set(queues)
-        with self._lock:
-            snapshot = {q: e.offset for q, e in self._table.items() if q in wanted}
+        snapshot = self._memory.of_queues(queues)
         if not snapshot:
             return
         with self._io_lock:
@@ -280,41 +242,24 @@ class LocalFileOffsetStore:
                 write_atomically(self.path, encode_offsets(on_disk))
 
     def _persist_everything(self) -> None:
-        with self._lock:
-            queues = list(self._table)
-        self.persist_all(queues)
+        self.persist_all(self._memory.queues())
 
     # periodic persistence -----------------------------------------------------------------------
 
     def start_auto_persist(self, interval_s: float = 5.0) -> None:
         """Persist every queue in memory every ``interval_s`` seconds on a daemon thread, until
         :meth:`close`. Failures are logged and retried at the next tick."""
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
-        if self._auto_thread is not None:
+        if self._persister is not None:
             raise RuntimeError("auto-persist is already running")
-        self._stop.clear()
-        self._auto_thread = threading.Thread(
-            target=self._auto_persist_loop,
-            args=(interval_s,),
-            name=f"offsets-persist-{self.group}",
-            daemon=True,
+        self._persister = PeriodicPersister(
+            f"offsets-persist-{self.group}", self._persist_everything, interval_s
         )
-        self._auto_thread.start()
-
-    def _auto_persist_loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                self._persist_everything()
-            except Exception:
-                logger.exception("periodic persist of %s failed", self.path)
 
     def close(self) -> None:
         """Stop auto-persistence and persist every queue in memory (errors propagate)."""
-        thread, self._auto_thread = self._auto_thread, None
-        if thread is not None:
-            self._stop.set()
-            thread.join()
+        persister, self._persister = self._persister, None
+        if persister is not None:
+            persister.stop()
         self._persist_everything()
 
     def __enter__(self) -> LocalFileOffsetStore:

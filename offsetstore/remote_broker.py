@@ -44,6 +44,7 @@ from offsetstore.base import (
     ReadResult,
 )
 from offsetstore.broker_table import ConsumerOffsetTable
+from offsetstore.memory import MemoryOffsets, PeriodicPersister
 
 __all__ = [
     "OffsetBackend",
@@ -101,12 +102,6 @@ def is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError))
 
 
-@dataclass(slots=True)
-class _Entry:
-    offset: int
-    frozen: bool = False
-
-
 class RemoteBrokerOffsetStore:
     """Offsets of one consumer group, committed to the brokers (thread-safe)."""
 
@@ -124,12 +119,11 @@ class RemoteBrokerOffsetStore:
         self.drop_unlisted = drop_unlisted
         self.backend = backend
         self.retry = retry or RetryPolicy()
-        self._lock = threading.Lock()  # memory and pending; never held during I/O
+        self._memory = MemoryOffsets()
+        self._lock = threading.Lock()  # the pending commits; never held during I/O
         self._persist_lock = threading.Lock()  # one persist at a time
-        self._table: dict[MessageQueue, _Entry] = {}
         self._pending: dict[MessageQueue, int] = {}  # commits that failed, sent again later
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._persister: PeriodicPersister | None = None
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -137,27 +131,16 @@ class RemoteBrokerOffsetStore:
         """Nothing to load: the brokers hold the offsets."""
 
     def update_offset(self, queue: MessageQueue, offset: int, increase_only: bool) -> None:
-        with self._lock:
-            self._update(queue, offset, increase_only)
-
-    def _update(self, queue: MessageQueue, offset: int, increase_only: bool) -> None:
-        entry = self._table.get(queue)
-        if entry is None:
-            self._table[queue] = _Entry(offset)
-        elif not entry.frozen and (not increase_only or offset > entry.offset):
-            entry.offset = offset
+        self._memory.update(queue, offset, increase_only)
 
     def update_and_freeze_offset(self, queue: MessageQueue, offset: int) -> None:
-        with self._lock:
-            self._table[queue] = _Entry(offset, frozen=True)
+        self._memory.freeze(queue, offset)
 
     def remove_offset(self, queue: MessageQueue) -> None:
-        with self._lock:
-            self._table.pop(queue, None)
+        self._memory.remove(queue)
 
     def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
-        with self._lock:
-            return {q: e.offset for q, e in self._table.items() if q.topic == topic}
+        return self._memory.of_topic(topic)
 
     def pending(self) -> dict[MessageQueue, int]:
         """Commits that failed and wait for the next persist."""
@@ -168,10 +151,9 @@ class RemoteBrokerOffsetStore:
 
     def read_offset(self, queue: MessageQueue, read_type: ReadOffsetType) -> ReadResult:
         if read_type is not ReadOffsetType.STORE:
-            with self._lock:
-                entry = self._table.get(queue)
-            if entry is not None:
-                return entry.offset
+            offset = self._memory.get(queue)
+            if offset is not None:
+                return offset
             if read_type is ReadOffsetType.MEMORY:
                 return NOT_FOUND
         return self._read_from_broker(queue)
@@ -188,26 +170,16 @@ class RemoteBrokerOffsetStore:
             return READ_FAILED
         if found is None or isinstance(found, OffsetStatus):
             return NOT_FOUND
-        with self._lock:
-            self._update(queue, found, increase_only=False)
+        self._memory.update(queue, found, increase_only=False)
         return found
 
     # -- persisting -------------------------------------------------------------------------
 
     def persist(self, queue: MessageQueue) -> None:
-        with self._lock:
-            entry = self._table.get(queue)
-            offsets = {queue: entry.offset} if entry is not None else {}
-        self._commit(offsets)
+        self._commit(self._memory.of_queues((queue,)))
 
     def persist_all(self, queues: Iterable[MessageQueue]) -> None:
-        keep = set(queues)
-        with self._lock:
-            if self.drop_unlisted:
-                for queue in [q for q in self._table if q not in keep]:
-                    del self._table[queue]
-            offsets = {q: e.offset for q, e in self._table.items() if q in keep}
-        self._commit(offsets)
+        self._commit(self._memory.of_queues(queues, drop_others=self.drop_unlisted))
 
     def _commit(self, offsets: dict[MessageQueue, int]) -> None:
         """Send ``offsets`` plus the pending ones, one call per broker; keep what fails."""
@@ -241,37 +213,19 @@ class RemoteBrokerOffsetStore:
     ) -> None:
         """Persist every ``interval_s`` seconds on a daemon thread: the queues ``queues()``
         names (the consumer's assigned queues), or every queue in memory."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._persist_loop,
-            args=(interval_s, queues),
-            name=f"offsets-{self.group}",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def _persist_loop(
-        self, interval_s: float, queues: Callable[[], Iterable[MessageQueue]] | None
-    ) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                self.persist_all(queues() if queues is not None else self._memory_queues())
-            except Exception:  # a bug in queues(): keep the thread alive
-                log.exception("periodic offset persist of %s failed", self.group)
-
-    def _memory_queues(self) -> list[MessageQueue]:
-        with self._lock:
-            return list(self._table)
+        if self._persister is None:
+            self._persister = PeriodicPersister(
+                f"offsets-{self.group}",
+                lambda: self.persist_all(queues() if queues is not None else self._memory.queues()),
+                interval_s,
+            )
 
     def close(self) -> None:
         """Stop the persist thread and persist every offset in memory. Idempotent."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.persist_all(self._memory_queues())
+        persister, self._persister = self._persister, None
+        if persister is not None:
+            persister.stop()
+        self.persist_all(self._memory.queues())
 
 
 class TableBackend:
