@@ -36,7 +36,6 @@ satisfies it), so this module never imports localstore.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +45,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from offsetstore import fastjson
 from offsetstore.atomic_file import backup_path, write_atomically
 from offsetstore.base import NOT_FOUND, OffsetFileError, ReadResult
 from offsetstore.memory import PeriodicPersister
@@ -67,7 +67,6 @@ DEFAULT_PERSIST_INTERVAL_S = 5.0
 ResetTarget = Literal["earliest", "latest"] | int  # an int is a store timestamp in ms
 
 # A JSON string (kept as is) or an unquoted integer map key after "{" or "," (quoted).
-_STRING_OR_INT_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
 
 
 class MinOffsetSource(Protocol):
@@ -103,21 +102,12 @@ class QueueLag:
         return max(self.max_offset - start, 0)
 
 
-def _quote_int_keys(text: str) -> str:
-    def replace(match: re.Match[str]) -> str:
-        if match.group(1) is not None:
-            return match.group(1)
-        return f'{match.group(2)}"{match.group(3)}"{match.group(4)}'
-
-    return _STRING_OR_INT_KEY.sub(replace, text)
-
-
 def parse_offset_file(text: str) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
     """``(offset table, data version)`` of a consumerOffset.json text (strict JSON or
     RocketMQ's fastjson dialect). Raises ValueError when it is not such a file."""
     if not text.strip():
         raise ValueError("the file is empty")
-    document = orjson.loads(_quote_int_keys(text))
+    document = fastjson.loads(text)
     if not isinstance(document, dict) or not isinstance(document.get("offsetTable", {}), dict):
         raise ValueError("not an object with an offsetTable")
     table: dict[str, dict[int, int]] = {}
