@@ -235,7 +235,13 @@ class StoredMessage:
     @property
     def offset_msg_id(self) -> str:
         """The server-side id: store host, port and commitlog offset in upper-case hex."""
-        return (self.store_host_raw + LONG.pack(self.phys_offset)).hex().upper()
+        return make_offset_msg_id(self.store_host_raw, self.phys_offset)
+
+
+def make_offset_msg_id(store_host_raw: bytes, phys_offset: int) -> str:
+    """offsetMsgId: packed store host (address + port) and the commitlog offset, upper-case hex
+    (32 characters for IPv4, 56 for IPv6)."""
+    return (store_host_raw + LONG.pack(phys_offset)).hex().upper()
 
 
 class RecordError(ValueError):

@@ -24,7 +24,7 @@ import os
 import threading
 from pathlib import Path
 
-from localstore.codec import BLANK_MAGIC, BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
+from localstore.codec import INT, MAGIC_V1, MAGIC_V2, RecordError
 from localstore.mapped_file import MappedFile, segment_name, warm_file
 from localstore.segments import SegmentQueue
 
@@ -38,7 +38,6 @@ class CommitLog:
         self.directory = directory
         self.segment_size = segment_size
         self.sync_flush = sync_flush
-        self._warm = warm_segments
         self._allocator = _SegmentAllocator(directory, segment_size) if warm_segments else None
         self._prepare_next_at = _NEVER  # offset at which the next segment is prepared
         self.segments = SegmentQueue(directory, segment_size, factory=self._new_segment)
@@ -99,10 +98,6 @@ class CommitLog:
             self.max_offset = end_offset
             self.last_store_timestamp = store_timestamp
 
-    def room_in_segment(self) -> int:
-        last = self.segments.last
-        return last.remaining if last is not None else self.segment_size
-
     def flush(self) -> tuple[int, int]:
         """Make everything written durable; returns (flushed offset, store time of its last
         record). Runs on the flush thread (and at close)."""
@@ -145,18 +140,6 @@ class CommitLog:
             raise RecordError(f"no record starts at commitlog offset {phys_offset}")
         return int(size)
 
-    def read(self, phys_offset: int, size: int) -> bytes:
-        """Copy ``size`` bytes at ``phys_offset`` (one record never spans two segments)."""
-        located = self.segment_view(phys_offset)
-        if located is None:
-            raise RecordError(f"commitlog offset {phys_offset} is outside the log")
-        view, pos = located
-        return bytes(view[pos : pos + size])
-
-    def next_segment_offset(self, phys_offset: int) -> int:
-        """Where the segment after the one holding ``phys_offset`` starts (rollNextFile)."""
-        return phys_offset + self.segment_size - phys_offset % self.segment_size
-
     # -- segments --------------------------------------------------------------------------
     def _new_segment(self, start: int) -> MappedFile:
         if self._allocator is None:
@@ -192,10 +175,6 @@ def _coalesce(writes: list[tuple[MappedFile, int, bytes]]) -> list[tuple[MappedF
         end += len(data)
     merged.append((segment, start, b"".join(run)))
     return merged
-
-
-def is_blank_record(view: memoryview, pos: int) -> bool:
-    return pos + BLANK_RECORD_SIZE <= len(view) and INT.unpack_from(view, pos + 4)[0] == BLANK_MAGIC
 
 
 class _SegmentAllocator:

@@ -80,7 +80,6 @@ class FlushService:
         self._stopping = False
         self.error: OSError | None = None
         self.fsync_count = 0
-        self.flushed_requests = 0
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -149,7 +148,6 @@ class FlushService:
                 waiter.finish(True)
             else:
                 late.append(waiter)
-        self.flushed_requests += len(requests) - len(late)
         return late
 
     def close(self) -> None:

@@ -18,13 +18,11 @@ import struct
 import threading
 import time
 
-from localstore.codec import LONG, unpack_host
+from localstore.codec import LONG, make_offset_msg_id, unpack_host
+
+__all__ = ["UniqKeyGenerator", "make_offset_msg_id", "parse_offset_msg_id"]
 
 _SUFFIX = struct.Struct(">iH")
-
-
-def make_offset_msg_id(store_host_raw: bytes, phys_offset: int) -> str:
-    return (store_host_raw + LONG.pack(phys_offset)).hex().upper()
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from localstore.retention import RetentionPolicy
 from localstore.tags import DEFAULT_DELAY_LEVELS
@@ -22,4 +21,3 @@ class StoreOptions:
     delay_levels: str = DEFAULT_DELAY_LEVELS
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     clean_interval_ms: int = 10_000  # periodic retention check (0: only on request)
-    extra: dict[str, Any] = field(default_factory=dict)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from localstore.codec import LONG, StoredMessage
+from localstore.codec import StoredMessage, make_offset_msg_id
 
 
 class PutStatus(enum.Enum):
@@ -65,7 +65,7 @@ class PutResult:
     def offset_msg_ids(self) -> list[str]:
         """Server-side ids: store host + port + commitlog offset, upper-case hex."""
         host = self.store_host_raw
-        return [(host + LONG.pack(p)).hex().upper() for p in self.phys_offsets]
+        return [make_offset_msg_id(host, p) for p in self.phys_offsets]
 
     @property
     def offset_msg_id(self) -> str:

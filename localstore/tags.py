@@ -97,10 +97,6 @@ class TagFilter:
     def matches_all(self) -> bool:
         return self.tags is None
 
-    def code_matches(self, code: int) -> bool:
-        """First step, on the consume-queue unit alone."""
-        return self.tags is None or code in self.codes
-
     def tag_matches(self, tags: str | None) -> bool:
         """Second step, on the stored ``TAGS`` value: removes hash collisions."""
         return self.tags is None or (tags is not None and tags in self.tags)
