@@ -110,7 +110,9 @@ class CoalescingWriter:
     ) -> None:
         callback = _DurableCallback(self._deliver)
         try:
-            result, waiter = self._store.append(messages, system=puts[0][1], on_durable=callback)
+            result, waiter = self._store.append(
+                messages, system=puts[0][1], on_durable=callback, prechecked=True
+            )
         except Exception as exc:  # never leave a submitter without an answer
             result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
         answers = _split(result, puts)

@@ -192,8 +192,9 @@ def original_message(stored: StoredMessage) -> NewMessage | None:
 class ScheduleService:
     """Re-puts delayed messages into their real topic/queue once due (a background thread).
 
-    ``root`` is the broker's store root: progress lives in ``{root}/config/delayOffset.json``.
-    ``levels`` is the delay table (a ``messageDelayLevel`` string or delays in ms); level queue
+    ``root`` is the broker's store root (default: the store's): progress lives in
+    ``{root}/config/delayOffset.json``. ``levels`` is the delay table (a ``messageDelayLevel``
+    string or delays in ms; default: the store's ``StoreOptions.delay_levels``); level queue
     ``L - 1`` is served with delay ``levels[L - 1]``. Use :meth:`start` / :meth:`stop` or a
     ``with`` block; :meth:`run_once` runs one round in the caller's thread.
     """
@@ -201,13 +202,14 @@ class ScheduleService:
     def __init__(
         self,
         store: MessageStore,
-        root: Path | str,
-        levels: DelayLevels = DEFAULT_DELAY_LEVELS,
+        root: Path | str | None = None,
+        levels: DelayLevels | None = None,
         poll_interval_s: float = 0.1,
     ):
         self.store = store
-        self.root = Path(root)
-        self.delays = delay_levels(levels)
+        self.root = Path(root) if root is not None else store.root
+        # By default the store's own table, the one its consume-queue tag codes were made with.
+        self.delays = delay_levels(levels if levels is not None else store.options.delay_levels)
         self.poll_interval_s = poll_interval_s
         self.path = self.root / DELAY_OFFSET_FILE
         self.offsets: dict[int, int] = {}  # level -> next queue offset of SCHEDULE_TOPIC_XXXX
