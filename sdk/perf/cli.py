@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sdk.perf.report import Figure, Progress
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,69 +77,70 @@ def add_parser(subparsers: Any) -> None:
     recovery.set_defaults(func=_run_recovery)
 
 
-def _bench_dir(data: Path | None) -> tuple[Path, bool]:
-    """The benchmark's directory (a new temp dir when none is given) and whether we own it."""
-    if data is None:
-        return Path(tempfile.mkdtemp(prefix="quiver-perf-")), True
-    if data.exists() and any(data.iterdir()):
-        raise SystemExit(f"quiver perf: {data} is not empty")
-    return data, False
+def _run_bench(
+    args: argparse.Namespace,
+    make_figures: Callable[[Path, Progress], Iterator[Figure]],
+    subdirs: tuple[str, ...],
+) -> int:
+    """Run one benchmark in ``--data`` (which must be empty) or a new temp dir, print its
+    figures, and remove what it wrote (``subdirs`` of ``--data``, or the whole temp dir)."""
+    from sdk.perf.report import Progress, emit
+
+    owned = args.data is None
+    data_dir = Path(tempfile.mkdtemp(prefix="quiver-perf-")) if owned else args.data
+    if not owned and data_dir.exists() and any(data_dir.iterdir()):
+        raise SystemExit(f"quiver perf: {data_dir} is not empty")
+    try:
+        for figure in make_figures(data_dir, Progress(enabled=not args.quiet)):
+            emit(figure, args.json)
+    finally:
+        for path in [data_dir] if owned else [data_dir / name for name in subdirs]:
+            shutil.rmtree(path, ignore_errors=True)
+    return 0
 
 
 def _run_lookup(args: argparse.Namespace) -> int:
     from sdk.perf.lookup_bench import LookupBenchConfig, run_lookup_bench
-    from sdk.perf.report import Progress, emit
 
-    data_dir, owned = _bench_dir(args.data)
-    config = LookupBenchConfig(data_dir, args.count, args.size, args.lookups)
-    try:
-        for figure in run_lookup_bench(config, Progress(enabled=not args.quiet)):
-            emit(figure, args.json)
-    finally:
-        shutil.rmtree(data_dir if owned else data_dir / "lookup", ignore_errors=True)
-    return 0
+    return _run_bench(
+        args,
+        lambda data, progress: run_lookup_bench(
+            LookupBenchConfig(data, args.count, args.size, args.lookups), progress
+        ),
+        ("lookup",),
+    )
 
 
 def _run_recovery(args: argparse.Namespace) -> int:
     from sdk.perf.recovery_bench import RecoveryBenchConfig, run_recovery_bench
-    from sdk.perf.report import Progress, emit
 
-    data_dir, owned = _bench_dir(args.data)
-    config = RecoveryBenchConfig(data_dir, args.bytes, args.record_size, args.commitlog_file_size)
-    try:
-        for figure in run_recovery_bench(config, Progress(enabled=not args.quiet)):
-            emit(figure, args.json)
-    finally:
-        shutil.rmtree(data_dir if owned else data_dir / "recovery", ignore_errors=True)
-    return 0
+    return _run_bench(
+        args,
+        lambda data, progress: run_recovery_bench(
+            RecoveryBenchConfig(data, args.bytes, args.record_size, args.commitlog_file_size),
+            progress,
+        ),
+        ("recovery",),
+    )
 
 
 def _run_store(args: argparse.Namespace) -> int:
-    from sdk.perf.report import Progress, emit
     from sdk.perf.store_bench import StoreBenchConfig, run_store_bench
 
     for name in ("count", "size", "batch"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"quiver perf store: --{name} must be positive")
-    owned = args.data is None
-    data_dir = Path(tempfile.mkdtemp(prefix="quiver-perf-")) if owned else args.data
-    if not owned and data_dir.exists() and any(data_dir.iterdir()):
-        raise SystemExit(f"quiver perf store: {data_dir} is not empty")
-    config = StoreBenchConfig(
-        data_dir=data_dir,
-        count=args.count,
-        size=args.size,
-        batch=args.batch,
-        sync_count=args.sync_count or min(args.count, 100_000),
-        commitlog_file_size=args.commitlog_file_size,
-        index_enabled=args.index_enabled,
-    )
-    try:
-        for figure in run_store_bench(config, Progress(enabled=not args.quiet)):
-            emit(figure, args.json)
-    finally:
-        shutil.rmtree(data_dir / "async", ignore_errors=True)
-        shutil.rmtree(data_dir / "sync", ignore_errors=True)
-        if owned:
-            shutil.rmtree(data_dir, ignore_errors=True)
-    return 0
+
+    def figures(data: Path, progress: Progress) -> Iterator[Figure]:
+        config = StoreBenchConfig(
+            data_dir=data,
+            count=args.count,
+            size=args.size,
+            batch=args.batch,
+            sync_count=args.sync_count or min(args.count, 100_000),
+            commitlog_file_size=args.commitlog_file_size,
+            index_enabled=args.index_enabled,
+        )
+        return run_store_bench(config, progress)
+
+    return _run_bench(args, figures, ("async", "sync"))

@@ -1,0 +1,42 @@
+"""``quiver perf`` prints the figures peers.py reads (small counts: shape, not speed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.sdk.test_cli import quiver
+
+pytestmark = pytest.mark.integration
+
+
+def figures(*args: str) -> dict[str, float]:
+    done = quiver("perf", *args, "--json", "--quiet")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert all(isinstance(line["value"], int | float) for line in lines)
+    return {line["figure"]: line["value"] for line in lines}
+
+
+def test_perf_store_figures(tmp_path):
+    data = tmp_path / "bench"
+    got = figures("store", "--data", data, "--count", "3000", "--sync-count", "320",
+                  "--commitlog-file-size", "4194304")  # fmt: skip
+    assert {
+        "batch_append_records_per_s", "append_records_per_s", "read_crc_records_per_s",
+        "get_raw_records_per_s", "sync_threads_msgs_per_s", "sync_threads_puts_per_fsync",
+        "sync_asyncio_msgs_per_s", "sync_asyncio_puts_per_fsync", "rss_anon_growth_kb",
+    } == set(got)  # fmt: skip
+    assert all(value > 0 for name, value in got.items() if name.endswith("_per_s"))
+    assert list(data.iterdir()) == []  # it cleans up what it wrote
+
+
+def test_perf_lookup_and_recovery_figures():
+    lookup = figures("lookup", "--count", "2000", "--lookups", "200")
+    assert set(lookup) == {"key_query_p50_us", "key_query_p99_us", "seek_p50_us", "seek_p99_us"}
+    recovery = figures("recovery", "--bytes", "400000", "--commitlog-file-size", "131072")
+    assert set(recovery) == {
+        "recovery_scan_MB_per_s", "recovery_redispatch_records_per_s", "recovery_open_s",
+    }  # fmt: skip
+    assert recovery["recovery_redispatch_records_per_s"] > 0
