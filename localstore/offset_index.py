@@ -57,7 +57,7 @@ from pathlib import Path
 from localstore.codec import BLANK_STRUCT, LONG, MAGIC_V1, MAGIC_V2, OFFSET_PHYSICAL_OFFSET
 from localstore.commitlog import CommitLog
 from localstore.mapped_file import segment_name
-from localstore.time_index import IndexBuffer, SparseIndexFile, read_index_file, strip_zero_tail
+from localstore.time_index import IndexBuffer, SparseIndexFile, read_index_file, stored_entries
 
 DEFAULT_INTERVAL_BYTES = 64 * 1024
 ENTRY = struct.Struct(">II")
@@ -373,10 +373,8 @@ class CommitLogOffsetIndex:
         self, stored: bytes | None, view: Buffer, start: int, limit: int
     ) -> list[tuple[int, int]]:
         """The stored entries that can be kept; [] to scan the segment from its start."""
-        if not stored or len(stored) % ENTRY_SIZE:
-            return []
-        raw = strip_zero_tail(list(ENTRY.iter_unpack(stored)))
-        if len(raw) > self.capacity:
+        raw = stored_entries(stored, ENTRY, self.capacity)
+        if raw is None:
             return []
         entries: list[tuple[int, int]] = []
         previous_number = previous_position = 0

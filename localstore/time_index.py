@@ -158,12 +158,18 @@ def read_index_file(path: Path) -> bytes | None:
         return None
 
 
-def strip_zero_tail(raw: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Entries before the all-zero tail a preallocated file keeps after a crash."""
+def stored_entries(
+    stored: bytes | None, entry: struct.Struct, capacity: int
+) -> list[tuple[int, int]] | None:
+    """The (a, b) entries of a sparse index file's bytes, without the all-zero tail a
+    preallocated file keeps after a crash; None when the bytes cannot be an index file."""
+    if not stored or len(stored) % entry.size:
+        return None
+    raw = list(entry.iter_unpack(stored))
     end = len(raw)
     while end and raw[end - 1] == (0, 0):
         end -= 1
-    return raw[:end]
+    return raw[:end] if end <= capacity else None
 
 
 class _TimeSegment:
@@ -403,10 +409,8 @@ class QueueTimeIndex:
         self, stored: bytes | None, base: int, first_unit: int, end_unit: int
     ) -> list[tuple[int, int]]:
         """The stored entries (timestamp, absolute offset) that can be kept; [] to rebuild."""
-        if not stored or len(stored) % ENTRY_SIZE:
-            return []
-        raw = strip_zero_tail(list(ENTRY.iter_unpack(stored)))
-        if len(raw) > self.capacity:
+        raw = stored_entries(stored, ENTRY, self.capacity)
+        if raw is None:
             return []
         entries: list[tuple[int, int]] = []
         previous_ts = previous_relative = -(1 << 63)
