@@ -11,8 +11,6 @@ either).
 from __future__ import annotations
 
 from localstore.codec import (
-    PROPERTY_DELAY,
-    PROPERTY_TAGS,
     SYSFLAG_TRANSACTION_PREPARED,
     StoredMessage,
 )
@@ -20,7 +18,7 @@ from localstore.consume_queue import UNIT, ConsumeQueue
 from localstore.errors import CorruptStoreError
 from localstore.index_service import IndexService
 from localstore.queue_registry import QueueRegistry
-from localstore.tags import SCHEDULE_TOPIC, schedule_tag_code, tag_code
+from localstore.tags import unit_tag_code
 
 
 class _PendingUnits:
@@ -93,17 +91,16 @@ class Dispatcher:
                 return
             raise _gap(message, pending.next_offset)
         pending.units.append(
-            UNIT.pack(message.phys_offset, message.store_size, self._tag_code(message))
+            UNIT.pack(
+                message.phys_offset,
+                message.store_size,
+                unit_tag_code(
+                    message.topic, message.properties, message.store_timestamp, self._delay_levels
+                ),
+            )
         )
         pending.next_offset += 1
         pending.phys_end = message.phys_offset + message.store_size
-
-    def _tag_code(self, message: StoredMessage) -> int:
-        if message.topic == SCHEDULE_TOPIC:
-            return schedule_tag_code(
-                message.store_timestamp, message.properties.get(PROPERTY_DELAY), self._delay_levels
-            )
-        return tag_code(message.properties.get(PROPERTY_TAGS))
 
     def _flush_index(self) -> None:
         run = self._index_run

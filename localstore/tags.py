@@ -13,6 +13,7 @@ hash collision never delivers a message of another tag.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from localstore.javahash import java_hash
@@ -65,6 +66,16 @@ def schedule_tag_code(
     level = min(level, len(delays))
     delay = delays[level - 1] if level >= 1 else _UNKNOWN_LEVEL_DELAY_MS
     return store_timestamp + delay
+
+
+def unit_tag_code(
+    topic: str, properties: Mapping[str, str], store_timestamp: int, delays: tuple[int, ...]
+) -> int:
+    """The tag code a record's consume-queue unit carries (the put path computes the same
+    inline, per batch)."""
+    if topic == SCHEDULE_TOPIC:
+        return schedule_tag_code(store_timestamp, properties.get("DELAY"), delays)
+    return tag_code(properties.get("TAGS"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any
 from localstore import codec
 from localstore.consume_queue import UNIT, ConsumeQueue
 from localstore.store import MessageStore
-from localstore.tags import SCHEDULE_TOPIC, parse_delay_levels, schedule_tag_code, tag_code
+from localstore.tags import SCHEDULE_TOPIC, parse_delay_levels, unit_tag_code
 
 DEFAULT_MAX_PROBLEMS = 100
 _UNITS_PER_READ = 4096
@@ -282,14 +282,12 @@ class _Verifier:
     def tags_problem(self, record: codec.StoredMessage, code: int) -> str | None:
         """Why ``code`` is not the record's tagsCode, or None."""
         properties = record.properties
+        try:
+            expected = unit_tag_code(record.topic, properties, record.store_timestamp, self.delays)
+        except ValueError:
+            return f"the record at {record.phys_offset} has a DELAY that is not a number"
         if record.topic == SCHEDULE_TOPIC:
-            delay = properties.get("DELAY")
-            try:
-                expected = schedule_tag_code(record.store_timestamp, delay, self.delays)
-            except ValueError:
-                return f"the record at {record.phys_offset} has a DELAY that is not a number"
             what = "the delivery time"
         else:
-            expected = tag_code(properties.get("TAGS"))
             what = f"the hash of TAGS {properties.get('TAGS')!r}"
         return f"tagsCode {code}, but {what} is {expected}" if code != expected else None
