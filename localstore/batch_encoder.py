@@ -24,10 +24,7 @@ from localstore.codec import (
     BLANK_STRUCT,
     HEADER_STRUCTS,
     HEADER_V4,
-    MAGIC_V1,
-    MAGIC_V2,
     MAX_PROPERTIES_BYTES,
-    MAX_V1_TOPIC_BYTES,
     SHORT,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
@@ -35,6 +32,7 @@ from localstore.codec import (
     SYSFLAG_TRANSACTION_ROLLBACK,
     NewMessage,
 )
+from localstore.codec import topic_field as encode_topic_field
 from localstore.consume_queue import UNIT
 from localstore.tags import _TAG_CODES, schedule_tag_code, tag_code
 
@@ -197,12 +195,8 @@ def _units_struct(count: int) -> struct.Struct:
 
 
 def _topic_field(topic: str) -> tuple[int, bytes]:
-    """(magic, encoded TOPIC field): v1 with a 1-byte length up to 127 bytes, else v2."""
-    raw = topic.encode()
-    if len(raw) <= MAX_V1_TOPIC_BYTES:
-        known = (MAGIC_V1, bytes((len(raw),)) + raw)
-    else:
-        known = (MAGIC_V2, SHORT.pack(len(raw)) + raw)
+    """:func:`localstore.codec.topic_field`, cached per topic for the put path."""
+    known = encode_topic_field(topic)
     if len(_TOPIC_FIELDS) < 65536:
         _TOPIC_FIELDS[topic] = known
     return known

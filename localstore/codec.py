@@ -168,11 +168,13 @@ def split_keys(keys: str) -> list[str]:
     return [key for key in keys.split(KEY_SEPARATOR) if key]
 
 
-def topic_field(topic_bytes: bytes) -> bytes:
-    """The encoded TOPIC field: v1 (1-byte length) up to 127 bytes, v2 (2-byte length) above."""
-    if len(topic_bytes) <= MAX_V1_TOPIC_BYTES:
-        return bytes((len(topic_bytes),)) + topic_bytes
-    return SHORT.pack(len(topic_bytes)) + topic_bytes
+def topic_field(topic: str) -> tuple[int, bytes]:
+    """(magic, encoded TOPIC field): v1 with a 1-byte length up to 127 bytes, v2 (2-byte
+    length) above."""
+    raw = topic.encode()
+    if len(raw) <= MAX_V1_TOPIC_BYTES:
+        return MAGIC_V1, bytes((len(raw),)) + raw
+    return MAGIC_V2, SHORT.pack(len(raw)) + raw
 
 
 def record_overhead(topic_field_len: int, born_v6: bool = False, store_v6: bool = False) -> int:
