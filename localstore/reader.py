@@ -53,12 +53,16 @@ def _sizes_struct(count: int) -> struct.Struct:
     return known
 
 
-def visible_max_offset(queue: ConsumeQueue, confirmed_offset: int) -> int:
+def visible_max_offset(queue: ConsumeQueue, commitlog: CommitLog) -> int:
     """The queue's max offset counting only units whose records readers may see.
 
-    Units are in commitlog order, so the visible ones are a prefix: check the last unit (the
-    common case: everything visible), else binary-search the first unit past the boundary."""
+    Under async flush every unit is visible (its record was written before it). Under sync
+    flush units are in commitlog order, so the visible ones are a prefix: check the last unit
+    (the common case), else binary-search the first unit past the flushed end."""
     end = queue.max_offset
+    if not commitlog.sync_flush:
+        return end
+    confirmed_offset = commitlog.confirmed_offset
     floor = queue.min_offset
     if end <= floor:
         return end
@@ -88,10 +92,7 @@ def get_messages(
     if queue is None:
         return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
     min_offset = queue.min_offset
-    if commitlog.sync_flush:
-        max_offset = visible_max_offset(queue, commitlog.confirmed_offset)
-    else:  # every unit's record was written before the unit: all are visible
-        max_offset = queue.max_offset
+    max_offset = visible_max_offset(queue, commitlog)
     if max_offset == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
     if queue_offset < min_offset:

@@ -456,7 +456,7 @@ class MessageStore:
         queue = self.queues.get(topic, queue_id)
         if queue is None:
             return 0
-        return visible_max_offset(queue, self.commitlog.confirmed_offset)
+        return visible_max_offset(queue, self.commitlog)
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get(topic, queue_id)

@@ -339,7 +339,7 @@ class QueueTimeIndex:
         self.close()
         queue = self.consume_queue
         low = queue.min_offset
-        high = visible_max_offset(queue, self.commitlog.confirmed_offset)
+        high = visible_max_offset(queue, self.commitlog)
         stale = self._existing_files()
         built: list[tuple[int, bytes, bytes | None]] = []
         for mapped in list(queue.segments.segments):
@@ -507,7 +507,7 @@ def offset_for_timestamp(
     if consume_queue is None:
         return 0
     low = consume_queue.min_offset
-    high = visible_max_offset(consume_queue, commitlog.confirmed_offset)
+    high = visible_max_offset(consume_queue, commitlog)
     if high <= low:
         return low
     lo, hi = (low - 1, high) if time_index is None else time_index.bracket(timestamp_ms)
