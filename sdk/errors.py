@@ -19,13 +19,20 @@ class InvalidMessageError(QuiverError, ValueError):
     properties too large, a reserved property name). Never retriable."""
 
 
+RETRIABLE_PUT_STATUSES = frozenset({"SERVICE_NOT_AVAILABLE", "CREATE_MAPPED_FILE_FAILED"})
+
+
 class SendRejectedError(QuiverError):
-    """The broker refused a message; ``status`` is its put status (e.g. ``MESSAGE_ILLEGAL``)."""
+    """The broker refused a message; ``status`` is its put status (e.g. ``MESSAGE_ILLEGAL``).
+
+    Retriable when nothing was stored for a passing reason (the store is closing, a segment
+    could not be created); a refused message (``MESSAGE_ILLEGAL``, ...) is not."""
 
     def __init__(self, status: str, detail: str):
         super().__init__(f"{status}: {detail}" if detail else status)
         self.status = status
         self.detail = detail
+        self.retriable = status in RETRIABLE_PUT_STATUSES
 
 
 class BrokerUnavailableError(QuiverError):

@@ -54,7 +54,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -77,6 +77,7 @@ __all__ = [
     "delay_levels",
     "delayed_message",
     "original_message",
+    "packed_host",
 ]
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,8 @@ def delayed_message(
     )
 
 
-def _packed_host(host: str, sys_flag: int) -> bytes:
+def packed_host(host: str, sys_flag: int) -> bytes:
+    """A stored message's ``"host:port"`` packed back as its record held it."""
     address, _, port = host.rpartition(":")
     packed = pack_host(address, int(port))
     if sys_flag & SYSFLAG_BORNHOST_V6 and len(packed) == 8:  # Java printed a v4-mapped address
@@ -183,7 +185,7 @@ def original_message(stored: StoredMessage) -> NewMessage | None:
         flag=stored.flag,
         sys_flag=stored.sys_flag,
         born_timestamp=stored.born_timestamp,
-        born_host=_packed_host(stored.born_host, stored.sys_flag),
+        born_host=packed_host(stored.born_host, stored.sys_flag),
         reconsume_times=stored.reconsume_times,
         prepared_transaction_offset=stored.prepared_transaction_offset,
     )
@@ -205,8 +207,10 @@ class ScheduleService:
         root: Path | str | None = None,
         levels: DelayLevels | None = None,
         poll_interval_s: float = 0.1,
+        on_delivered: Callable[[str, int], None] | None = None,
     ):
         self.store = store
+        self.on_delivered = on_delivered  # (topic, queue id) after a message became due there
         self.root = Path(root) if root is not None else store.root
         # By default the store's own table, the one its consume-queue tag codes were made with.
         self.delays = delay_levels(levels if levels is not None else store.options.delay_levels)
@@ -348,6 +352,8 @@ class ScheduleService:
                 self.rescheduled += 1
             else:
                 self.delivered += 1
+                if self.on_delivered is not None:
+                    self.on_delivered(message.topic, message.queue_id)
             return True
         if result.status in _PERMANENT_FAILURES:
             log.error(

@@ -1,0 +1,75 @@
+"""Local mode: a broker inside the application's process, over a store directory.
+
+``EmbeddedBroker("./data")`` opens (or creates) the store and runs the broker service next to it:
+committed offsets, consumer groups, the delay schedule and retries. Producers and consumers are
+given the broker itself; they reach it through the in-process transport, the same seam the HTTP
+transports of remote mode implement.
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any
+
+from localstore import StoreOptions
+from sdk.broker.service import BrokerOptions, BrokerService
+from sdk.transport.in_process import AsyncInProcessTransport, InProcessTransport
+
+__all__ = ["EmbeddedBroker"]
+
+
+class EmbeddedBroker:
+    """A broker service over the store in ``root``, in this process.
+
+    ``options`` sets the broker (:class:`BrokerOptions`); ``store_options`` and ``geometry``
+    (e.g. ``commitlog_file_size=...``, ``flush_mode="sync"``) are shortcuts for its store part.
+    Close it (or use ``with``) after the clients that use it: closing flushes and releases the
+    store directory.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        options: BrokerOptions | None = None,
+        store_options: StoreOptions | None = None,
+        **geometry: Any,
+    ) -> None:
+        options = options or BrokerOptions()
+        if store_options is not None:
+            options.store = store_options
+        if geometry:
+            options.geometry = {**options.geometry, **geometry}
+        self.service = BrokerService(root, options)
+        self.root = self.service.root
+
+    def transport(self) -> InProcessTransport:
+        """A blocking transport to this broker (what :class:`sdk.Producer` uses)."""
+        return InProcessTransport(self.service)
+
+    def async_transport(self) -> AsyncInProcessTransport:
+        """An asyncio transport to this broker (what :class:`sdk.AsyncProducer` uses)."""
+        return AsyncInProcessTransport(self.service)
+
+    @property
+    def closed(self) -> bool:
+        return self.service.closed
+
+    def close(self) -> None:
+        """Stop the broker: parked pulls answer, offsets are persisted, the store is closed."""
+        self.service.close()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedBroker({str(self.root)!r})"

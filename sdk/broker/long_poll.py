@@ -1,0 +1,97 @@
+"""Long polling: parked pulls are woken when a message arrives on one of their queues.
+
+RocketMQ's ``PullRequestHoldService`` parks a pull that found nothing under ``topic@queueId``
+and re-runs it when the reput thread reports a new message there, or when the hold times out.
+:class:`ArrivalNotifier` keeps the same contract with callbacks instead of re-running requests,
+so one notifier serves blocking threads (:meth:`ArrivalNotifier.wait`) and event loops
+(a callback that resolves a future with ``call_soon_threadsafe``) alike.
+
+Invariant (no lost wake-up): a waiter registers *before* it looks for messages, so a message
+that arrives between the look and the wait still fires its callback. A put that has no waiters
+on its queue costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterable
+
+__all__ = ["ArrivalNotifier", "Watch"]
+
+QueueKey = tuple[str, int]
+
+
+class Watch:
+    """A registration: ``callback`` runs (once) on the first arrival on any of ``keys``."""
+
+    __slots__ = ("_callback", "_fired", "keys", "token")
+
+    def __init__(self, token: int, keys: tuple[QueueKey, ...], callback: Callable[[], None]):
+        self.token = token
+        self.keys = keys
+        self._callback = callback
+        self._fired = False
+
+    def fire(self) -> None:
+        if not self._fired:
+            self._fired = True
+            self._callback()
+
+
+class ArrivalNotifier:
+    """Wakes the waiters of a topic-queue when a message arrives there (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watches: dict[QueueKey, dict[int, Watch]] = {}
+        self._tokens = itertools.count(1)
+
+    def watch(self, keys: Iterable[QueueKey], callback: Callable[[], None]) -> Watch:
+        """Call ``callback`` on the next arrival on any of ``keys`` (from the putting thread;
+        keep it short). Cancel with :meth:`cancel` when done, fired or not."""
+        watch = Watch(next(self._tokens), tuple(keys), callback)
+        with self._lock:
+            for key in watch.keys:
+                self._watches.setdefault(key, {})[watch.token] = watch
+        return watch
+
+    def cancel(self, watch: Watch) -> None:
+        with self._lock:
+            for key in watch.keys:
+                waiting = self._watches.get(key)
+                if waiting is not None:
+                    waiting.pop(watch.token, None)
+                    if not waiting:
+                        del self._watches[key]
+
+    def notify(self, topic: str, queue_id: int) -> None:
+        """A message arrived on ``topic``/``queue_id``: fire every watch on it."""
+        if (topic, queue_id) not in self._watches:  # the common case: nobody is parked there
+            return
+        with self._lock:
+            waiting = self._watches.pop((topic, queue_id), None)
+        if waiting:
+            for watch in waiting.values():
+                watch.fire()
+
+    def notify_all(self) -> None:
+        """Fire every watch (shutdown: parked pulls answer at once)."""
+        with self._lock:
+            waiting = list(self._watches.values())
+            self._watches.clear()
+        for watches in waiting:
+            for watch in watches.values():
+                watch.fire()
+
+    def wait(self, keys: Iterable[QueueKey], timeout_s: float, ready: Callable[[], bool]) -> bool:
+        """Block until ``ready()`` or an arrival on ``keys``, at most ``timeout_s``; answers
+        whether something arrived (or was ready). ``ready`` is checked after registering."""
+        event = threading.Event()
+        watch = self.watch(keys, event.set)
+        try:
+            if ready():
+                return True
+            return event.wait(timeout_s)
+        finally:
+            self.cancel(watch)

@@ -1,0 +1,413 @@
+"""The broker service: one store, the group offsets, group membership, delays and retries.
+
+Every transport ends here: the in-process transport calls these methods directly, the HTTP
+server (remote mode) decodes a request and calls the same method. Nothing in this module knows
+how a request arrived.
+
+What it keeps, all under the store's root::
+
+    {root}/commitlog, consumequeue, index, ...   the store (:class:`localstore.MessageStore`)
+    {root}/config/consumerOffset.json           committed offsets (RocketMQ's file)
+    {root}/config/delayOffset.json              schedule progress (RocketMQ's file)
+
+Sends: a message whose ``DELAY`` property names a level (or which carries an absolute delivery
+time) is stored under ``SCHEDULE_TOPIC_XXXX`` and re-put when due (:mod:`sdk.broker.schedule`),
+as RocketMQ's broker does. A batch must not hold delayed messages.
+
+Send-back (RocketMQ's ``consumerSendMsgBack``): a message a consumer failed is re-stored under
+``%RETRY%{group}`` with ``reconsume_times + 1`` and delay level ``3 + reconsume_times`` (or the
+level asked for), keeping ``RETRY_TOPIC`` (its original topic) and ``ORIGIN_MESSAGE_ID``; once
+``reconsume_times`` reaches the maximum (16 by default) it goes to ``%DLQ%{group}`` instead.
+
+Long polling: a pull that finds nothing new waits on an :class:`ArrivalNotifier`, which every
+successful send, send-back and schedule delivery notifies. Under sync flush a send notifies only
+after its messages are durable, which is when readers may see them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from localstore import MessageStore, NewMessage, PutResult, StoreOptions
+from localstore.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    RecordError,
+    StoredMessage,
+)
+from localstore.periodic import PeriodicTask
+from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
+from offsetstore import MessageQueue
+from offsetstore.broker_table import ConsumerOffsetTable
+from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
+from sdk.broker.long_poll import ArrivalNotifier
+from sdk.broker.schedule import (
+    PROPERTY_DELIVER_AT,
+    ScheduleService,
+    delayed_message,
+    packed_host,
+)
+from sdk.transport.models import (
+    NOTHING_NEW,
+    GroupView,
+    PullBatch,
+    PullBatchResult,
+    QueuePullResult,
+    SendResult,
+)
+
+__all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+_RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+@dataclass(slots=True)
+class BrokerOptions:
+    """Settings of a broker service (run-time; none is recorded in the store).
+
+    ``delay_levels``: the schedule service's delay table, a RocketMQ ``messageDelayLevel``
+    string or delays in ms (sub-second tables for tests); None uses the store's.
+    ``geometry``: sizes to create a new store with (see :class:`localstore.StoreGeometry`).
+    """
+
+    broker_name: str = "broker-a"
+    store: StoreOptions = field(default_factory=StoreOptions)
+    geometry: dict[str, Any] = field(default_factory=dict)
+    delay_levels: str | Sequence[int] | None = None
+    schedule_poll_interval_s: float = 0.1
+    member_expiry_ms: int = DEFAULT_MEMBER_EXPIRY_MS
+    offset_persist_interval_s: float = 5.0
+    max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+
+
+def _send_result(result: PutResult) -> SendResult:
+    return SendResult(
+        status=result.status.value,
+        detail=result.detail,
+        topic=result.topic,
+        queue_id=result.queue_id,
+        queue_offset=result.queue_offset,
+        offset_msg_ids=result.offset_msg_ids if result.status.stored else [],
+        store_timestamp=result.store_timestamp,
+    )
+
+
+def _rejected(status: str, detail: str, topic: str = "", queue_id: int = 0) -> SendResult:
+    return SendResult(status=status, detail=detail, topic=topic, queue_id=queue_id)
+
+
+class BrokerService:
+    """A broker over one store directory: sends, pulls with long polling, offsets, groups,
+    delayed messages and retries. Thread-safe. Close it (or use ``with``) to flush and release
+    the store."""
+
+    def __init__(self, root: str | os.PathLike[str], options: BrokerOptions | None = None):
+        self.options = options or BrokerOptions()
+        self.broker_name = self.options.broker_name
+        self.store = MessageStore(root, options=self.options.store, **self.options.geometry)
+        self.root = self.store.root
+        self.notifier = ArrivalNotifier()
+        self.groups = GroupRegistry(self.options.member_expiry_ms)
+        try:
+            self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
+            self.offsets.start_auto_persist(self.options.offset_persist_interval_s)
+            self.schedule = ScheduleService(
+                self.store,
+                levels=self.options.delay_levels,
+                poll_interval_s=self.options.schedule_poll_interval_s,
+                on_delivered=self.notifier.notify,
+            )
+            self.schedule.start()
+        except BaseException:
+            self.store.close()
+            raise
+        self._expiry = PeriodicTask("quiver-groups", self._expire_members, 10.0, 10.0)
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Answer parked pulls, stop the schedule, persist offsets, close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        self.notifier.notify_all()
+        self._expiry.close()
+        self.schedule.stop()
+        self.offsets.close()
+        self.store.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> BrokerService:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _expire_members(self) -> bool:
+        self.groups.expire()
+        return not self._closed
+
+    # -- send --------------------------------------------------------------------------------
+    def send(self, messages: Sequence[NewMessage]) -> SendResult:
+        """Store one message or a batch (one topic-queue, one append). Delayed messages go
+        under ``SCHEDULE_TOPIC_XXXX`` (alone: a batch may not carry delays)."""
+        if not messages:
+            return _rejected("MESSAGE_ILLEGAL", "the batch is empty")
+        first = messages[0]
+        if self._delayed(first) or (len(messages) > 1 and any(map(self._delayed, messages))):
+            if len(messages) > 1:
+                return _rejected(
+                    "MESSAGE_ILLEGAL", "a batch cannot hold delayed messages", first.topic
+                )
+            return self._send_delayed(first)
+        result = self.store.put_batch(messages)
+        if result.status.stored:
+            self.notifier.notify(result.topic, result.queue_id)
+        return _send_result(result)
+
+    @staticmethod
+    def _delayed(message: NewMessage) -> bool:
+        properties = message.properties
+        return PROPERTY_DELAY in properties or PROPERTY_DELIVER_AT in properties
+
+    def _send_delayed(self, message: NewMessage) -> SendResult:
+        rejection = self.store.check([message])
+        if rejection is not None:
+            return _send_result(rejection)
+        properties = dict(message.properties)
+        level_text = properties.pop(PROPERTY_DELAY, None)
+        deliver_at_text = properties.pop(PROPERTY_DELIVER_AT, None)
+        plain = dataclasses.replace(message, properties=properties)
+        try:
+            if deliver_at_text is not None:
+                deliver_at = int(deliver_at_text)
+                if deliver_at <= time.time_ns() // 1_000_000:  # already due: deliver now
+                    return self.send([plain])
+                delayed = delayed_message(plain, deliver_at_ms=deliver_at, levels=self._delays)
+            else:
+                level = int(level_text or "0")
+                if level <= 0:
+                    return self.send([plain])
+                delayed = delayed_message(plain, level=level, levels=self._delays)
+        except ValueError as exc:
+            return _rejected("MESSAGE_ILLEGAL", f"bad delay: {exc}", message.topic)
+        return self._put_system(delayed)
+
+    @property
+    def _delays(self) -> tuple[int, ...]:
+        return self.schedule.delays
+
+    def _put_system(self, message: NewMessage) -> SendResult:
+        result = self.store.put(message, system=True)
+        if result.status.stored:
+            self.notifier.notify(result.topic, result.queue_id)
+        return _send_result(result)
+
+    # -- consumer send-back (retry / DLQ) ------------------------------------------------------
+    def send_back(
+        self,
+        group: str,
+        phys_offset: int,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int | None = None,
+    ) -> SendResult:
+        """Re-store the message at ``phys_offset`` for ``group`` to consume again later, or in
+        its dead-letter queue once it was reconsumed ``max_reconsume_times`` times (see the
+        module docstring). ``delay_level`` < 0 sends it to the DLQ at once; 0 picks
+        ``3 + reconsume_times``."""
+        try:
+            original = self.store.message_at(phys_offset)
+        except RecordError as exc:
+            return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {exc}")
+        limit = self.options.max_reconsume_times
+        if max_reconsume_times is not None and max_reconsume_times >= 0:
+            limit = max_reconsume_times
+        message = self._retry_copy(original)
+        if original.reconsume_times >= limit or delay_level < 0:
+            dead = dataclasses.replace(message, topic=dlq_topic(group), queue_id=0)
+            return self._put_system(dead)
+        retry = dataclasses.replace(message, topic=retry_topic(group), queue_id=0)
+        level = delay_level or _RETRY_BASE_LEVEL + original.reconsume_times
+        return self._put_system(delayed_message(retry, level=level, levels=self._delays))
+
+    @staticmethod
+    def _retry_copy(original: StoredMessage) -> NewMessage:
+        properties = dict(original.properties)
+        properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        origin = properties.get(PROPERTY_UNIQ_KEY) or original.offset_msg_id
+        properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
+        properties.pop(PROPERTY_DELAY, None)
+        return NewMessage(
+            topic=original.topic,
+            body=original.body,
+            properties=properties,
+            flag=original.flag,
+            sys_flag=original.sys_flag,
+            born_timestamp=original.born_timestamp,
+            born_host=packed_host(original.born_host, original.sys_flag),
+            reconsume_times=original.reconsume_times + 1,
+        )
+
+    # -- pull --------------------------------------------------------------------------------
+    def pull(self, batch: PullBatch) -> PullBatchResult:
+        """Answer every queue of ``batch`` at once (never waits)."""
+        store = self.store
+        results = []
+        for pull in batch.pulls:
+            got = store.get_message_bytes(
+                pull.topic,
+                pull.queue_id,
+                pull.queue_offset,
+                max_count=batch.max_count,
+                max_bytes=batch.max_bytes,
+                tags=pull.tags,
+            )
+            results.append(
+                QueuePullResult(
+                    pull.topic,
+                    pull.queue_id,
+                    got.status.value,
+                    got.next_offset,
+                    got.min_offset,
+                    got.max_offset,
+                    got.raw,
+                    got.count,
+                )
+            )
+        return PullBatchResult(results, self.groups.generation(batch.group))
+
+    def pull_wait(self, batch: PullBatch) -> PullBatchResult:
+        """As :meth:`pull`, holding the request up to ``batch.wait_ms`` while no queue has
+        anything new (long polling); answers at once when a message arrives."""
+        result = self.pull(batch)
+        if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
+            return result
+        deadline = time.monotonic() + batch.wait_ms / 1000
+        keys = [(p.topic, p.queue_id) for p in batch.pulls]
+        generation = result.generation
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                return result
+            self.notifier.wait(
+                keys,
+                remaining,
+                lambda: self._has_new(batch) or self.groups.generation(batch.group) != generation,
+            )
+            result = self.pull(batch)
+            if not self.nothing_new(result) or result.generation != generation:
+                return result
+
+    async def pull_async(self, batch: PullBatch) -> PullBatchResult:
+        """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread."""
+        result = self.pull(batch)
+        if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
+            return result
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + batch.wait_ms / 1000
+        keys = [(p.topic, p.queue_id) for p in batch.pulls]
+        generation = result.generation
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._closed:
+                return result
+            arrived = asyncio.Event()
+            watch = self.notifier.watch(keys, functools.partial(_wake, loop, arrived))
+            try:
+                if not self._has_new(batch) and self.groups.generation(batch.group) == generation:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(arrived.wait(), remaining)
+            finally:
+                self.notifier.cancel(watch)
+            result = self.pull(batch)
+            if not self.nothing_new(result) or result.generation != generation:
+                return result
+
+    def _has_new(self, batch: PullBatch) -> bool:
+        store = self.store
+        return any(store.max_offset(p.topic, p.queue_id) > p.queue_offset for p in batch.pulls)
+
+    @staticmethod
+    def nothing_new(result: PullBatchResult) -> bool:
+        """No queue of the answer has anything to hand out or report."""
+        return all(r.status in NOTHING_NEW for r in result.results)
+
+    # -- routes and queue bounds ---------------------------------------------------------------
+    def queue_count(self, topic: str) -> int:
+        """The topic's read queues (the default count for a topic not created yet: a producer
+        creates it with that many on its first send)."""
+        config = self.store.topics.get(topic)
+        if config is not None:
+            return config.read_queue_nums
+        return len(self.store.queue_ids(topic)) or self.options.store.default_queue_count
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.max_offset(topic, queue_id)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.store.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
+    # -- committed offsets ---------------------------------------------------------------------
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of a queue (0 for a young queue, see
+        :meth:`ConsumerOffsetTable.query`), or None when it has none."""
+        found = self.offsets.query(group, topic, queue_id)
+        return found if isinstance(found, int) else None
+
+    def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
+        by_topic: dict[str, dict[int, int]] = {}
+        for queue, offset in offsets.items():
+            by_topic.setdefault(queue.topic, {})[queue.queue_id] = offset
+        for topic, queues in by_topic.items():
+            self.offsets.commit_many(group, topic, queues)
+
+    # -- groups ------------------------------------------------------------------------------
+    def heartbeat(
+        self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
+    ) -> int:
+        """Register or refresh a consumer; answers its group's generation."""
+        before = self.groups.generation(group)
+        generation = self.groups.heartbeat(group, client_id, subscriptions, message_model)
+        if generation != before:
+            self.notifier.notify_all()  # members parked in a pull see the new generation
+        return generation
+
+    def unregister(self, group: str, client_id: str) -> int:
+        generation = self.groups.unregister(group, client_id)
+        self.notifier.notify_all()  # members parked in a pull see the new generation at once
+        return generation
+
+    def group_view(self, group: str) -> GroupView:
+        return self.groups.view(group)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
+    """Set ``arrived`` from any thread (a loop already closed has nobody left to wake)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(arrived.set)

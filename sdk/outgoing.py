@@ -1,0 +1,217 @@
+"""From a user's :class:`Message` to what the broker stores, and back to a receipt (sans-I/O).
+
+:class:`MessageBuilder` validates a message on the producer's side, with the broker's own rules
+and error texts (so a bad message fails before any I/O, with a clear
+:class:`sdk.errors.InvalidMessageError`), and turns it into a :class:`localstore.NewMessage`:
+
+* ``UNIQ_KEY`` (the message id users see) is generated here, as RocketMQ's producers do;
+* ``TAGS`` and ``KEYS`` come from the fields, user properties may not use reserved names;
+* a delay becomes the ``DELAY`` property (a level) or ``__QUIVER_DELIVER_AT`` (an absolute time):
+  the broker moves such a message under ``SCHEDULE_TOPIC_XXXX`` with its own delay table.
+
+Queue selection: round-robin per topic by default; a ``sharding_key`` picks
+``abs(java_hash(key)) % queue_count`` (RocketMQ's ``SelectMessageQueueByHash``, so all messages of
+one key go to one queue, in order); a custom :data:`QueueSelector` may pick anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from localstore.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_UNIQ_KEY,
+    NewMessage,
+    encode_properties,
+)
+from localstore.javahash import java_hash
+from localstore.message_id import UniqKeyGenerator
+from localstore.validation import topic_error
+from sdk.broker.schedule import PROPERTY_DELIVER_AT
+from sdk.errors import InvalidMessageError, SendRejectedError
+from sdk.message import RESERVED_PROPERTIES, Message
+from sdk.transport.models import SendResult
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "MAX_PROPERTIES_BYTES",
+    "MessageBuilder",
+    "QueueSelector",
+    "SendReceipt",
+    "receipts",
+    "select_by_key",
+]
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_PROPERTIES_BYTES = 32767
+MAX_DELAY_LEVEL = 18
+
+QueueSelector = Callable[[Message, int], int]
+"""``selector(message, queue_count) -> queue id`` in ``[0, queue_count)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    """Where a sent message was stored.
+
+    ``msg_id`` is the producer's id (``UNIQ_KEY``), ``offset_msg_id`` the broker's (store host
+    and commitlog offset). ``status`` is ``PUT_OK``, or ``FLUSH_DISK_TIMEOUT`` when the broker
+    stored the message but could not confirm it on disk in time. For a delayed message
+    ``queue_offset`` is -1: it gets one in ``queue_id`` only when it is delivered.
+    """
+
+    msg_id: str
+    offset_msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    status: str = "PUT_OK"
+
+
+def select_by_key(key: str, queue_count: int) -> int:
+    """The queue of sharding key ``key``: ``abs(java_hash(key)) % queue_count``."""
+    return abs(java_hash(key)) % queue_count
+
+
+def _body_bytes(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    raise InvalidMessageError(f"the body must be bytes, got {type(body).__name__}")
+
+
+class MessageBuilder:
+    """Validates messages and builds what the broker stores; thread-safe."""
+
+    def __init__(self, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.max_body_bytes = max_body_bytes
+        self._ids = UniqKeyGenerator()
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    def check(self, message: Message) -> bytes:
+        """Raise :class:`InvalidMessageError` naming what is wrong; answers the body."""
+        if not isinstance(message, Message):
+            raise InvalidMessageError(f"expected a sdk.Message, got {type(message).__name__}")
+        problem = topic_error(message.topic)
+        if problem is not None:
+            raise InvalidMessageError(problem)
+        body = _body_bytes(message.body)
+        if not body:
+            raise InvalidMessageError(f"message to {message.topic}: the body is empty")
+        if len(body) > self.max_body_bytes:
+            raise InvalidMessageError(
+                f"message to {message.topic}: the body is {len(body)} bytes, over the limit "
+                f"{self.max_body_bytes}"
+            )
+        reserved = RESERVED_PROPERTIES.intersection(message.properties)
+        if reserved:
+            raise InvalidMessageError(
+                f"property name(s) {sorted(reserved)} are reserved: use the Message fields"
+            )
+        if message.delay_level and not 0 < message.delay_level <= MAX_DELAY_LEVEL:
+            raise InvalidMessageError(
+                f"delay_level must be 1-{MAX_DELAY_LEVEL} (or 0 for none), got "
+                f"{message.delay_level}"
+            )
+        if message.delay_level and message.deliver_at_ms is not None:
+            raise InvalidMessageError("give delay_level or deliver_at_ms, not both")
+        return body
+
+    def build(
+        self, message: Message, queue_id: int, born_timestamp: int | None = None
+    ) -> NewMessage:
+        """The message as the broker stores it, with a fresh ``UNIQ_KEY``."""
+        body = self.check(message)
+        properties = {**message.properties, **message.system_properties()}
+        properties[PROPERTY_UNIQ_KEY] = self._ids.next()
+        if message.delay_level:
+            properties[PROPERTY_DELAY] = str(message.delay_level)
+        elif message.deliver_at_ms is not None:
+            properties[PROPERTY_DELIVER_AT] = str(int(message.deliver_at_ms))
+        size = len(encode_properties(properties).encode())
+        if size > MAX_PROPERTIES_BYTES:
+            raise InvalidMessageError(
+                f"message to {message.topic}: its properties take {size} bytes, over the limit "
+                f"{MAX_PROPERTIES_BYTES}"
+            )
+        return NewMessage(
+            message.topic,
+            body,
+            queue_id,
+            properties,
+            flag=message.flag,
+            born_timestamp=born_timestamp or time.time_ns() // 1_000_000,
+        )
+
+    def build_batch(self, messages: Sequence[Message], queue_id: int) -> list[NewMessage]:
+        """One batch for one topic-queue; no delays (a batch is appended as it is)."""
+        if not messages:
+            raise InvalidMessageError("the batch is empty")
+        topic = messages[0].topic
+        now = time.time_ns() // 1_000_000
+        built = []
+        for index, message in enumerate(messages):
+            if message.topic != topic:
+                raise InvalidMessageError(
+                    f"a batch goes to one topic: message {index} is for {message.topic}, "
+                    f"message 0 for {topic}"
+                )
+            if message.delay_level or message.deliver_at_ms is not None:
+                raise InvalidMessageError(
+                    f"message {index}: a batch cannot hold delayed messages; send it alone"
+                )
+            built.append(self.build(message, queue_id, now))
+        return built
+
+    def select_queue(
+        self,
+        message: Message,
+        queue_count: int,
+        *,
+        sharding_key: str | None = None,
+        selector: QueueSelector | None = None,
+    ) -> int:
+        """The queue for ``message`` (see the module docstring)."""
+        if queue_count <= 0:
+            raise InvalidMessageError(f"topic {message.topic} has no writable queue")
+        if sharding_key is not None:
+            return select_by_key(sharding_key, queue_count)
+        if selector is not None:
+            queue_id = selector(message, queue_count)
+            if not 0 <= queue_id < queue_count:
+                raise InvalidMessageError(
+                    f"the queue selector chose queue {queue_id}, but {message.topic} has queues "
+                    f"0-{queue_count - 1}"
+                )
+            return queue_id
+        counter = self._round_robin.get(message.topic)
+        if counter is None:
+            counter = self._round_robin.setdefault(message.topic, itertools.count())
+        return next(counter) % queue_count
+
+
+def receipts(built: Sequence[NewMessage], result: SendResult) -> list[SendReceipt]:
+    """One receipt per sent message, or :class:`SendRejectedError` for a refused send."""
+    if not result.stored:
+        raise SendRejectedError(result.status, result.detail)
+    first = built[0]
+    delayed = result.topic != first.topic
+    return [
+        SendReceipt(
+            msg_id=message.properties[PROPERTY_UNIQ_KEY],
+            offset_msg_id=result.offset_msg_ids[index]
+            if index < len(result.offset_msg_ids)
+            else "",
+            topic=first.topic,
+            queue_id=first.queue_id,
+            queue_offset=-1 if delayed else result.queue_offset + index,
+            store_timestamp=result.store_timestamp,
+            status=result.status,
+        )
+        for index, message in enumerate(built)
+    ]

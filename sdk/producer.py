@@ -1,0 +1,372 @@
+"""Producers: :class:`Producer` (blocking) and :class:`AsyncProducer` (asyncio), same names.
+
+Pipeline: validate and build (:class:`sdk.outgoing.MessageBuilder`, no I/O) -> pick a queue from
+the topic's route (cached for ``route_ttl_s``) -> one request per message or per batch through
+the transport -> receipts. Retriable failures (broker unreachable or closing, see
+``QuiverError.retriable``) are retried with tenacity (bounded exponential backoff with jitter),
+re-sending the *same* built messages: a retried message keeps its ``UNIQ_KEY``, so consumers
+can tell a retry's duplicate from a new message.
+
+``send`` waits for the broker's answer; ``send_async`` returns a future (a
+``concurrent.futures.Future`` / an ``asyncio.Task``); ``send_oneway`` does not report at all
+(failures are logged); ``send_batch`` stores several messages of one topic in one queue with
+one request and one append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Self, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from localstore.codec import NewMessage
+from sdk.errors import ClientClosedError, InvalidMessageError
+from sdk.message import Message
+from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, receipts
+from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
+from sdk.transport.resolve import resolve, resolve_async
+
+__all__ = ["AsyncProducer", "Producer"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
+T = TypeVar("T")
+
+
+def _is_retriable(exc: BaseException) -> bool:
+    return bool(getattr(exc, "retriable", False))
+
+
+class _Routes:
+    """Queue counts per topic, asked of the broker at most once per ``ttl_s``."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._counts: dict[str, tuple[int, float]] = {}
+
+    def cached(self, topic: str) -> int | None:
+        found = self._counts.get(topic)
+        if found is None or time.monotonic() - found[1] > self.ttl_s:
+            return None
+        return found[0]
+
+    def remember(self, topic: str, count: int) -> int:
+        self._counts[topic] = (count, time.monotonic())
+        return count
+
+
+class _ProducerBase:
+    def __init__(
+        self,
+        group: str,
+        selector: QueueSelector | None,
+        retries: int,
+        route_ttl_s: float,
+        max_body_bytes: int,
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.group = group
+        self.selector = selector
+        self.retries = retries
+        self.builder = MessageBuilder(max_body_bytes=max_body_bytes)
+        self._routes = _Routes(route_ttl_s)
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"producer {self.group!r} is closed")
+
+    def _pick(
+        self,
+        message: Message,
+        count: int,
+        sharding_key: str | None,
+        queue_id: int | None,
+    ) -> int:
+        if queue_id is not None:
+            if not 0 <= queue_id < count:
+                raise InvalidMessageError(
+                    f"queue {queue_id} does not exist: {message.topic} has queues 0-{count - 1}"
+                )
+            return queue_id
+        return self.builder.select_queue(
+            message, count, sharding_key=sharding_key, selector=self.selector
+        )
+
+
+class Producer(_ProducerBase):
+    """Sends messages to a broker; thread-safe. Use ``with`` or call :meth:`close`.
+
+    ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. ``group`` is the
+    producer group (recorded for transactions later; any name). ``selector`` replaces
+    round-robin queue selection. ``retries``: extra attempts on retriable failures.
+    """
+
+    def __init__(
+        self,
+        broker: object,
+        group: str = DEFAULT_PRODUCER_GROUP,
+        *,
+        selector: QueueSelector | None = None,
+        retries: int = 2,
+        route_ttl_s: float = 30.0,
+        max_body_bytes: int = 4 * 1024 * 1024,
+        async_workers: int = 4,
+    ) -> None:
+        super().__init__(group, selector, retries, route_ttl_s, max_body_bytes)
+        self.transport: BrokerTransport = resolve(broker)
+        self._async_workers = async_workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    def _queue_count(self, topic: str) -> int:
+        count = self._routes.cached(topic)
+        if count is None:
+            count = self._routes.remember(topic, self._call(self.transport.queue_count, topic))
+        return count
+
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
+        for attempt in Retrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(_is_retriable),
+            reraise=True,
+        ):
+            with attempt:
+                return fn(*args)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send_built(self, built: list[NewMessage]) -> list[SendReceipt]:
+        def attempt() -> list[SendReceipt]:
+            return receipts(built, self.transport.send(built))
+
+        result: list[SendReceipt] = self._call(attempt)
+        return result
+
+    def send(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
+    ) -> SendReceipt:
+        """Send one message and wait for the broker's answer.
+
+        ``sharding_key`` keeps every message of one key in one queue (ordered messages);
+        ``queue_id`` names the queue outright. Raises :class:`InvalidMessageError` before any
+        I/O for a bad message, :class:`SendRejectedError` when the broker refuses it,
+        :class:`BrokerUnavailableError` when retries ran out.
+        """
+        self._check_open()
+        self.builder.check(message)
+        count = self._queue_count(message.topic)
+        chosen = self._pick(message, count, sharding_key, queue_id)
+        return self._send_built([self.builder.build(message, chosen)])[0]
+
+    def send_batch(
+        self,
+        messages: Sequence[Message],
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
+    ) -> list[SendReceipt]:
+        """Send messages of one topic to one queue with one request (one append: all or none
+        are stored). No delayed messages in a batch."""
+        self._check_open()
+        if not messages:
+            return []
+        first = messages[0]
+        self.builder.check(first)
+        count = self._queue_count(first.topic)
+        chosen = self._pick(first, count, sharding_key, queue_id)
+        return self._send_built(self.builder.build_batch(messages, chosen))
+
+    def send_async(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
+    ) -> Future[SendReceipt]:
+        """Send in the background; the future holds the receipt or the error. A bad message
+        raises here, at once."""
+        self._check_open()
+        self.builder.check(message)
+        return self._pool().submit(self.send, message, sharding_key=sharding_key, queue_id=queue_id)
+
+    def send_oneway(self, message: Message, *, sharding_key: str | None = None) -> None:
+        """Send without waiting for, or reporting, the outcome (failures are logged)."""
+        future = self.send_async(message, sharding_key=sharding_key)
+        future.add_done_callback(_log_failure)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._async_workers, thread_name_prefix=f"quiver-send-{self.group}"
+                )
+            return self._executor
+
+    def close(self) -> None:
+        """Wait for background sends, then refuse new ones. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _log_failure(future: Future[SendReceipt]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.error("one-way send failed: %s", exc)
+
+
+class AsyncProducer(_ProducerBase):
+    """The asyncio twin of :class:`Producer`: ``await send(...)``, ``await send_batch(...)``,
+    ``send_async`` (a task), ``send_oneway``. Use ``async with`` or ``await close()``."""
+
+    def __init__(
+        self,
+        broker: object,
+        group: str = DEFAULT_PRODUCER_GROUP,
+        *,
+        selector: QueueSelector | None = None,
+        retries: int = 2,
+        route_ttl_s: float = 30.0,
+        max_body_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        super().__init__(group, selector, retries, route_ttl_s, max_body_bytes)
+        self.transport: AsyncBrokerTransport = resolve_async(broker)
+        self._pending: set[asyncio.Task[SendReceipt]] = set()
+
+    async def _queue_count(self, topic: str) -> int:
+        count = self._routes.cached(topic)
+        if count is None:
+            sync = self.transport.sync
+            count = self._routes.remember(
+                topic, await self._call(lambda: asyncio.to_thread(sync.queue_count, topic))
+            )
+        return count
+
+    async def _call(self, make_call: Callable[[], Awaitable[T]]) -> T:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception(_is_retriable),
+            reraise=True,
+        ):
+            with attempt:
+                return await make_call()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send_built(self, built: list[NewMessage]) -> list[SendReceipt]:
+        async def attempt() -> list[SendReceipt]:
+            return receipts(built, await self.transport.send(built))
+
+        result: list[SendReceipt] = await self._call(attempt)
+        return result
+
+    async def send(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
+    ) -> SendReceipt:
+        """Send one message and wait for the broker's answer (see :meth:`Producer.send`)."""
+        self._check_open()
+        self.builder.check(message)
+        count = await self._queue_count(message.topic)
+        chosen = self._pick(message, count, sharding_key, queue_id)
+        return (await self._send_built([self.builder.build(message, chosen)]))[0]
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
+    ) -> list[SendReceipt]:
+        """Send messages of one topic to one queue with one request and one append."""
+        self._check_open()
+        if not messages:
+            return []
+        first = messages[0]
+        self.builder.check(first)
+        count = await self._queue_count(first.topic)
+        chosen = self._pick(first, count, sharding_key, queue_id)
+        return await self._send_built(self.builder.build_batch(messages, chosen))
+
+    def send_async(
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue_id: int | None = None,
+    ) -> asyncio.Task[SendReceipt]:
+        """Start a send; the task holds the receipt or the error. A bad message raises here."""
+        self._check_open()
+        self.builder.check(message)
+        task = asyncio.get_running_loop().create_task(
+            self.send(message, sharding_key=sharding_key, queue_id=queue_id)
+        )
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return task
+
+    def send_oneway(self, message: Message, *, sharding_key: str | None = None) -> None:
+        """Send without waiting for, or reporting, the outcome (failures are logged)."""
+        task = self.send_async(message, sharding_key=sharding_key)
+        task.add_done_callback(_log_task_failure)
+
+    async def close(self) -> None:
+        """Wait for pending sends, then refuse new ones. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _log_task_failure(task: asyncio.Task[SendReceipt]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("one-way send failed: %s", task.exception())

@@ -1,0 +1,100 @@
+"""The transport seam: what clients need from a broker, whatever carries the request.
+
+:class:`BrokerTransport` (blocking) and :class:`AsyncBrokerTransport` (asyncio) name the same
+operations. The in-process transport (:mod:`sdk.transport.in_process`) calls a
+:class:`sdk.broker.service.BrokerService` directly; the HTTP transports of remote mode encode
+the same requests. Producers and consumers only ever talk to these protocols, so one behaviour
+suite runs against every transport.
+
+Failures: a transport raises :class:`sdk.errors.BrokerUnavailableError` (retriable) when the
+broker cannot be reached or is closed; refusals are statuses in the answers, not exceptions.
+
+A sync transport also serves as the :class:`offsetstore.remote_broker.OffsetBackend` of a
+clustering consumer's :class:`offsetstore.RemoteBrokerOffsetStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from localstore.codec import NewMessage
+from offsetstore import MessageQueue
+from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
+
+__all__ = ["AsyncBrokerTransport", "BrokerTransport"]
+
+
+class BrokerTransport(Protocol):
+    """Blocking access to one broker."""
+
+    @property
+    def broker_name(self) -> str: ...
+
+    def send(self, messages: Sequence[NewMessage]) -> SendResult:
+        """Store one message or a batch to one topic-queue (one append)."""
+        ...
+
+    def send_back(
+        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+    ) -> SendResult:
+        """Have the broker re-deliver a consumed message later (retry topic) or dead-letter it."""
+        ...
+
+    def pull(self, batch: PullBatch) -> PullBatchResult:
+        """Pull several queues at once, waiting up to ``batch.wait_ms`` for anything new."""
+        ...
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has (for a topic not created yet: how many it will get)."""
+        ...
+
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of a queue, or None."""
+        ...
+
+    def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None: ...
+
+    def heartbeat(
+        self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
+    ) -> int:
+        """Register or refresh a consumer; answers the group's generation."""
+        ...
+
+    def unregister(self, group: str, client_id: str) -> None: ...
+
+    def group_view(self, group: str) -> GroupView: ...
+
+    def close(self) -> None:
+        """Release what the transport holds (not the broker)."""
+        ...
+
+
+class AsyncBrokerTransport(Protocol):
+    """The data path of :class:`BrokerTransport` for asyncio clients. ``sync`` is a blocking
+    transport to the same broker for the control plane (routes, offsets, membership), which
+    async clients call through ``asyncio.to_thread`` when it may block."""
+
+    @property
+    def broker_name(self) -> str: ...
+
+    @property
+    def sync(self) -> BrokerTransport: ...
+
+    async def send(self, messages: Sequence[NewMessage]) -> SendResult: ...
+
+    async def send_back(
+        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+    ) -> SendResult: ...
+
+    async def pull(self, batch: PullBatch) -> PullBatchResult: ...
+
+    async def close(self) -> None: ...

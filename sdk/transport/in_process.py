@@ -1,0 +1,176 @@
+"""The embedded transport: calls into a broker service in the same process.
+
+Nothing is encoded: requests and answers are the seam's objects themselves. A pull that has to
+wait parks on the service's arrival notifier (a thread event for :class:`InProcessTransport`, a
+loop future for :class:`AsyncInProcessTransport`), so a waiting consumer costs no CPU.
+
+A closed broker is reported as :class:`sdk.errors.BrokerUnavailableError`, as an unreachable
+broker is by the HTTP transports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from localstore import StoreClosedError
+from localstore.codec import NewMessage
+from offsetstore import MessageQueue
+from sdk.errors import BrokerUnavailableError
+from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
+
+if TYPE_CHECKING:
+    from sdk.broker.service import BrokerService
+
+__all__ = ["AsyncInProcessTransport", "InProcessTransport"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _translated(method: Callable[P, T]) -> Callable[P, T]:
+    """Report a closed broker as BrokerUnavailableError."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except StoreClosedError as exc:
+            raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
+
+    return call
+
+
+class InProcessTransport:
+    """A :class:`sdk.transport.base.BrokerTransport` over a :class:`BrokerService`."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+
+    @property
+    def broker_name(self) -> str:
+        return self.service.broker_name
+
+    def _check_open(self) -> None:
+        if self.service.closed:
+            raise BrokerUnavailableError("the embedded broker is closed")
+
+    @_translated
+    def send(self, messages: Sequence[NewMessage]) -> SendResult:
+        self._check_open()
+        return self.service.send(messages)
+
+    @_translated
+    def send_back(
+        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+    ) -> SendResult:
+        self._check_open()
+        return self.service.send_back(
+            group, phys_offset, delay_level=delay_level, max_reconsume_times=max_reconsume_times
+        )
+
+    @_translated
+    def pull(self, batch: PullBatch) -> PullBatchResult:
+        self._check_open()
+        return self.service.pull_wait(batch)
+
+    @_translated
+    def queue_count(self, topic: str) -> int:
+        self._check_open()
+        return self.service.queue_count(topic)
+
+    @_translated
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.service.min_offset(topic, queue_id)
+
+    @_translated
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.service.max_offset(topic, queue_id)
+
+    @_translated
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.service.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
+    def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
+        self._check_broker(broker_name)
+        return self.service.query_offset(group, topic, queue_id)
+
+    def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None:
+        self._check_broker(broker_name)
+        self.service.commit_offsets(group, offsets)
+
+    def _check_broker(self, broker_name: str) -> None:
+        self._check_open()
+        if broker_name != self.service.broker_name:
+            raise ValueError(
+                f"queue of broker {broker_name!r} asked of broker {self.service.broker_name!r}"
+            )
+
+    def heartbeat(
+        self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
+    ) -> int:
+        self._check_open()
+        return self.service.heartbeat(group, client_id, subscriptions, message_model)
+
+    def unregister(self, group: str, client_id: str) -> None:
+        if not self.service.closed:
+            self.service.unregister(group, client_id)
+
+    def group_view(self, group: str) -> GroupView:
+        self._check_open()
+        return self.service.group_view(group)
+
+    def close(self) -> None:
+        """Nothing to release: the broker belongs to whoever opened it."""
+
+
+class AsyncInProcessTransport:
+    """A :class:`sdk.transport.base.AsyncBrokerTransport` over a :class:`BrokerService`.
+
+    Sends run on the loop (an append takes microseconds) except under sync flush, where the
+    wait for the disk runs in a worker thread; a waiting pull parks a future, not a thread.
+    """
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self._sync = InProcessTransport(service)
+        self._sync_flush = service.store.geometry.flush_mode == "sync"
+
+    @property
+    def broker_name(self) -> str:
+        return self.service.broker_name
+
+    @property
+    def sync(self) -> InProcessTransport:
+        return self._sync
+
+    async def send(self, messages: Sequence[NewMessage]) -> SendResult:
+        if self._sync_flush:
+            return await asyncio.to_thread(self._sync.send, messages)
+        return self._sync.send(messages)
+
+    async def send_back(
+        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+    ) -> SendResult:
+        call = functools.partial(
+            self._sync.send_back,
+            group,
+            phys_offset,
+            delay_level=delay_level,
+            max_reconsume_times=max_reconsume_times,
+        )
+        return await asyncio.to_thread(call) if self._sync_flush else call()
+
+    async def pull(self, batch: PullBatch) -> PullBatchResult:
+        self._sync._check_open()
+        try:
+            return await self.service.pull_async(batch)
+        except StoreClosedError as exc:
+            raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
+
+    async def close(self) -> None:
+        """Nothing to release: the broker belongs to whoever opened it."""

@@ -1,0 +1,134 @@
+"""What crosses the transport seam: requests and answers between clients and a broker service.
+
+These shapes are transport-neutral. The in-process transport hands them over as they are; the
+HTTP transports (remote mode) encode them, message batches as stored record bytes and control
+messages as JSON. Statuses are the store's own names (``PUT_OK``, ``FOUND``, ...), strings so that
+a client never needs the store's enums.
+
+A pull is batched across queues: one :class:`PullBatch` names every queue a consumer wants
+messages from, and the broker answers as soon as *any* of them has something (long polling),
+or when ``wait_ms`` runs out. So a consumer holds one request open, however many queues it owns.
+A queue's answer carries the stored records' bytes (``raw``), which the client decodes with the
+store's codec (:func:`decode_records`): nothing is re-encoded on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from localstore.codec import StoredMessage, decode_record
+
+__all__ = [
+    "BROADCASTING",
+    "CLUSTERING",
+    "GroupView",
+    "PullBatch",
+    "PullBatchResult",
+    "QueuePull",
+    "QueuePullResult",
+    "SendResult",
+    "decode_records",
+]
+
+CLUSTERING = "CLUSTERING"
+BROADCASTING = "BROADCASTING"
+
+# Statuses of a queue's pull that mean "nothing new yet" (the request may be parked).
+NOTHING_NEW = frozenset({"OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE"})
+
+
+@dataclass(slots=True)
+class SendResult:
+    """The broker's answer to one send (a single message or a batch to one queue).
+
+    ``status`` is the store's put status; ``queue_offset`` is that of the first message (the
+    others follow); ``offset_msg_ids`` has one entry per stored message. For a delayed message
+    ``topic``/``queue_id`` are where it waits (``SCHEDULE_TOPIC_XXXX``) until it is due.
+    """
+
+    status: str
+    detail: str = ""
+    topic: str = ""
+    queue_id: int = 0
+    queue_offset: int = -1
+    offset_msg_ids: list[str] = field(default_factory=list)
+    store_timestamp: int = 0
+
+    @property
+    def stored(self) -> bool:
+        """The messages are in the broker's log (``PUT_OK`` or ``FLUSH_DISK_TIMEOUT``)."""
+        return self.status in ("PUT_OK", "FLUSH_DISK_TIMEOUT")
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePull:
+    """Pull ``topic``/``queue_id`` from ``queue_offset``; ``tags`` is a tag expression."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    tags: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PullBatch:
+    """One long-polling pull over several queues on behalf of ``group``.
+
+    ``max_count``/``max_bytes`` bound each queue's answer. ``wait_ms`` is how long the broker may
+    hold the request when no queue has anything new (0: answer at once).
+    """
+
+    group: str
+    pulls: tuple[QueuePull, ...]
+    max_count: int = 32
+    max_bytes: int = 4 * 1024 * 1024
+    wait_ms: int = 0
+
+
+@dataclass(slots=True)
+class QueuePullResult:
+    """One queue's answer: its status (the store's ``GetStatus`` name), where to pull next
+    (``next_offset``), the queue's bounds, and the stored records' bytes (``count`` of them)."""
+
+    topic: str
+    queue_id: int
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    raw: bytes = b""
+    count: int = 0
+
+    @property
+    def found(self) -> bool:
+        return self.status == "FOUND"
+
+
+@dataclass(slots=True)
+class PullBatchResult:
+    """Every queue's answer, and the group's membership generation: a consumer that sees it
+    change rebalances at once."""
+
+    results: list[QueuePullResult]
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A consumer group's live members (sorted client ids) at membership ``generation``."""
+
+    generation: int
+    members: tuple[str, ...]
+    subscriptions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+def decode_records(raw: bytes | memoryview) -> list[StoredMessage]:
+    """The stored records laid end to end in ``raw``, decoded."""
+    messages = []
+    position, end = 0, len(raw)
+    while position < end:
+        message = decode_record(raw, position)
+        messages.append(message)
+        position += message.store_size
+    return messages
