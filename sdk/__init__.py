@@ -1,4 +1,47 @@
-"""sdk: what applications import (producers, consumers, brokers), the CLI and the benchmarks.
+"""sdk: what applications import: producers, consumers and brokers.
+
+    from sdk import EmbeddedBroker, Producer, PushConsumer, Message, ConsumeResult
+
+    with EmbeddedBroker("./data") as broker:
+        with Producer(broker) as producer:
+            producer.send(Message("orders", b"...", tags="paid", keys=["order-42"]))
 
 Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark.
 """
+
+from sdk.broker.embedded import EmbeddedBroker
+from sdk.broker.service import BrokerOptions
+from sdk.consumer.membership import ConsumeFrom, MessageModel
+from sdk.consumer.process_queue import FlowControlLimits
+from sdk.consumer.push import AsyncPushConsumer, PushConsumer
+from sdk.errors import (
+    BrokerUnavailableError,
+    ClientClosedError,
+    InvalidMessageError,
+    QuiverError,
+    SendRejectedError,
+)
+from sdk.message import ConsumeResult, Message, ReceivedMessage
+from sdk.outgoing import SendReceipt
+from sdk.producer import AsyncProducer, Producer
+
+__all__ = [
+    "AsyncProducer",
+    "AsyncPushConsumer",
+    "BrokerOptions",
+    "BrokerUnavailableError",
+    "ClientClosedError",
+    "ConsumeFrom",
+    "ConsumeResult",
+    "EmbeddedBroker",
+    "FlowControlLimits",
+    "InvalidMessageError",
+    "Message",
+    "MessageModel",
+    "Producer",
+    "PushConsumer",
+    "QuiverError",
+    "ReceivedMessage",
+    "SendReceipt",
+    "SendRejectedError",
+]

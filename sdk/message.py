@@ -21,8 +21,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localstore.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
 
 ReceivedMessage = StoredMessage
+
+PROPERTY_DELIVER_AT = "__QUIVER_DELIVER_AT"
+"""Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
+
+
+def retry_topic(group: str) -> str:
+    """The topic through which ``group``'s failed messages come back: ``%RETRY%{group}``."""
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """The dead-letter topic of ``group``: ``%DLQ%{group}`` (one queue)."""
+    return DLQ_PREFIX + group
+
 
 RESERVED_PROPERTIES = frozenset({
     "KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",

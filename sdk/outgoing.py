@@ -30,9 +30,8 @@ from localstore.codec import (
 from localstore.javahash import java_hash
 from localstore.message_id import UniqKeyGenerator
 from localstore.validation import topic_error
-from sdk.broker.schedule import PROPERTY_DELIVER_AT
 from sdk.errors import InvalidMessageError, SendRejectedError
-from sdk.message import RESERVED_PROPERTIES, Message
+from sdk.message import PROPERTY_DELIVER_AT, RESERVED_PROPERTIES, Message
 from sdk.transport.models import SendResult
 
 __all__ = [

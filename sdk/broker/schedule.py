@@ -69,6 +69,7 @@ from localstore.codec import (
 from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, parse_delay_levels
 from offsetstore.atomic_file import backup_path, write_atomically
 from offsetstore.fastjson import dumps, loads
+from sdk.message import PROPERTY_DELIVER_AT
 
 __all__ = [
     "DELAY_OFFSET_FILE",
@@ -82,7 +83,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PROPERTY_DELIVER_AT = "__QUIVER_DELIVER_AT"
 DELAY_OFFSET_FILE = Path("config") / "delayOffset.json"
 _BATCH = 32
 _SCHEDULE_PROPERTIES = (PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)

@@ -52,11 +52,11 @@ from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.long_poll import ArrivalNotifier
 from sdk.broker.schedule import (
-    PROPERTY_DELIVER_AT,
     ScheduleService,
     delayed_message,
     packed_host,
 )
+from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import (
     NOTHING_NEW,
     GroupView,
@@ -70,14 +70,6 @@ __all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 @dataclass(slots=True)
@@ -359,6 +351,8 @@ class BrokerService:
     def queue_count(self, topic: str) -> int:
         """The topic's read queues (the default count for a topic not created yet: a producer
         creates it with that many on its first send)."""
+        if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            return 1  # RocketMQ's retryQueueNums and DLQ_NUMS_PER_GROUP: queue 0 only
         config = self.store.topics.get(topic)
         if config is not None:
             return config.read_queue_nums
@@ -377,7 +371,7 @@ class BrokerService:
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset of a queue (0 for a young queue, see
         :meth:`ConsumerOffsetTable.query`), or None when it has none."""
-        found = self.offsets.query(group, topic, queue_id)
+        found = self.offsets.query(group, topic, queue_id, zero_if_young=False)
         return found if isinstance(found, int) else None
 
     def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:

@@ -1,0 +1,163 @@
+"""What push and pull consumers share: identity, offset stores, queue assignment, start offsets.
+
+* A client id is ``host@pid@instance``: unique per consumer object in a process unless the user
+  names the instance (broadcasting consumers name it to find their local offsets file again).
+* Clustering: the broker keeps the group's offsets (:class:`RemoteBrokerOffsetStore` over the
+  transport); each member consumes the share of every subscribed topic's queues that the
+  allocation strategy gives it among the group's live members (all members compute the same
+  answer from the same sorted lists). Broadcasting: every member consumes every queue and keeps
+  its own offsets in a local file (:class:`LocalFileOffsetStore`).
+* A queue the group has never committed starts where ``consume_from`` says (RocketMQ's
+  ``computePullFromWhere``): LAST_OFFSET = the queue's end (only new messages), FIRST_OFFSET = its
+  minimum, TIMESTAMP = the first message stored at or after ``consume_timestamp_ms``. A retry
+  topic always starts at its beginning: its messages were meant for this group.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN
+from offsetstore import (
+    NOT_FOUND,
+    LocalFileOffsetStore,
+    MessageQueue,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
+from sdk.consumer.allocate import AllocateStrategy
+from sdk.transport.base import BrokerTransport
+from sdk.transport.models import BROADCASTING, CLUSTERING
+
+__all__ = [
+    "ConsumeFrom",
+    "MessageModel",
+    "assigned_queues",
+    "check_group",
+    "make_offset_store",
+    "new_client_id",
+    "start_offset",
+]
+
+_instances = itertools.count(1)
+MAX_GROUP_LENGTH = 120
+
+
+class MessageModel(enum.Enum):
+    """Who consumes a message: one member of the group (CLUSTERING) or every member
+    (BROADCASTING)."""
+
+    CLUSTERING = CLUSTERING
+    BROADCASTING = BROADCASTING
+
+
+class ConsumeFrom(enum.Enum):
+    """Where a group starts on a queue it has never committed."""
+
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+def check_group(group: str) -> str:
+    """``group`` if it is a valid consumer group name (RocketMQ's rules), else ValueError."""
+    if not group or not group.strip():
+        raise ValueError("the specified group is blank")
+    if len(group) > MAX_GROUP_LENGTH:
+        raise ValueError(f"the specified group is longer than group max length {MAX_GROUP_LENGTH}")
+    if not TOPIC_PATTERN.fullmatch(group):
+        raise ValueError(
+            f"the specified group[{group}] contains illegal characters, allowing only "
+            "^[%|a-zA-Z0-9_-]+$"
+        )
+    return group
+
+
+def new_client_id(instance_name: str | None = None) -> str:
+    """``host@pid@instance``; without a name, a number unique within this process."""
+    instance = instance_name or str(next(_instances))
+    return f"{socket.gethostname()}@{os.getpid()}@{instance}"
+
+
+def make_offset_store(
+    model: MessageModel,
+    group: str,
+    transport: BrokerTransport,
+    *,
+    instance_name: str,
+    offsets_dir: str | Path | None,
+) -> OffsetStore:
+    """The broker's offsets (clustering) or a local file named by host and instance
+    (broadcasting); loaded, persisting every 5 s."""
+    store: OffsetStore
+    if model is MessageModel.CLUSTERING:
+        store = RemoteBrokerOffsetStore(group, transport)
+    else:
+        client = f"{socket.gethostname()}@{instance_name}"
+        store = LocalFileOffsetStore(client, group, offsets_dir)
+    store.load()
+    store.start_auto_persist()
+    return store
+
+
+def topic_queues(transport: BrokerTransport, topic: str) -> list[MessageQueue]:
+    broker = transport.broker_name
+    return [MessageQueue(topic, broker, q) for q in range(transport.queue_count(topic))]
+
+
+def assigned_queues(
+    transport: BrokerTransport,
+    model: MessageModel,
+    group: str,
+    client_id: str,
+    topics: Iterable[str],
+    strategy: AllocateStrategy,
+) -> set[MessageQueue]:
+    """The queues this member consumes now (see the module docstring)."""
+    topics = sorted(set(topics))
+    if model is MessageModel.BROADCASTING:
+        return {q for topic in topics for q in topic_queues(transport, topic)}
+    members = transport.group_view(group).members
+    if client_id not in members:
+        return set()
+    mine: set[MessageQueue] = set()
+    for topic in topics:
+        queues = topic_queues(transport, topic)
+        if queues:
+            mine.update(strategy.allocate(group, client_id, queues, members))
+    return mine
+
+
+def start_offset(
+    offsets: OffsetStore,
+    transport: BrokerTransport,
+    queue: MessageQueue,
+    consume_from: ConsumeFrom,
+    consume_timestamp_ms: int,
+) -> int | None:
+    """Where to start pulling ``queue``: the committed offset, or the ``consume_from`` rule for
+    a queue never committed; None when the offset could not be read (try again later)."""
+    found = offsets.read_offset(queue, ReadOffsetType.STORE)
+    if isinstance(found, int) and found >= 0:
+        return found
+    if found is not NOT_FOUND:
+        return None
+    topic, queue_id = queue.topic, queue.queue_id
+    if topic.startswith(RETRY_PREFIX) or consume_from is ConsumeFrom.FIRST_OFFSET:
+        start = transport.min_offset(topic, queue_id)
+    elif consume_from is ConsumeFrom.LAST_OFFSET:
+        start = transport.max_offset(topic, queue_id)
+    else:
+        start = transport.offset_for_timestamp(topic, queue_id, consume_timestamp_ms)
+    offsets.update_offset(queue, start, False)
+    return start
+
+
+def subscription_topics(subscription: Mapping[str, str | None]) -> list[str]:
+    return sorted(subscription)

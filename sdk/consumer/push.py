@@ -1,0 +1,396 @@
+"""Push consumers: the broker's messages delivered to a listener, concurrently.
+
+:class:`PushConsumer` runs one pull thread and a pool of listener threads; its asyncio twin
+:class:`AsyncPushConsumer` runs one pull task and listener tasks. Both leave every decision to
+:class:`sdk.consumer.push_core.PushCore` (assignment, flow control, send-back, offsets), so they
+behave the same.
+
+The pull thread holds one long-polling request over all owned queues at a time: it costs no CPU
+while nothing arrives and answers as soon as a message does. Listener batches are handed to the
+pool as they are cut; a batch's outcome decides the queue's committed offset (the smallest
+offset still in flight), never the order in which batches finish.
+
+Listener contract: ``listener(messages) -> ConsumeResult`` (``None`` counts as SUCCESS); raising
+counts as RECONSUME_LATER. The same message may be delivered more than once (at-least-once):
+make the listener idempotent (:mod:`sdk.idempotency`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Self
+
+from localstore.codec import StoredMessage
+from offsetstore import MessageQueue
+from sdk.consumer.membership import check_group, new_client_id
+from sdk.consumer.push_core import PushCore, PushSettings, Work
+from sdk.errors import ClientClosedError
+from sdk.message import ConsumeResult
+from sdk.transport.base import AsyncBrokerTransport
+from sdk.transport.resolve import resolve, resolve_async
+
+__all__ = ["AsyncPushConsumer", "Listener", "PushConsumer"]
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[list[StoredMessage]], ConsumeResult | None]
+AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
+
+_THROTTLE_PAUSE_S = 0.05  # RocketMQ re-pulls a flow-controlled queue after 50 ms
+_ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
+_LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
+_EXPIRY_CHECK_S = 60.0
+
+
+def _outcome(answer: object, group: str) -> ConsumeResult:
+    if answer is None or answer is ConsumeResult.SUCCESS:
+        return ConsumeResult.SUCCESS
+    if answer is ConsumeResult.RECONSUME_LATER:
+        return ConsumeResult.RECONSUME_LATER
+    log.error("listener of %s answered %r, not a ConsumeResult: reconsuming later", group, answer)
+    return ConsumeResult.RECONSUME_LATER
+
+
+class PushConsumer:
+    """Consumes ``subscription`` (``{topic: tag expression or None}``) for ``group``, calling
+    ``listener`` with batches of messages on a pool of ``consume_threads`` threads.
+
+    ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. Every other
+    setting is a :class:`PushSettings` field (message model, ``consume_from``, batch sizes,
+    flow control, max reconsume times, consume timeout, allocation strategy, ...), given as a
+    keyword. Starts on :meth:`start` or entering ``with``; :meth:`close` (or leaving ``with``)
+    waits for running listeners, persists offsets and leaves the group.
+    """
+
+    def __init__(
+        self,
+        broker: object,
+        group: str,
+        subscription: Mapping[str, str | None],
+        listener: Listener,
+        *,
+        consume_threads: int = 8,
+        **settings: object,
+    ) -> None:
+        if not subscription:
+            raise ValueError("subscribe to at least one topic")
+        if consume_threads < 1:
+            raise ValueError(f"consume_threads must be >= 1, got {consume_threads}")
+        self.group = check_group(group)
+        self.listener = listener
+        self.settings = PushSettings(**settings)  # type: ignore[arg-type]
+        self.client_id = new_client_id(self.settings.instance_name)
+        self._transport = resolve(broker)
+        self._subscription = dict(subscription)
+        self._consume_threads = consume_threads
+        self._core: PushCore | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._timers: set[threading.Timer] = set()
+        self._closed = False
+
+    @property
+    def core(self) -> PushCore:
+        if self._core is None:
+            raise ClientClosedError(f"push consumer of {self.group} is not started")
+        return self._core
+
+    def start(self) -> None:
+        """Join the group, take this member's queues and start consuming."""
+        if self._closed:
+            raise ClientClosedError(f"push consumer of {self.group} is closed")
+        if self._thread is not None:
+            return
+        core = PushCore(
+            self._transport, self.group, self.client_id, self._subscription, self.settings
+        )
+        core.retry_later = self._retry_later
+        core.rebalance()
+        self._core = core
+        self._pool = ThreadPoolExecutor(
+            self._consume_threads, thread_name_prefix=f"quiver-consume-{self.group}"
+        )
+        self._thread = threading.Thread(
+            target=self._pull_loop, name=f"quiver-pull-{self.group}", daemon=True
+        )
+        self._thread.start()
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this member consumes now (including the group's retry queue)."""
+        return sorted(self.core.states)
+
+    # -- the pull thread ---------------------------------------------------------------------
+    def _pull_loop(self) -> None:
+        core = self.core
+        last_expiry = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                if core.housekeeping_due():
+                    core.rebalance()
+                if time.monotonic() - last_expiry >= _EXPIRY_CHECK_S:
+                    core.expire_stuck()
+                    last_expiry = time.monotonic()
+                batch = core.next_pull(self._wait_ms())
+                if batch is None:
+                    self._stop.wait(_THROTTLE_PAUSE_S)
+                    continue
+                result = self._transport.pull(batch)
+                if self._stop.is_set():
+                    return
+                for work in core.on_pulled(result):
+                    self._submit(work)
+                if result.generation != core.generation:
+                    core.rebalance()
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                log.warning(
+                    "pull loop of %s: %s; retrying in %.0f s", self.group, exc, _ERROR_PAUSE_S
+                )
+                self._stop.wait(_ERROR_PAUSE_S)
+
+    def _wait_ms(self) -> int:
+        """Hold a pull no longer than the next rebalance is due."""
+        return max(
+            0, min(self.settings.pull_wait_ms, int(self.settings.rebalance_interval_s * 1000))
+        )
+
+    def _submit(self, work: Work) -> None:
+        pool = self._pool
+        if pool is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the pool is shutting down: offsets stay put
+            pool.submit(self._consume, *work)
+
+    def _consume(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+        core = self.core
+        core.started(queue, messages)
+        try:
+            answer = self.listener(core.prepare(messages))
+            result = _outcome(answer, self.group)
+        except Exception:
+            log.exception("listener of %s raised; reconsuming later", self.group)
+            result = ConsumeResult.RECONSUME_LATER
+        core.finish(queue, messages, result)
+
+    def _retry_later(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+        timer = threading.Timer(_LOCAL_RETRY_S, self._retry_now, (queue, messages))
+        timer.daemon = True
+        self._timers.add(timer)
+        timer.start()
+
+    def _retry_now(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+        self._timers = {t for t in self._timers if t.is_alive()}
+        if not self._stop.is_set():
+            self._submit((queue, messages))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop pulling, let running listener batches finish, persist offsets, leave the group.
+        Messages pulled but not yet handed to the listener are consumed again later."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        for timer in self._timers:
+            timer.cancel()
+        core = self._core
+        if core is not None:
+            try:
+                core.transport.unregister(self.group, self.client_id)  # wakes the parked pull
+            except Exception as exc:
+                log.debug("leaving group %s: %s", self.group, exc)
+        if self._thread is not None:
+            self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if core is not None:
+            core.shutdown()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncPushConsumer:
+    """The asyncio twin of :class:`PushConsumer`: ``listener`` is a coroutine function, run as
+    tasks (at most ``max_concurrency`` batches at once). Start with ``await start()`` or
+    ``async with``; ``await close()``."""
+
+    def __init__(
+        self,
+        broker: object,
+        group: str,
+        subscription: Mapping[str, str | None],
+        listener: AsyncListener,
+        *,
+        max_concurrency: int = 64,
+        **settings: object,
+    ) -> None:
+        if not subscription:
+            raise ValueError("subscribe to at least one topic")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.group = check_group(group)
+        self.listener = listener
+        self.settings = PushSettings(**settings)  # type: ignore[arg-type]
+        self.client_id = new_client_id(self.settings.instance_name)
+        self._transport: AsyncBrokerTransport = resolve_async(broker)
+        self._subscription = dict(subscription)
+        self._max_concurrency = max_concurrency
+        self._core: PushCore | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def core(self) -> PushCore:
+        if self._core is None:
+            raise ClientClosedError(f"push consumer of {self.group} is not started")
+        return self._core
+
+    async def start(self) -> None:
+        """Join the group, take this member's queues and start consuming."""
+        if self._closed:
+            raise ClientClosedError(f"push consumer of {self.group} is closed")
+        if self._task is not None:
+            return
+        core = await asyncio.to_thread(
+            PushCore,
+            self._transport.sync,
+            self.group,
+            self.client_id,
+            self._subscription,
+            self.settings,
+        )
+        loop = asyncio.get_running_loop()
+
+        def retry_later(queue: MessageQueue, messages: list[StoredMessage]) -> None:
+            loop.call_soon_threadsafe(self._retry_later, queue, messages)
+
+        core.retry_later = retry_later
+        await asyncio.to_thread(core.rebalance)
+        self._core = core
+        self._slots = asyncio.Semaphore(self._max_concurrency)
+        self._task = loop.create_task(self._pull_loop(), name=f"quiver-pull-{self.group}")
+
+    def assignment(self) -> list[MessageQueue]:
+        return sorted(self.core.states)
+
+    async def _pull_loop(self) -> None:
+        core = self.core
+        slots = self._slots
+        assert slots is not None
+        last_expiry = time.monotonic()
+        while not self._closed:
+            try:
+                if core.housekeeping_due():
+                    await asyncio.to_thread(core.rebalance)
+                if time.monotonic() - last_expiry >= _EXPIRY_CHECK_S:
+                    await asyncio.to_thread(core.expire_stuck)
+                    last_expiry = time.monotonic()
+                wait_ms = min(
+                    self.settings.pull_wait_ms, int(self.settings.rebalance_interval_s * 1000)
+                )
+                batch = core.next_pull(max(0, wait_ms))
+                if batch is None:
+                    await asyncio.sleep(_THROTTLE_PAUSE_S)
+                    continue
+                result = await self._transport.pull(batch)
+                for work in core.on_pulled(result):
+                    await slots.acquire()
+                    self._spawn(work)
+                if result.generation != core.generation:
+                    await asyncio.to_thread(core.rebalance)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closed:
+                    return
+                log.warning(
+                    "pull loop of %s: %s; retrying in %.0f s", self.group, exc, _ERROR_PAUSE_S
+                )
+                await asyncio.sleep(_ERROR_PAUSE_S)
+
+    def _spawn(self, work: Work) -> None:
+        task = asyncio.get_running_loop().create_task(self._consume(*work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _consume(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+        core = self.core
+        try:
+            core.started(queue, messages)
+            try:
+                answer = await self.listener(core.prepare(messages))
+                result = _outcome(answer, self.group)
+            except Exception:
+                log.exception("listener of %s raised; reconsuming later", self.group)
+                result = ConsumeResult.RECONSUME_LATER
+            if result is ConsumeResult.SUCCESS:
+                core.finish(queue, messages, result)
+            else:  # a send-back may wait for the disk (sync flush): off the loop
+                await asyncio.to_thread(core.finish, queue, messages, result)
+        finally:
+            if self._slots is not None:
+                self._slots.release()
+
+    def _retry_later(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+        loop = asyncio.get_running_loop()
+
+        async def again() -> None:
+            await asyncio.sleep(_LOCAL_RETRY_S)
+            if not self._closed and self._slots is not None:
+                await self._slots.acquire()
+                self._spawn((queue, messages))
+
+        task = loop.create_task(again())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Stop pulling, let running listener tasks finish, persist offsets, leave the group."""
+        if self._closed:
+            return
+        self._closed = True
+        core = self._core
+        if core is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(core.transport.unregister, self.group, self.client_id)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if core is not None:
+            await asyncio.to_thread(core.shutdown)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,350 @@
+"""The push consumer's bookkeeping, shared by the threaded and the asyncio consumer.
+
+:class:`PushCore` owns everything a push consumer decides, and none of its concurrency:
+
+* **assignment**: heartbeat, then the queues of every subscribed topic this member owns
+  (clustering also subscribes ``%RETRY%{group}``, where its failed messages come back). A queue
+  that is taken away is marked dropped (its in-flight messages may finish, but their offsets are
+  no longer committed by this member), its offset is persisted, and it is forgotten.
+* **pulling**: one :class:`PullBatch` over every owned queue that flow control lets through,
+  from each queue's next offset; answers are decoded, re-checked against the subscription's tag
+  set (the store filters by tag hash; a hash collision stops here), buffered in the queue's
+  :class:`ProcessQueue` and cut into listener batches of ``consume_batch_size``.
+* **finishing**: a failed batch (RECONSUME_LATER or an exception) is sent back to the broker,
+  which re-delivers it through the retry topic later or dead-letters it; a message whose
+  send-back fails is retried locally instead and kept in flight. Then the finished messages
+  leave the process queue and the queue's offset advances to the smallest one still in flight
+  (increase-only), which the offset store persists every 5 s and on close.
+* **consume timeout**: messages in a listener longer than ``consume_timeout_ms`` are sent back
+  and released, so one stuck message does not pin the committed offset forever.
+
+Broadcasting differs as RocketMQ's does: failures are logged and dropped (nothing is sent back),
+offsets live in a local file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from localstore.codec import PROPERTY_RETRY_TOPIC, StoredMessage
+from localstore.tags import TagFilter
+from offsetstore import MessageQueue, OffsetStore
+from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
+from sdk.consumer.membership import (
+    ConsumeFrom,
+    MessageModel,
+    assigned_queues,
+    make_offset_store,
+    start_offset,
+)
+from sdk.consumer.process_queue import FlowControlLimits, ProcessQueue
+from sdk.message import ConsumeResult, retry_topic
+from sdk.transport.base import BrokerTransport
+from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_records
+
+__all__ = ["PushCore", "PushSettings"]
+
+log = logging.getLogger(__name__)
+
+PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
+_OFFSET_MOVED = frozenset({"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL"})
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class PushSettings:
+    """A push consumer's tunables (RocketMQ's defaults unless said otherwise)."""
+
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET
+    consume_timestamp_ms: int = 0  # for ConsumeFrom.TIMESTAMP; default: 30 minutes ago
+    consume_batch_size: int = 1  # messages per listener call
+    pull_batch_size: int = 32  # messages per queue per pull
+    pull_wait_ms: int = 15_000  # long-polling hold
+    flow_control: FlowControlLimits = field(default_factory=FlowControlLimits)
+    max_reconsume_times: int = 16
+    consume_timeout_ms: int = 15 * 60_000
+    rebalance_interval_s: float = 20.0
+    heartbeat_interval_s: float = 30.0
+    allocate_strategy: AllocateStrategy = field(default_factory=AllocateAveragely)
+    instance_name: str | None = None
+    offsets_dir: str | None = None  # broadcasting: where the local offsets file lives
+
+    def __post_init__(self) -> None:
+        for name in ("consume_batch_size", "pull_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.consume_from is ConsumeFrom.TIMESTAMP and not self.consume_timestamp_ms:
+            self.consume_timestamp_ms = _now_ms() - 30 * 60_000
+
+
+@dataclass(slots=True)
+class _QueueState:
+    process_queue: ProcessQueue[StoredMessage]
+    next_offset: int
+    tags: str | None
+    tag_filter: TagFilter
+
+
+Work = tuple[MessageQueue, list[StoredMessage]]
+
+
+class PushCore:
+    """The decisions of one push consumer (see the module docstring); thread-safe where the
+    threaded consumer needs it: ``on_pulled``/``rebalance`` run on the pull thread, ``finish``
+    on listener threads."""
+
+    def __init__(
+        self,
+        transport: BrokerTransport,
+        group: str,
+        client_id: str,
+        subscription: Mapping[str, str | None],
+        settings: PushSettings,
+    ) -> None:
+        self.transport = transport
+        self.group = group
+        self.client_id = client_id
+        self.settings = settings
+        self.clustering = settings.message_model is MessageModel.CLUSTERING
+        self.subscription: dict[str, str | None] = dict(subscription)
+        if self.clustering:
+            self.subscription.setdefault(retry_topic(group), "*")
+        self.filters = {t: TagFilter.parse(e) for t, e in self.subscription.items()}
+        self.offsets: OffsetStore = make_offset_store(
+            settings.message_model,
+            group,
+            transport,
+            instance_name=settings.instance_name or "DEFAULT",
+            offsets_dir=settings.offsets_dir,
+        )
+        self.states: dict[MessageQueue, _QueueState] = {}
+        self.generation = -1
+        self._last_rebalance = 0.0
+        self._last_heartbeat = 0.0
+        self.retry_later: Callable[[MessageQueue, list[StoredMessage]], None] | None = None
+
+    # -- membership ------------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        subscriptions = {t: (e or "*") for t, e in self.subscription.items()}
+        self.generation = self.transport.heartbeat(
+            self.group, self.client_id, subscriptions, self.settings.message_model.value
+        )
+        self._last_heartbeat = time.monotonic()
+
+    def housekeeping_due(self, generation: int | None = None) -> bool:
+        """Whether to heartbeat/rebalance now: the group changed, or an interval passed."""
+        now = time.monotonic()
+        return (
+            (generation is not None and generation != self.generation)
+            or now - self._last_rebalance >= self.settings.rebalance_interval_s
+            or now - self._last_heartbeat >= self.settings.heartbeat_interval_s
+        )
+
+    def rebalance(self) -> None:
+        """Heartbeat, then take on and give up queues to match the group's allocation."""
+        self.heartbeat()
+        wanted = assigned_queues(
+            self.transport,
+            self.settings.message_model,
+            self.group,
+            self.client_id,
+            self.subscription,
+            self.settings.allocate_strategy,
+        )
+        for queue in [q for q in self.states if q not in wanted]:
+            self._release(queue)
+        for queue in sorted(wanted - self.states.keys()):
+            self._take(queue)
+        self._last_rebalance = time.monotonic()
+
+    def _take(self, queue: MessageQueue) -> None:
+        settings = self.settings
+        start = start_offset(
+            self.offsets,
+            self.transport,
+            queue,
+            settings.consume_from,
+            settings.consume_timestamp_ms,
+        )
+        if start is None:
+            log.warning("offset of %s unreadable; will retry at the next rebalance", queue)
+            return
+        expression = self.subscription.get(queue.topic)
+        self.states[queue] = _QueueState(
+            ProcessQueue(), start, expression, self.filters[queue.topic]
+        )
+
+    def _release(self, queue: MessageQueue) -> None:
+        state = self.states.pop(queue)
+        state.process_queue.dropped = True
+        self.offsets.persist(queue)
+        self.offsets.remove_offset(queue)
+
+    # -- pulling ---------------------------------------------------------------------------
+    def next_pull(self, wait_ms: int | None = None) -> PullBatch | None:
+        """A pull over every owned queue flow control lets through (None: all are full)."""
+        limits = self.settings.flow_control
+        pulls = tuple(
+            QueuePull(q.topic, q.queue_id, s.next_offset, s.tags)
+            for q, s in self.states.items()
+            if not s.process_queue.should_throttle(limits)
+        )
+        if not pulls:
+            return None
+        return PullBatch(
+            self.group,
+            pulls,
+            max_count=self.settings.pull_batch_size,
+            wait_ms=self.settings.pull_wait_ms if wait_ms is None else wait_ms,
+        )
+
+    @property
+    def all_throttled(self) -> bool:
+        return bool(self.states) and self.next_pull(0) is None
+
+    def on_pulled(self, result: PullBatchResult) -> list[Work]:
+        """Record a pull's answers; the listener batches to run."""
+        work: list[Work] = []
+        size = self.settings.consume_batch_size
+        broker = self.transport.broker_name
+        for answer in result.results:
+            queue = MessageQueue(answer.topic, broker, answer.queue_id)
+            state = self.states.get(queue)
+            if state is None:
+                continue  # released while the pull was out
+            status = answer.status
+            if answer.found:
+                messages = decode_records(answer.raw)
+                tag_filter = state.tag_filter
+                if not tag_filter.matches_all:
+                    messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
+                state.next_offset = answer.next_offset
+                if messages:
+                    state.process_queue.put_messages(messages)
+                    work.extend(
+                        (queue, messages[i : i + size]) for i in range(0, len(messages), size)
+                    )
+                else:
+                    self._advance_idle(queue, state)
+            elif status == "NO_MATCHED_MESSAGE":
+                state.next_offset = answer.next_offset
+                self._advance_idle(queue, state)
+            elif status in _OFFSET_MOVED:
+                log.warning(
+                    "%s: offset %d is out of range (%s); moving to %d",
+                    queue,
+                    state.next_offset,
+                    status,
+                    answer.next_offset,
+                )
+                state.next_offset = answer.next_offset
+                self._advance_idle(queue, state)
+        return work
+
+    def _advance_idle(self, queue: MessageQueue, state: _QueueState) -> None:
+        """Nothing of the pulled range is for us: with nothing in flight, commit past it."""
+        if state.process_queue.cached_count == 0 and not state.process_queue.dropped:
+            self.offsets.update_offset(queue, state.next_offset, True)
+
+    # -- consuming -------------------------------------------------------------------------
+    def prepare(self, messages: list[StoredMessage]) -> list[StoredMessage]:
+        """What the listener sees: retried messages under their original topic."""
+        for message in messages:
+            original = message.properties.get(PROPERTY_RETRY_TOPIC)
+            if original is not None and message.topic.startswith("%RETRY%"):
+                message.topic = original
+        return messages
+
+    def started(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+        state = self.states.get(queue)
+        if state is not None:
+            state.process_queue.mark_consume_started(messages, _now_ms())
+
+    def finish(
+        self, queue: MessageQueue, messages: list[StoredMessage], result: ConsumeResult
+    ) -> None:
+        """A listener batch is done: send failures back, release, advance the offset."""
+        state = self.states.get(queue)
+        process_queue = state.process_queue if state is not None else None
+        done = messages
+        if result is not ConsumeResult.SUCCESS:
+            done = self._failed(queue, messages)
+        if process_queue is None:
+            return
+        offset = process_queue.remove_messages(done)
+        if offset is not None and not process_queue.dropped:
+            self.offsets.update_offset(queue, offset, True)
+
+    def _failed(self, queue: MessageQueue, messages: list[StoredMessage]) -> list[StoredMessage]:
+        """Send failed messages back; answers those that may be released now."""
+        if not self.clustering:
+            for message in messages:
+                log.warning("broadcast message %s failed; dropping it", message.msg_id)
+            return messages
+        released, kept = [], []
+        for message in messages:
+            if self._send_back(message):
+                released.append(message)
+            else:
+                message.reconsume_times += 1
+                kept.append(message)
+        if kept and self.retry_later is not None:
+            self.retry_later(queue, kept)
+        return released
+
+    def _send_back(self, message: StoredMessage) -> bool:
+        try:
+            answer = self.transport.send_back(
+                self.group,
+                message.phys_offset,
+                max_reconsume_times=self.settings.max_reconsume_times,
+            )
+        except Exception as exc:  # the broker is away: retry locally
+            log.warning("send-back of %s failed (%s); retrying it locally", message.msg_id, exc)
+            return False
+        if not answer.stored:
+            log.warning(
+                "send-back of %s refused (%s %s); retrying locally",
+                message.msg_id,
+                answer.status,
+                answer.detail,
+            )
+        return answer.stored
+
+    def expire_stuck(self) -> int:
+        """Send back messages stuck in a listener past the consume timeout; how many."""
+        now = _now_ms()
+        count = 0
+        for queue, state in list(self.states.items()):
+            stuck = state.process_queue.expired_messages(now, self.settings.consume_timeout_ms)
+            if not stuck:
+                continue
+            for message in stuck:
+                if self._send_back(message):
+                    offset = state.process_queue.remove_messages([message])
+                    if offset is not None and not state.process_queue.dropped:
+                        self.offsets.update_offset(queue, offset, True)
+                    count += 1
+        return count
+
+    # -- shutdown --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Persist every owned queue's offset, leave the group, stop the offset store."""
+        queues = list(self.states)
+        try:
+            self.offsets.persist_all(queues)
+        finally:
+            self.offsets.close()  # type: ignore[attr-defined]
+            try:
+                self.transport.unregister(self.group, self.client_id)
+            except Exception as exc:
+                log.warning("could not leave group %s: %s", self.group, exc)
+        for state in self.states.values():
+            state.process_queue.dropped = True
