@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage, make_offset_msg_id
+from localstore.codec import StoredMessage
 
 
 class PutStatus(enum.Enum):
@@ -64,8 +64,8 @@ class PutResult:
     @property
     def offset_msg_ids(self) -> list[str]:
         """Server-side ids: store host + port + commitlog offset, upper-case hex."""
-        host = self.store_host_raw
-        return [make_offset_msg_id(host, p) for p in self.phys_offsets]
+        prefix = self.store_host_raw.hex().upper()
+        return [f"{prefix}{p:016X}" for p in self.phys_offsets]
 
     @property
     def offset_msg_id(self) -> str:

@@ -50,8 +50,9 @@ RESERVED_PROPERTIES = frozenset({
 @dataclass(slots=True)
 class Message:
     """A message to send. ``keys`` are business keys (query by key finds the message by any of
-    them); ``delay_level`` is 1-18 (RocketMQ's levels, 1 s to 2 h) or 0 for none;
-    ``deliver_at_ms`` is an absolute delivery time (ms since the epoch) instead."""
+    them; a single string is one key); ``delay_level`` is 1-18 (RocketMQ's levels, 1 s to 2 h)
+    or 0 for none; ``deliver_at_ms`` is an absolute delivery time (ms since the epoch)
+    instead."""
 
     topic: str
     body: bytes
@@ -68,7 +69,8 @@ class Message:
         if self.tags:
             result[PROPERTY_TAGS] = self.tags
         if self.keys:
-            result[PROPERTY_KEYS] = " ".join(self.keys)
+            keys = self.keys
+            result[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
         return result
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from localstore.codec import (
     PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     NewMessage,
     encode_properties,
@@ -52,7 +54,7 @@ QueueSelector = Callable[[Message, int], int]
 """``selector(message, queue_count) -> queue id`` in ``[0, queue_count)``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendReceipt:
     """Where a sent message was stored.
 
@@ -84,6 +86,23 @@ def _body_bytes(body: object) -> bytes:
     raise InvalidMessageError(f"the body must be bytes, got {type(body).__name__}")
 
 
+def _check_property_names(properties: dict[str, str]) -> None:
+    if not RESERVED_PROPERTIES.isdisjoint(properties):
+        reserved = sorted(RESERVED_PROPERTIES.intersection(properties))
+        raise InvalidMessageError(
+            f"property name(s) {reserved} are reserved: use the Message fields"
+        )
+
+
+def _check_properties_size(properties: dict[str, str], topic: str) -> None:
+    size = len(encode_properties(properties).encode())
+    if size > MAX_PROPERTIES_BYTES:
+        raise InvalidMessageError(
+            f"message to {topic}: its properties take {size} bytes, over the limit "
+            f"{MAX_PROPERTIES_BYTES}"
+        )
+
+
 class MessageBuilder:
     """Validates messages and builds what the broker stores; thread-safe."""
 
@@ -91,27 +110,16 @@ class MessageBuilder:
         self.max_body_bytes = max_body_bytes
         self._ids = UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._valid_topics: set[str] = set()
 
     def check(self, message: Message) -> bytes:
         """Raise :class:`InvalidMessageError` naming what is wrong; answers the body."""
         if not isinstance(message, Message):
             raise InvalidMessageError(f"expected a sdk.Message, got {type(message).__name__}")
-        problem = topic_error(message.topic)
-        if problem is not None:
-            raise InvalidMessageError(problem)
-        body = _body_bytes(message.body)
-        if not body:
-            raise InvalidMessageError(f"message to {message.topic}: the body is empty")
-        if len(body) > self.max_body_bytes:
-            raise InvalidMessageError(
-                f"message to {message.topic}: the body is {len(body)} bytes, over the limit "
-                f"{self.max_body_bytes}"
-            )
-        reserved = RESERVED_PROPERTIES.intersection(message.properties)
-        if reserved:
-            raise InvalidMessageError(
-                f"property name(s) {sorted(reserved)} are reserved: use the Message fields"
-            )
+        self._check_topic(message.topic)
+        body = self._check_body(message.body, message.topic)
+        if message.properties:
+            _check_property_names(message.properties)
         if message.delay_level and not 0 < message.delay_level <= MAX_DELAY_LEVEL:
             raise InvalidMessageError(
                 f"delay_level must be 1-{MAX_DELAY_LEVEL} (or 0 for none), got "
@@ -121,40 +129,72 @@ class MessageBuilder:
             raise InvalidMessageError("give delay_level or deliver_at_ms, not both")
         return body
 
-    def build(
-        self, message: Message, queue_id: int, born_timestamp: int | None = None
-    ) -> NewMessage:
-        """The message as the broker stores it, with a fresh ``UNIQ_KEY``."""
-        body = self.check(message)
-        properties = {**message.properties, **message.system_properties()}
-        properties[PROPERTY_UNIQ_KEY] = self._ids.next()
-        if message.delay_level:
-            properties[PROPERTY_DELAY] = str(message.delay_level)
-        elif message.deliver_at_ms is not None:
-            properties[PROPERTY_DELIVER_AT] = str(int(message.deliver_at_ms))
-        size = len(encode_properties(properties).encode())
-        if size > MAX_PROPERTIES_BYTES:
+    def _check_topic(self, topic: str) -> None:
+        if topic in self._valid_topics:
+            return
+        problem = topic_error(topic) if isinstance(topic, str) else "the topic must be a str"
+        if problem is not None:
+            raise InvalidMessageError(problem)
+        self._valid_topics.add(topic)
+
+    def _check_body(self, body: object, topic: str) -> bytes:
+        if type(body) is not bytes:
+            body = _body_bytes(body)
+        if not body:
+            raise InvalidMessageError(f"message to {topic}: the body is empty")
+        if len(body) > self.max_body_bytes:
             raise InvalidMessageError(
-                f"message to {message.topic}: its properties take {size} bytes, over the limit "
-                f"{MAX_PROPERTIES_BYTES}"
+                f"message to {topic}: the body is {len(body)} bytes, over the limit "
+                f"{self.max_body_bytes}"
             )
-        return NewMessage(
-            message.topic,
-            body,
-            queue_id,
-            properties,
-            flag=message.flag,
-            born_timestamp=born_timestamp or time.time_ns() // 1_000_000,
-        )
+        return body
+
+    def build(self, message: Message, queue_id: int) -> NewMessage:
+        """The message as the broker stores it, with a fresh ``UNIQ_KEY``."""
+        self.check(message)
+        built = self._build(message, queue_id, self._ids.next(), time.time_ns() // 1_000_000)
+        if message.delay_level:
+            built.properties[PROPERTY_DELAY] = str(message.delay_level)
+        elif message.deliver_at_ms is not None:
+            built.properties[PROPERTY_DELIVER_AT] = str(int(message.deliver_at_ms))
+        return built
+
+    def _build(self, message: Message, queue_id: int, uniq_key: str, now_ms: int) -> NewMessage:
+        """The stored form of a message whose topic was checked (body and properties are
+        checked here)."""
+        topic = message.topic
+        body = self._check_body(message.body, topic)
+        user = message.properties
+        if user:
+            _check_property_names(user)
+            properties = dict(user)
+        else:
+            properties = {}
+        tags = message.tags
+        if tags:
+            properties[PROPERTY_TAGS] = tags
+        keys = message.keys
+        if keys:
+            properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+        properties[PROPERTY_UNIQ_KEY] = uniq_key
+        # UTF-8 takes at most 4 bytes a character: only a message near the limit is encoded.
+        if sum(len(k) + len(v) + 2 for k, v in properties.items()) * 4 > MAX_PROPERTIES_BYTES:
+            _check_properties_size(properties, topic)
+        return NewMessage(topic, body, queue_id, properties, message.flag, 0, now_ms)
 
     def build_batch(self, messages: Sequence[Message], queue_id: int) -> list[NewMessage]:
         """One batch for one topic-queue; no delays (a batch is appended as it is)."""
         if not messages:
             raise InvalidMessageError("the batch is empty")
         topic = messages[0].topic
+        self._check_topic(topic)
         now = time.time_ns() // 1_000_000
+        ids = self._ids.next_many(len(messages))
+        build = self._build
         built = []
         for index, message in enumerate(messages):
+            if type(message) is not Message and not isinstance(message, Message):
+                raise InvalidMessageError(f"message {index}: expected a sdk.Message")
             if message.topic != topic:
                 raise InvalidMessageError(
                     f"a batch goes to one topic: message {index} is for {message.topic}, "
@@ -164,7 +204,7 @@ class MessageBuilder:
                 raise InvalidMessageError(
                     f"message {index}: a batch cannot hold delayed messages; send it alone"
                 )
-            built.append(self.build(message, queue_id, now))
+            built.append(build(message, queue_id, ids[index], now))
         return built
 
     def select_queue(

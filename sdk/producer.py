@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 T = TypeVar("T")
+_FIRST_RETRY_WAIT_S = 0.05
 
 
 def _is_retriable(exc: BaseException) -> bool:
@@ -141,8 +143,17 @@ class Producer(_ProducerBase):
         return count
 
     def _call(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)``; a retriable failure is retried with backoff (tenacity), the first
+        attempt runs without the retry machinery (the common case costs nothing extra)."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if not _is_retriable(exc) or self.retries == 0:
+                raise
+            log.info("send failed (%s); retrying", exc)
+            time.sleep(random.uniform(0, _FIRST_RETRY_WAIT_S))
         for attempt in Retrying(
-            stop=stop_after_attempt(self.retries + 1),
+            stop=stop_after_attempt(self.retries),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             retry=retry_if_exception(_is_retriable),
             reraise=True,
@@ -277,8 +288,16 @@ class AsyncProducer(_ProducerBase):
         return count
 
     async def _call(self, make_call: Callable[[], Awaitable[T]]) -> T:
+        """As :meth:`Producer._call`: the first attempt bypasses tenacity."""
+        try:
+            return await make_call()
+        except Exception as exc:
+            if not _is_retriable(exc) or self.retries == 0:
+                raise
+            log.info("send failed (%s); retrying", exc)
+            await asyncio.sleep(random.uniform(0, _FIRST_RETRY_WAIT_S))
         async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
+            stop=stop_after_attempt(self.retries),
             wait=wait_random_exponential(multiplier=0.05, max=1.0),
             retry=retry_if_exception(_is_retriable),
             reraise=True,

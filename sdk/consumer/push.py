@@ -145,8 +145,11 @@ class PushConsumer:
                 result = self._transport.pull(batch)
                 if self._stop.is_set():
                     return
-                for work in core.on_pulled(result):
+                works = core.on_pulled(result)
+                for work in works:
                     self._submit(work)
+                if works:
+                    time.sleep(0)  # let a listener thread take the GIL now, not at our next wait
                 if result.generation != core.generation:
                     core.rebalance()
             except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -76,6 +77,25 @@ def add_parser(subparsers: Any) -> None:
     recovery.add_argument("--quiet", action="store_true", help="no progress on stderr")
     recovery.set_defaults(func=_run_recovery)
 
+    e2e = commands.add_parser(
+        "e2e",
+        help="the SDK end to end on an embedded broker: produce, consume, latency",
+        description="Producer batch throughput, push-consumer drain throughput and end-to-end "
+        "latency with one message in flight, on an embedded broker (every message indexed).",
+    )
+    e2e.add_argument("--data", type=Path, default=None, help="empty directory (default: temp)")
+    e2e.add_argument("--count", type=int, default=1_000_000, help="messages produced and consumed")
+    e2e.add_argument("--size", type=int, default=100, help="body size in bytes")
+    e2e.add_argument("--batch", type=int, default=100, help="messages per send_batch")
+    e2e.add_argument("--latency-samples", type=int, default=2000, help="timed e2e samples")
+    e2e.add_argument("--consume-batch", type=int, default=32, help="messages per listener call")
+    e2e.add_argument("--pull-batch", type=int, default=64, help="messages per queue per pull")
+    e2e.add_argument("--consume-threads", type=int, default=2, help="listener threads")
+    e2e.add_argument("--commitlog-file-size", type=int, default=1 << 30)
+    e2e.add_argument("--json", action="store_true", help="one JSON line per figure")
+    e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    e2e.set_defaults(func=_run_e2e)
+
 
 def _run_bench(
     args: argparse.Namespace,
@@ -144,3 +164,27 @@ def _run_store(args: argparse.Namespace) -> int:
         return run_store_bench(config, progress)
 
     return _run_bench(args, figures, ("async", "sync"))
+
+
+def _run_e2e(args: argparse.Namespace) -> int:
+    from sdk.perf.e2e_bench import E2EBenchConfig, run_e2e_bench
+
+    for name in ("count", "size", "batch", "latency_samples", "consume_batch", "pull_batch"):
+        if getattr(args, name) <= 0:
+            raise SystemExit(f"quiver perf e2e: --{name.replace('_', '-')} must be positive")
+    config = E2EBenchConfig(
+        data_dir=args.data,
+        count=args.count,
+        size=args.size,
+        batch=args.batch,
+        latency_samples=args.latency_samples,
+        consume_batch=args.consume_batch,
+        pull_batch=args.pull_batch,
+        consume_threads=args.consume_threads,
+        commitlog_file_size=args.commitlog_file_size,
+    )
+    return _run_bench(
+        args,
+        lambda data, progress: run_e2e_bench(dataclasses.replace(config, data_dir=data), progress),
+        ("e2e",),
+    )

@@ -1,0 +1,148 @@
+"""``quiver perf e2e``: the SDK end to end on an embedded broker (local mode).
+
+Figures (the shape ``../shared/bench/peers.py --with`` reads, names as its embedded peers'):
+
+* ``put_msgs_per_s``: a :class:`sdk.Producer` sending ``--count`` messages of ``--size`` bytes in
+  batches of ``--batch`` (``send_batch``: one request, one append), round-robin over the topic's
+  queues; every message indexed (keys and ``UNIQ_KEY``), async flush.
+* ``get_msgs_per_s``: a :class:`sdk.PushConsumer` (clustering, FIRST_OFFSET) draining that backlog:
+  from its start until its listener has seen every message and the offsets of all of them are
+  committed in memory (listener batches of ``--consume-batch``; ``--pull-batch`` per queue and
+  pull).
+* ``e2e_p50_ms`` / ``e2e_p99_ms``: one message in flight: ``Producer.send`` of one message, a
+  push consumer parked in a long poll receives it; time from before the send to the listener
+  holding it (``--latency-samples`` samples after 100 discarded).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdk import (
+    ConsumeFrom,
+    ConsumeResult,
+    EmbeddedBroker,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
+from sdk.perf.report import Figure, Progress
+
+LATENCY_WARMUP = 100
+TOPIC = "bench"
+
+
+@dataclass(frozen=True, slots=True)
+class E2EBenchConfig:
+    data_dir: Path
+    count: int = 1_000_000
+    size: int = 100
+    batch: int = 100
+    latency_samples: int = 2000
+    consume_batch: int = 32
+    pull_batch: int = 64
+    consume_threads: int = 2
+    commitlog_file_size: int = 1 << 30
+
+
+def _percentile(samples: list[float], pct: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _body(size: int) -> bytes:
+    return (b"0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size]
+
+
+def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure]:
+    """Yield the figures of the module docstring, measured in ``config.data_dir / "e2e"``."""
+    root = config.data_dir / "e2e"
+    with (
+        EmbeddedBroker(root, commitlog_file_size=config.commitlog_file_size) as broker,
+        Producer(broker, "bench-producer") as producer,
+    ):
+        yield _produce(producer, config, progress)
+        yield _drain(broker, config, progress)
+        yield from _latency(broker, producer, config, progress)
+
+
+def _produce(producer: Producer, config: E2EBenchConfig, progress: Progress) -> Figure:
+    body = _body(config.size)
+    started = time.perf_counter()
+    sent = 0
+    while sent < config.count:
+        n = min(config.batch, config.count - sent)
+        producer.send_batch([Message(TOPIC, body, keys=(f"k{sent + i}",)) for i in range(n)])
+        sent += n
+        progress.update("put", sent, config.count)
+    elapsed = time.perf_counter() - started
+    progress.done("put")
+    return Figure("put_msgs_per_s", config.count / elapsed, config.count, config.size, config.batch)
+
+
+def _drain(broker: EmbeddedBroker, config: E2EBenchConfig, progress: Progress) -> Figure:
+    received = 0
+    lock = threading.Lock()
+    all_seen = threading.Event()
+
+    def count(messages: list[ReceivedMessage]) -> ConsumeResult:
+        nonlocal received
+        with lock:
+            received += len(messages)
+            if received >= config.count:
+                all_seen.set()
+        return ConsumeResult.SUCCESS
+
+    started = time.perf_counter()
+    with PushConsumer(
+        broker,
+        "bench-drain",
+        {TOPIC: None},
+        count,
+        consume_threads=config.consume_threads,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        consume_batch_size=config.consume_batch,
+        pull_batch_size=config.pull_batch,
+    ) as consumer:
+        while not all_seen.wait(0.2):
+            progress.update("get", received, config.count)
+        while sum(consumer.core.offsets.clone_offset_table(TOPIC).values()) < config.count:
+            time.sleep(0.001)  # the last batches' offsets are being committed
+        elapsed = time.perf_counter() - started
+    progress.done("get")
+    return Figure("get_msgs_per_s", config.count / elapsed, config.count, config.size, config.batch)
+
+
+def _latency(
+    broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig, progress: Progress
+) -> Iterator[Figure]:
+    arrived = threading.Event()
+    arrival = [0.0]
+
+    def hold(messages: list[ReceivedMessage]) -> ConsumeResult:
+        arrival[0] = time.perf_counter()
+        arrived.set()
+        return ConsumeResult.SUCCESS
+
+    body = _body(config.size)
+    samples: list[float] = []
+    total = config.latency_samples + LATENCY_WARMUP
+    with PushConsumer(broker, "bench-latency", {"latency": None}, hold, consume_threads=1):
+        for index in range(total):
+            arrived.clear()
+            before = time.perf_counter()
+            producer.send(Message("latency", body))
+            if not arrived.wait(5.0):
+                raise RuntimeError(f"message {index} not received within 5 s")
+            if index >= LATENCY_WARMUP:
+                samples.append((arrival[0] - before) * 1000)
+            progress.update("e2e latency", index + 1, total)
+    progress.done("e2e latency")
+    yield Figure("e2e_p50_ms", _percentile(samples, 50), len(samples), config.size, 1)
+    yield Figure("e2e_p99_ms", _percentile(samples, 99), len(samples), config.size, 1)
