@@ -1,0 +1,34 @@
+"""UNIQ_KEY: RocketMQ's layout (prefix, ms since the month began, counter), batches of ids."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from localstore.message_id import UniqKeyGenerator
+
+
+def test_layout_and_uniqueness():
+    generator = UniqKeyGenerator("10.0.0.7")
+    ids = [generator.next() for _ in range(100)] + generator.next_many(100)
+    assert len(set(ids)) == 200
+    assert all(len(i) == 32 and i == i.upper() for i in ids)
+    assert {i[:8] for i in ids} == {"0A000007"}  # the client address
+    counters = [int(i[-4:], 16) for i in ids]
+    assert counters == [(counters[0] + n) & 0xFFFF for n in range(200)]
+
+
+def test_late_in_a_month_the_millis_wrap_as_a_java_int_does(monkeypatch: pytest.MonkeyPatch):
+    generator = UniqKeyGenerator()
+    generator._month_start_ms = 0
+    generator._next_month_ms = 1 << 62
+    late = 30 * 86_400_000 + 5  # day 30: more than 2**31 ms after the month began
+    monkeypatch.setattr(time, "time_ns", lambda: late * 1_000_000)
+    single = generator.next()
+    batch = generator.next_many(2)
+    java_int = struct.unpack(">i", struct.pack(">I", late & 0xFFFFFFFF))[0]
+    expected = struct.pack(">i", java_int).hex().upper()
+    assert single[20:28] == expected
+    assert [b[20:28] for b in batch] == [expected, expected]

@@ -1,0 +1,161 @@
+"""BrokerService: delayed sends, send-back down to the DLQ, batched long polling, routes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from localstore import NewMessage
+from offsetstore import MessageQueue
+from sdk.broker.service import BrokerOptions, BrokerService
+from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
+from sdk.transport.models import PullBatch, QueuePull, decode_records
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    options = BrokerOptions(delay_levels=[40] * 18, schedule_poll_interval_s=0.01)
+    options.geometry = {"commitlog_file_size": 1 << 20}
+    with BrokerService(tmp_path / "broker", options) as broker:
+        yield broker
+
+
+def message(topic: str = "orders", body: bytes = b"hello", queue_id: int = 0, **props: str):
+    return NewMessage(topic, body, queue_id, {"UNIQ_KEY": f"U{time.monotonic_ns()}", **props})
+
+
+def pull_all(service: BrokerService, topic: str, queue_id: int = 0, offset: int = 0):
+    batch = PullBatch("g", (QueuePull(topic, queue_id, offset),), max_count=100)
+    return decode_records(service.pull(batch).results[0].raw)
+
+
+def test_send_stores_and_pull_hands_back_the_records(service: BrokerService):
+    result = service.send([message(body=b"a"), message(body=b"b")])
+    assert result.status == "PUT_OK" and result.queue_offset == 0
+    assert len(result.offset_msg_ids) == 2
+    assert [m.body for m in pull_all(service, "orders")] == [b"a", b"b"]
+
+
+def test_a_batch_may_not_hold_delayed_messages(service: BrokerService):
+    result = service.send([message(), message(DELAY="1")])
+    assert result.status == "MESSAGE_ILLEGAL" and "delayed" in result.detail
+
+
+def test_a_delayed_message_waits_under_the_schedule_topic(service: BrokerService):
+    sent_at = time.monotonic()
+    result = service.send([message(body=b"later", DELAY="1")])
+    assert result.status == "PUT_OK" and result.topic == "SCHEDULE_TOPIC_XXXX"
+    assert pull_all(service, "orders") == []
+    batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=5000)
+    answer = service.pull_wait(batch)
+    assert time.monotonic() - sent_at >= 0.04  # never early
+    delivered = decode_records(answer.results[0].raw)
+    assert [m.body for m in delivered] == [b"later"]
+    assert "DELAY" not in delivered[0].properties
+
+
+def test_an_absolute_time_already_due_is_delivered_at_once(service: BrokerService):
+    past = str(time.time_ns() // 1_000_000 - 1000)
+    result = service.send([message(body=b"now", **{PROPERTY_DELIVER_AT: past})])
+    assert result.topic == "orders"
+    assert [m.body for m in pull_all(service, "orders")] == [b"now"]
+
+
+def test_a_bad_delay_is_refused(service: BrokerService):
+    result = service.send([message(DELAY="soon")])
+    assert result.status == "MESSAGE_ILLEGAL" and "delay" in result.detail
+
+
+def test_send_back_retries_then_dead_letters(service: BrokerService):
+    stored = service.send([message(body=b"poison", TAGS="paid")])
+    phys = service.store.get_messages("orders", 0, 0).messages[0].phys_offset
+    seen = []
+    for attempt in range(3):
+        answer = service.send_back("billing", phys, max_reconsume_times=2)
+        assert answer.status == "PUT_OK", answer
+        if attempt == 2:
+            break
+        batch = PullBatch("billing", (QueuePull(retry_topic("billing"), 0, attempt),), wait_ms=5000)
+        retried = decode_records(service.pull_wait(batch).results[0].raw)[0]
+        seen.append(retried.reconsume_times)
+        assert retried.properties["RETRY_TOPIC"] == "orders"
+        assert retried.properties["ORIGIN_MESSAGE_ID"] == stored_msg_id(service)
+        phys = retried.phys_offset
+    assert seen == [1, 2]
+    dead = pull_all(service, dlq_topic("billing"))
+    assert [m.body for m in dead] == [b"poison"] and dead[0].reconsume_times == 3
+    assert stored.status == "PUT_OK"
+
+
+def stored_msg_id(service: BrokerService) -> str | None:
+    return service.store.get_messages("orders", 0, 0).messages[0].msg_id
+
+
+def test_send_back_with_a_negative_level_dead_letters_at_once(service: BrokerService):
+    service.send([message()])
+    phys = service.store.get_messages("orders", 0, 0).messages[0].phys_offset
+    assert service.send_back("g", phys, delay_level=-1).topic == dlq_topic("g")
+
+
+def test_send_back_of_an_unknown_offset_is_refused(service: BrokerService):
+    service.send([message()])
+    answer = service.send_back("g", 3)
+    assert answer.status == "MESSAGE_ILLEGAL" and "no message" in answer.detail
+
+
+def test_pull_wait_times_out_with_nothing_new(service: BrokerService):
+    started = time.monotonic()
+    answer = service.pull_wait(PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=60))
+    assert time.monotonic() - started >= 0.06
+    assert answer.results[0].status == "NO_MATCHED_LOGIC_QUEUE"
+
+
+def test_pull_wait_answers_when_any_queue_gets_a_message(service: BrokerService):
+    service.send([message(queue_id=0)])
+    pulls = (QueuePull("orders", 0, 1), QueuePull("orders", 2, 0))
+    threading.Timer(0.05, service.send, ([message(body=b"x", queue_id=2)],)).start()
+    started = time.monotonic()
+    answer = service.pull_wait(PullBatch("g", pulls, wait_ms=10_000))
+    assert time.monotonic() - started < 5
+    assert [r.status for r in answer.results] == ["OFFSET_OVERFLOW_ONE", "FOUND"]
+
+
+def test_a_membership_change_ends_a_parked_pull(service: BrokerService):
+    service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
+    batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=10_000)
+    generation = service.groups.generation("g")
+    threading.Timer(0.05, service.heartbeat, ("g", "b", {"orders": "*"}, "CLUSTERING")).start()
+    answer = service.pull_wait(batch)
+    assert answer.generation == generation + 1
+
+
+def test_pull_async_parks_a_future_and_wakes_on_arrival(service: BrokerService):
+    async def scenario() -> list[bytes]:
+        batch = PullBatch("g", (QueuePull("orders", 1, 0),), wait_ms=10_000)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, service.send, [message(body=b"async", queue_id=1)])
+        answer = await service.pull_async(batch)
+        return [m.body for m in decode_records(answer.results[0].raw)]
+
+    assert asyncio.run(scenario()) == [b"async"]
+
+
+def test_close_answers_parked_pulls(tmp_path: Path):
+    broker = BrokerService(tmp_path / "b", BrokerOptions(geometry={"commitlog_file_size": 1 << 20}))
+    batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=30_000)
+    threading.Timer(0.05, broker.close).start()
+    started = time.monotonic()
+    broker.pull_wait(batch)
+    assert time.monotonic() - started < 10
+
+
+def test_routes_and_offsets(service: BrokerService):
+    assert service.queue_count("new-topic") == 4
+    assert service.queue_count(retry_topic("g")) == 1
+    assert service.query_offset("g", "orders", 0) is None
+    service.commit_offsets("g", {MessageQueue("orders", "broker-a", 0): 7})
+    assert service.query_offset("g", "orders", 0) == 7

@@ -1,0 +1,185 @@
+"""Producers: validation before I/O, queue selection, retries of retriable failures, async twin."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from localstore.javahash import java_hash
+from sdk import (
+    AsyncProducer,
+    BrokerUnavailableError,
+    ClientClosedError,
+    EmbeddedBroker,
+    InvalidMessageError,
+    Message,
+    Producer,
+    SendRejectedError,
+)
+from sdk.transport.in_process import InProcessTransport
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    with EmbeddedBroker(tmp_path / "broker", commitlog_file_size=1 << 20) as embedded:
+        yield embedded
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        (Message("", b"x"), "blank"),
+        (Message("bad topic", b"x"), "illegal characters"),
+        (Message("t" * 128, b"x"), "longer than"),
+        (Message("SCHEDULE_TOPIC_XXXX", b"x"), "forbidden"),
+        (Message("orders", b""), "empty"),
+        (Message("orders", b"x" * 5000), "over the limit"),
+        (Message("orders", b"x", properties={"TAGS": "a"}), "reserved"),
+        (Message("orders", b"x", properties={"big": "v" * 40_000}), "properties take"),
+        (Message("orders", b"x", delay_level=19), "delay_level"),
+        (Message("orders", b"x", delay_level=2, deliver_at_ms=5), "not both"),
+        (Message("orders", "text"), "must be bytes"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_messages_fail_before_any_io(broker, message, problem):
+    with (
+        Producer(broker, max_body_bytes=4096) as producer,
+        pytest.raises(InvalidMessageError, match=problem),
+    ):
+        producer.send(message)
+    assert broker.service.store.topics.get("orders") is None  # nothing reached the broker
+
+
+def test_receipt_names_where_the_message_went(broker):
+    with Producer(broker) as producer:
+        receipt = producer.send(Message("orders", b"hi", tags="paid", keys=["k1", "k2"]))
+    stored = broker.service.store.get_messages("orders", receipt.queue_id, 0).messages[0]
+    assert receipt.msg_id == stored.msg_id and receipt.offset_msg_id == stored.offset_msg_id
+    assert receipt.queue_offset == 0 and receipt.status == "PUT_OK"
+    assert stored.tags == "paid" and stored.keys == ["k1", "k2"]
+
+
+def test_a_single_string_key_is_one_key(broker):
+    with Producer(broker) as producer:
+        receipt = producer.send(Message("orders", b"hi", keys="order-42"))
+    stored = broker.service.store.get_messages("orders", receipt.queue_id, 0).messages[0]
+    assert stored.keys == ["order-42"]
+
+
+def test_round_robin_spreads_over_the_queues(broker):
+    with Producer(broker) as producer:
+        queues = [producer.send(Message("orders", b"x")).queue_id for _ in range(8)]
+    assert sorted(queues) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_a_sharding_key_always_picks_the_same_queue(broker):
+    with Producer(broker) as producer:
+        queues = {
+            producer.send(Message("orders", b"x"), sharding_key="order-7").queue_id
+            for _ in range(5)
+        }
+    assert queues == {abs(java_hash("order-7")) % 4}
+
+
+def test_a_custom_selector_is_checked(broker):
+    with (
+        Producer(broker, selector=lambda message, count: count) as producer,
+        pytest.raises(InvalidMessageError, match="selector chose queue 4"),
+    ):
+        producer.send(Message("orders", b"x"))
+    with Producer(broker, selector=lambda message, count: count - 1) as producer:
+        assert producer.send(Message("orders", b"x")).queue_id == 3
+
+
+def test_send_batch_is_one_append_to_one_queue(broker):
+    with Producer(broker) as producer:
+        receipts = producer.send_batch([Message("orders", b"%d" % i) for i in range(5)], queue_id=2)
+        with pytest.raises(InvalidMessageError, match="one topic"):
+            producer.send_batch([Message("orders", b"a"), Message("other", b"b")])
+        with pytest.raises(InvalidMessageError, match="delayed"):
+            producer.send_batch([Message("orders", b"a"), Message("orders", b"b", delay_level=1)])
+    assert [r.queue_offset for r in receipts] == [0, 1, 2, 3, 4]
+    assert {r.queue_id for r in receipts} == {2}
+    assert len({r.msg_id for r in receipts}) == 5
+
+
+def test_send_async_and_oneway(broker):
+    with Producer(broker) as producer:
+        future = producer.send_async(Message("orders", b"a"))
+        producer.send_oneway(Message("orders", b"b"))
+        assert future.result(timeout=10).status == "PUT_OK"
+    assert sum(broker.service.store.max_offset("orders", q) for q in range(4)) == 2
+
+
+class FlakyTransport(InProcessTransport):
+    """Fails the first ``failures`` sends as an unreachable broker would."""
+
+    def __init__(self, service, failures: int) -> None:
+        super().__init__(service)
+        self.failures = failures
+        self.attempts = 0
+
+    def send(self, messages):
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise BrokerUnavailableError("connection refused")
+        return super().send(messages)
+
+
+def test_retriable_failures_are_retried_with_the_same_message_id(broker):
+    transport = FlakyTransport(broker.service, failures=2)
+    with Producer(transport, retries=2) as producer:
+        receipt = producer.send(Message("orders", b"x"))
+    assert transport.attempts == 3
+    assert (
+        broker.service.store.get_messages("orders", receipt.queue_id, 0).messages[0].msg_id
+        == receipt.msg_id
+    )
+
+
+def test_retries_run_out(broker):
+    transport = FlakyTransport(broker.service, failures=5)
+    with Producer(transport, retries=1) as producer, pytest.raises(BrokerUnavailableError):
+        producer.send(Message("orders", b"x"))
+    assert transport.attempts == 2
+
+
+def test_a_refused_message_is_not_retried(broker):
+    transport = FlakyTransport(broker.service, failures=0)
+    too_big = 5 * 1024 * 1024  # the producer allows it, the broker's store does not
+    with (
+        Producer(transport, max_body_bytes=2 * too_big) as producer,
+        pytest.raises(SendRejectedError) as refused,
+    ):
+        producer.send(Message("orders", b"x" * too_big))
+    assert refused.value.status == "MESSAGE_ILLEGAL" and not refused.value.retriable
+    assert transport.attempts == 1
+
+
+def test_a_closed_broker_or_producer(broker):
+    producer = Producer(broker, retries=0)
+    producer.send(Message("orders", b"x"))
+    broker.close()
+    with pytest.raises(BrokerUnavailableError):
+        producer.send(Message("orders", b"x"))
+    producer.close()
+    with pytest.raises(ClientClosedError):
+        producer.send(Message("orders", b"x"))
+
+
+def test_async_producer(broker):
+    async def scenario():
+        async with AsyncProducer(broker) as producer:
+            one = await producer.send(Message("orders", b"a"), sharding_key="k")
+            many = await producer.send_batch([Message("orders", b"b"), Message("orders", b"c")])
+            task = producer.send_async(Message("orders", b"d"))
+            producer.send_oneway(Message("orders", b"e"))
+            with pytest.raises(InvalidMessageError):
+                await producer.send(Message("orders", b""))
+            return one, many, await task
+
+    one, many, last = asyncio.run(scenario())
+    assert one.status == "PUT_OK" and len(many) == 2 and last.status == "PUT_OK"
+    assert sum(broker.service.store.max_offset("orders", q) for q in range(4)) == 5
