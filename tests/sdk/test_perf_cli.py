@@ -40,3 +40,18 @@ def test_perf_lookup_and_recovery_figures():
         "recovery_scan_MB_per_s", "recovery_redispatch_records_per_s", "recovery_open_s",
     }  # fmt: skip
     assert recovery["recovery_redispatch_records_per_s"] > 0
+
+
+def test_perf_e2e_figures(tmp_path):
+    data = tmp_path / "bench"
+    got = figures("e2e", "--data", data, "--count", "3000", "--latency-samples", "50",
+                  "--commitlog-file-size", "4194304")  # fmt: skip
+    assert set(got) == {"put_msgs_per_s", "get_msgs_per_s", "e2e_p50_ms", "e2e_p99_ms"}
+    assert all(value > 0 for value in got.values())
+    assert got["e2e_p50_ms"] <= got["e2e_p99_ms"]
+    assert list(data.iterdir()) == []
+
+
+def test_perf_e2e_refuses_bad_arguments():
+    done = quiver("perf", "e2e", "--count", "0")
+    assert done.returncode != 0 and "--count must be positive" in done.stderr
