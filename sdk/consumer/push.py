@@ -46,7 +46,18 @@ AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
 _THROTTLE_PAUSE_S = 0.05  # RocketMQ re-pulls a flow-controlled queue after 50 ms
 _ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
 _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
-_EXPIRY_CHECK_S = 60.0
+_EXPIRY_CHECK_S = 60.0  # at most; a shorter consume timeout is checked twice per timeout
+
+
+def _expiry_check_s(settings: PushSettings) -> float:
+    """How often stuck messages are looked for: twice per consume timeout, at most every 60 s."""
+    return min(_EXPIRY_CHECK_S, settings.consume_timeout_ms / 2000)
+
+
+def _hold_ms(settings: PushSettings) -> int:
+    """How long a pull may be held: no longer than until the next rebalance or expiry check."""
+    due_s = min(settings.rebalance_interval_s, _expiry_check_s(settings))
+    return max(0, min(settings.pull_wait_ms, int(due_s * 1000)))
 
 
 def _outcome(answer: object, group: str) -> ConsumeResult:
@@ -135,7 +146,7 @@ class PushConsumer:
             try:
                 if core.housekeeping_due():
                     core.rebalance()
-                if time.monotonic() - last_expiry >= _EXPIRY_CHECK_S:
+                if time.monotonic() - last_expiry >= self._expiry_check_s:
                     core.expire_stuck()
                     last_expiry = time.monotonic()
                 batch = core.next_pull(self._wait_ms())
@@ -160,11 +171,12 @@ class PushConsumer:
                 )
                 self._stop.wait(_ERROR_PAUSE_S)
 
+    @property
+    def _expiry_check_s(self) -> float:
+        return _expiry_check_s(self.settings)
+
     def _wait_ms(self) -> int:
-        """Hold a pull no longer than the next rebalance is due."""
-        return max(
-            0, min(self.settings.pull_wait_ms, int(self.settings.rebalance_interval_s * 1000))
-        )
+        return _hold_ms(self.settings)
 
     def _submit(self, work: Work) -> None:
         pool = self._pool
@@ -295,7 +307,12 @@ class AsyncPushConsumer:
         self._task = loop.create_task(self._pull_loop(), name=f"quiver-pull-{self.group}")
 
     def assignment(self) -> list[MessageQueue]:
+        """The queues this member consumes now (including the group's retry queue)."""
         return sorted(self.core.states)
+
+    @property
+    def _expiry_check_s(self) -> float:
+        return _expiry_check_s(self.settings)
 
     async def _pull_loop(self) -> None:
         core = self.core
@@ -306,13 +323,10 @@ class AsyncPushConsumer:
             try:
                 if core.housekeeping_due():
                     await asyncio.to_thread(core.rebalance)
-                if time.monotonic() - last_expiry >= _EXPIRY_CHECK_S:
+                if time.monotonic() - last_expiry >= self._expiry_check_s:
                     await asyncio.to_thread(core.expire_stuck)
                     last_expiry = time.monotonic()
-                wait_ms = min(
-                    self.settings.pull_wait_ms, int(self.settings.rebalance_interval_s * 1000)
-                )
-                batch = core.next_pull(max(0, wait_ms))
+                batch = core.next_pull(_hold_ms(self.settings))
                 if batch is None:
                     await asyncio.sleep(_THROTTLE_PAUSE_S)
                     continue

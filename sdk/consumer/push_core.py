@@ -50,6 +50,7 @@ __all__ = ["PushCore", "PushSettings"]
 log = logging.getLogger(__name__)
 
 PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
+THROTTLED_RECHECK_MS = 50  # RocketMQ re-pulls a flow-controlled queue after 50 ms
 _OFFSET_MOVED = frozenset({"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL"})
 
 
@@ -198,11 +199,11 @@ class PushCore:
         )
         if not pulls:
             return None
+        hold_ms = self.settings.pull_wait_ms if wait_ms is None else wait_ms
+        if len(pulls) < len(self.states):  # a throttled queue is looked at again in 50 ms
+            hold_ms = min(hold_ms, THROTTLED_RECHECK_MS)
         return PullBatch(
-            self.group,
-            pulls,
-            max_count=self.settings.pull_batch_size,
-            wait_ms=self.settings.pull_wait_ms if wait_ms is None else wait_ms,
+            self.group, pulls, max_count=self.settings.pull_batch_size, wait_ms=hold_ms
         )
 
     @property
