@@ -1,56 +1,115 @@
-"""Idempotent consumer: duplicates delivered, each deposit credited exactly once.
+"""Idempotent consumers: duplicates delivered, each deposit credited exactly once.
 
-Puts deposit events into an embedded store (``localstore``), two of them sent twice with the same
-``UNIQ_KEY`` (a producer retrying after a timeout), then consumes the queue with a listener made
-idempotent by ``sdk.idempotency``. The listener credits accounts in SQLite, in the same database
-and the same transaction as the dedup records (``idempotent_in_transaction``), so a credit and its
-``CONSUMED`` record commit together: a failure rolls both back, a re-delivery finds the record.
-Along the way one batch fails once (rolled back, then retried) and the consumer "restarts" from an
-old offset, so the whole queue is delivered again.
+A producer sends four deposit events through an embedded broker; the broker's answers to the
+first two are lost after it stored them (a timeout), so the producer retries them: the broker
+stores them twice, with the same ``UNIQ_KEY`` (the ``msg_id`` consumers see). Two consumer
+groups read the topic with push consumers made idempotent by ``sdk.idempotency``:
+
+* ``bank`` credits accounts in SQLite, in the same database and the same transaction as its
+  dedup records (``idempotent_in_transaction``): a credit and its ``CONSUMED`` record commit
+  together, so a failure rolls both back and a re-delivery finds the record (exactly-once
+  effect). One batch fails once on the way (rolled back, sent back, retried).
+* ``notifier`` sends one notification per deposit with ``idempotent`` and an in-memory dedup
+  store, keyed by a business key (the message's first key, ``deposit-N``).
+
+Then the bank "restarts" from an old offset: the broker is closed, the group's offsets are reset
+to the earliest with ``quiver offsets reset``, and the whole queue is delivered again; every
+message is skipped as a duplicate.
 
     .venv/bin/python examples/idempotent_consumer.py [DIR]
 
-``DIR`` (default: a temporary directory) receives the store and ``bank.db``.
+``DIR`` (default: a temporary directory, removed afterwards) receives the store (``DIR/store``)
+and ``DIR/bank.db``; a directory holding a Quiver store from an earlier run is deleted first, any
+other non-empty directory is left alone.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from localstore import MessageStore, NewMessage, StoredMessage, UniqKeyGenerator
+from sdk import (
+    BrokerOptions,
+    BrokerUnavailableError,
+    ConsumeFrom,
+    ConsumeResult,
+    EmbeddedBroker,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
 from sdk.idempotency import (
     ClaimStatus,
-    ConsumeResult,
-    Listener,
+    MemoryDedupStore,
     SqliteDedupStore,
+    first_key,
+    idempotent,
     idempotent_in_transaction,
 )
 
 TOPIC = "deposits"
 DEPOSITS = [("alice", 100), ("bob", 50), ("alice", 25), ("carol", 10)]
 EXPECTED = {"alice": 125, "bob": 50, "carol": 10}
+LOST_ANSWERS = 2
+WAIT_S = 10.0
+
+Handler = Callable[[list[ReceivedMessage]], ConsumeResult]
 
 
-def deposit(uniq_key: str, number: int, account: str, amount: int) -> NewMessage:
-    """A deposit event keyed by its deposit number, with a producer-side id."""
-    body = json.dumps({"account": account, "amount": amount}).encode()
-    properties = {"KEYS": f"deposit-{number}", "UNIQ_KEY": uniq_key}
-    return NewMessage(TOPIC, body, queue_id=0, properties=properties)
+def fresh_directory(data: Path) -> bool:
+    """Empty ``data`` for the example; False when it holds something that is not a Quiver
+    store."""
+    if data.exists():
+        ours = (data / "store" / "config" / "store.json").exists()
+        if any(data.iterdir()) and not ours:
+            return False
+        shutil.rmtree(data)
+    return True
 
 
-def produce(store: MessageStore) -> int:
-    """Put the deposits, then re-send the first two with their original ``UNIQ_KEY``."""
-    ids = UniqKeyGenerator()
-    sent = [deposit(ids.next(), n, account, amount) for n, (account, amount) in enumerate(DEPOSITS)]
-    for message in [*sent, sent[0], sent[1]]:
-        result = store.put(message)
-        if not result.ok:
-            sys.exit(f"put failed: {result.status.value} {result.detail}")
-    return len(sent) + 2
+class LostAnswers:
+    """A transport to the broker that loses the answer to each of the first ``losses`` sends
+    *after* the broker stored the message, as a timeout would; the producer then retries the
+    same message (same ``UNIQ_KEY``), and that answer arrives. Every other call goes to
+    ``transport`` as it is."""
+
+    def __init__(self, transport: Any, losses: int) -> None:
+        self.transport = transport
+        self.losses = losses
+        self.retrying = False
+        self.stored = 0
+
+    def send(self, messages: Sequence[Any]) -> Any:
+        result = self.transport.send(messages)
+        self.stored += len(messages) if result.stored else 0
+        if self.losses > 0 and not self.retrying:
+            self.losses -= 1
+            self.retrying = True
+            raise BrokerUnavailableError("timed out waiting for the broker's answer")
+        self.retrying = False
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def produce(broker: EmbeddedBroker) -> int:
+    """Send the deposits (all to queue 0); answers how many messages the broker stored."""
+    lossy = LostAnswers(broker.transport(), LOST_ANSWERS)
+    with Producer(lossy, retries=2) as producer:
+        for number, (account, amount) in enumerate(DEPOSITS):
+            body = json.dumps({"account": account, "amount": amount}).encode()
+            producer.send(Message(TOPIC, body, keys=[f"deposit-{number}"]), queue_id=0)
+    return lossy.stored
 
 
 class Bank:
@@ -60,7 +119,7 @@ class Bank:
         self.credited = 0
         self.fail_once = True
 
-    def listener(self, messages: list[StoredMessage], conn: sqlite3.Connection) -> ConsumeResult:
+    def listener(self, messages: list[ReceivedMessage], conn: sqlite3.Connection) -> ConsumeResult:
         """Credit each deposit through the transaction's connection."""
         for message in messages:
             event = json.loads(message.body)
@@ -76,72 +135,151 @@ class Bank:
         return ConsumeResult.SUCCESS
 
 
+class Deliveries:
+    """Counts what a push consumer delivered and what the wrapper skipped."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.handle: Handler | None = None  # the idempotent listener, set once built
+        self.delivered = 0
+        self.skipped: list[str] = []
+        self.changed = threading.Condition()
+
+    def on_skip(self, message: ReceivedMessage, status: ClaimStatus) -> None:
+        self.skipped.append(f"{message.keys[0]}:{status.value}")
+
+    def listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        """The push consumer's listener: the idempotent handler, reporting a failed batch."""
+        assert self.handle is not None, "set the handler first"
+        try:
+            result = self.handle(messages)
+        except RuntimeError as exc:
+            first = messages[0]
+            print(
+                f"   {self.label}: batch at {first.topic}/{first.queue_id} offset "
+                f"{first.queue_offset} failed ({exc}): rolled back, retrying"
+            )
+            result = ConsumeResult.RECONSUME_LATER
+        with self.changed:
+            self.delivered += len(messages)
+            self.changed.notify_all()
+        return result
+
+    def wait(self, done: Callable[[], bool]) -> bool:
+        """Wait until ``done()`` is true (up to ``WAIT_S``)."""
+        with self.changed:
+            return self.changed.wait_for(done, WAIT_S)
+
+
 def balances(conn: sqlite3.Connection) -> dict[str, int]:
     """Every account's balance."""
     rows = conn.execute("SELECT name, balance FROM accounts ORDER BY name").fetchall()
     return {str(name): int(balance) for name, balance in rows}
 
 
-def consume(store: MessageStore, handle: Listener[StoredMessage], label: str) -> int:
-    """Deliver the queue from offset 0 in batches of 3 until every batch succeeded."""
-    offset, delivered = 0, 0
-    while True:
-        got = store.get_messages(TOPIC, 0, offset, max_count=3)
-        if not got.messages:
-            return delivered
-        delivered += len(got.messages)
-        try:
-            result = handle(got.messages)
-        except RuntimeError as exc:
-            print(f"   {label}: batch at offset {offset} failed ({exc}): rolled back, retrying")
-            continue
-        if result is ConsumeResult.SUCCESS:
-            offset = got.next_offset
+def bank_consumer(broker: EmbeddedBroker, deliveries: Deliveries) -> PushConsumer:
+    """Group ``bank``: batches of 3 on one listener thread (so the output is repeatable)."""
+    return PushConsumer(
+        broker,
+        "bank",
+        {TOPIC: "*"},
+        deliveries.listener,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        consume_batch_size=3,
+        consume_threads=1,
+    )
+
+
+def reset_offsets(store: Path) -> None:
+    """``quiver offsets reset``: rewind group ``bank`` to the earliest offsets (broker closed)."""
+    arguments = ["offsets", "reset", "--data", str(store), "--group", "bank"]
+    arguments += ["--topic", TOPIC, "--to", "earliest"]
+    command = [sys.executable, "-m", "sdk.cli.main", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"quiver {' '.join(arguments)} failed: {done.stderr.strip()}")
+    print(f"   rewound group bank: quiver {' '.join(arguments)}")
 
 
 def main(argv: list[str]) -> int:
     """Run the example in ``argv[1]`` or a temporary directory."""
     with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch)
-        data.mkdir(parents=True, exist_ok=True)
+        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "demo"
+        if not fresh_directory(data):
+            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            return 2
+        data.mkdir(parents=True)
         return run(data)
 
 
 def run(data: Path) -> int:
-    """Produce, consume twice, check the balances."""
-    skipped: list[str] = []
+    """Produce, consume with both groups, restart the bank from offset 0, check the balances."""
     bank = Bank()
-    with (
-        MessageStore(data / "store", commitlog_file_size=1 << 20, cq_entries_per_file=1000) as mq,
-        SqliteDedupStore(data / "bank.db") as dedup,
-    ):
-        count = produce(mq)
-        print(f"1. produced {count} messages: {len(DEPOSITS)} deposits, 2 re-sent (same UNIQ_KEY)")
+    options = BrokerOptions(delay_levels=[100] * 18)  # a failed batch comes back after 100 ms
+    with SqliteDedupStore(data / "bank.db") as dedup:
         with dedup.transaction() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS accounts (name TEXT PRIMARY KEY, balance INTEGER)"
             )
+        first = Deliveries("first pass")
+        first.handle = idempotent_in_transaction(bank.listener, dedup, on_skip=first.on_skip)
+        notified: list[str] = []
 
-        def on_skip(message: StoredMessage, status: ClaimStatus) -> None:
-            skipped.append(f"{message.keys[0]}:{status.value}")
+        def notify(messages: list[ReceivedMessage]) -> ConsumeResult:
+            notified.extend(m.keys[0] for m in messages)  # e.g. send an e-mail
+            return ConsumeResult.SUCCESS
 
-        handle = idempotent_in_transaction(bank.listener, dedup, on_skip=on_skip)
-        delivered = consume(mq, handle, "first pass")
-        print(
-            f"2. first pass: {delivered} deliveries, {bank.credited} credited, "
-            f"{len(skipped)} skipped as duplicates ({', '.join(skipped)})"
+        notifier = Deliveries("notifier")
+        notifier.handle = idempotent(
+            notify, MemoryDedupStore(), key=first_key, on_skip=notifier.on_skip
         )
-        credited_before, skipped_before = bank.credited, len(skipped)
-        delivered = consume(mq, handle, "restart")
+
+        with EmbeddedBroker(data / "store", options=options) as broker:
+            count = produce(broker)
+            print(
+                f"1. produced {count} messages: {len(DEPOSITS)} deposits, "
+                f"{count - len(DEPOSITS)} re-sent (same UNIQ_KEY)"
+            )
+            with (
+                bank_consumer(broker, first),
+                PushConsumer(
+                    broker,
+                    "notifier",
+                    {TOPIC: "*"},
+                    notifier.listener,
+                    consume_from=ConsumeFrom.FIRST_OFFSET,
+                    consume_threads=1,
+                ),
+            ):
+                first.wait(lambda: bank.credited >= len(DEPOSITS))
+                notifier.wait(lambda: notifier.delivered >= count)
         print(
-            f"3. restart from offset 0: {delivered} deliveries, "
+            f"2. first pass: {first.delivered} deliveries, {bank.credited} credited, "
+            f"{len(first.skipped)} skipped as duplicates ({', '.join(first.skipped)})"
+        )
+        print(
+            f"   notifier (idempotent, in-memory, key=first_key): {notifier.delivered} "
+            f"deliveries, {len(notified)} notifications, {len(notifier.skipped)} skipped"
+        )
+
+        reset_offsets(data / "store")
+        credited_before = bank.credited
+        again = Deliveries("restart")
+        again.handle = idempotent_in_transaction(bank.listener, dedup, on_skip=again.on_skip)
+        with (
+            EmbeddedBroker(data / "store", options=options) as broker,
+            bank_consumer(broker, again),
+        ):
+            again.wait(lambda: again.delivered >= count)
+        print(
+            f"3. restart from offset 0: {again.delivered} deliveries, "
             f"{bank.credited - credited_before} credited, "
-            f"{len(skipped) - skipped_before} skipped as duplicates"
+            f"{len(again.skipped)} skipped as duplicates"
         )
         with dedup.transaction() as conn:
             final = balances(conn)
         print("4. balances: " + ", ".join(f"{name}={amount}" for name, amount in final.items()))
-    if final != EXPECTED or bank.credited != len(DEPOSITS):
+    if final != EXPECTED or bank.credited != len(DEPOSITS) or len(notified) != len(DEPOSITS):
         print(f"exactly-once: FAILED (expected {EXPECTED}, {len(DEPOSITS)} credits)")
         return 1
     print(f"exactly-once: OK ({len(DEPOSITS)} deposits credited once each)")

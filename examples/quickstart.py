@@ -1,114 +1,138 @@
-"""Quickstart: Quiver's embedded store (``localstore``) in one short script.
+"""Quickstart: Quiver's SDK in local mode, in one short script.
 
-Creates a store in ``./quickstart-data`` (or the directory given as the first argument; it is
-deleted first), puts messages with tags and keys (one, then a batch), reads them back with a tag
-filter, looks one up by its offset message id, and closes the store.
+Opens an embedded broker over a store in ``./quickstart-data`` (or the directory given as the
+first argument; a Quiver store already there is deleted first, any other non-empty directory is
+left alone), starts a push consumer of group ``billing`` subscribed to ``orders`` with the tag
+expression ``paid || refunded``, sends one message with tags and keys and then a batch, waits
+until the consumer has received every ``paid`` or ``refunded`` order, and closes everything
+(the consumer commits its offsets on close).
 
     make demo                                # or, from the repository root:
     .venv/bin/python examples/quickstart.py [DIR]
 
-Afterwards the store can be inspected with ``quiver store info quickstart-data``.
+Afterwards: ``quiver store info quickstart-data`` and
+``quiver offsets show --data quickstart-data --group billing``.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
+import threading
 from pathlib import Path
 
-from localstore import MessageStore, NewMessage, PutResult, UniqKeyGenerator
+from sdk import (
+    ConsumeFrom,
+    ConsumeResult,
+    EmbeddedBroker,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+    SendReceipt,
+)
 
 TOPIC = "orders"
+GROUP = "billing"
+EXPRESSION = "paid || refunded"
+WAIT_S = 10.0
 
 
-def order(ids: UniqKeyGenerator, number: int, state: str) -> NewMessage:
-    """An order event: tagged with its state, keyed by order id, with a producer-side id."""
+def fresh_directory(data: Path) -> bool:
+    """Empty ``data`` for the demo; False when it holds something that is not a Quiver store."""
+    if data.exists():
+        if any(data.iterdir()) and not (data / "config" / "store.json").exists():
+            return False
+        shutil.rmtree(data)
+    return True
+
+
+def order(number: int, state: str) -> Message:
+    """An order event: tagged with its state, keyed by order id and customer."""
     body = f'{{"order": {number}, "state": "{state}"}}'.encode()
-    properties = {
-        "TAGS": state,
-        "KEYS": f"order-{number} user-{number % 3}",
-        "UNIQ_KEY": ids.next(),
-    }
-    return NewMessage(TOPIC, body, queue_id=0, properties=properties)
+    return Message(TOPIC, body, tags=state, keys=[f"order-{number}", f"user-{number % 3}"])
 
 
-def check(result: PutResult) -> None:
-    """Stop the demo if a put was not stored."""
-    if not result.ok:
-        sys.exit(f"put failed: {result.status.value} {result.detail}")
+def show(receipt: SendReceipt) -> str:
+    """Where a sent message was stored: its id, topic/queue and queue offset."""
+    where = f"{receipt.topic}/{receipt.queue_id}"
+    return f"msg_id {receipt.msg_id} -> {where} offset {receipt.queue_offset}"
+
+
+class Received:
+    """What the listener got, and an event set once ``expected`` messages arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.messages: list[ReceivedMessage] = []
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def listener(self, messages: list[ReceivedMessage]) -> ConsumeResult:
+        """The push consumer calls this on its listener threads with a batch of messages."""
+        with self._lock:
+            self.messages.extend(messages)
+            if len(self.messages) >= self.expected:
+                self.done.set()
+        return ConsumeResult.SUCCESS
 
 
 def main(argv: list[str]) -> int:
     """Run the demo in ``argv[1]`` (default ``./quickstart-data``)."""
     data = Path(argv[1]) if len(argv) > 1 else Path("quickstart-data")
-    if data.exists():
-        if any(data.iterdir()) and not (data / "config" / "store.json").exists():
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        shutil.rmtree(data)
-    ids = UniqKeyGenerator()
+    if not fresh_directory(data):
+        print(f"{data} is not empty and holds no Quiver store: not deleting it")
+        return 2
+
+    first = order(1, "paid")
+    batch = [order(2, "created"), order(3, "paid"), order(2, "paid"), order(1, "refunded")]
+    batch += [order(3, "shipped")]
+    wanted = [m for m in [first, *batch] if m.tags in ("paid", "refunded")]
+    received = Received(len(wanted))
 
     # Small segments (1 MiB commitlog files) keep the demo's files small; the defaults are
     # RocketMQ's (1 GiB). The geometry is recorded and must match on every later open.
-    with MessageStore(data, commitlog_file_size=1 << 20, cq_entries_per_file=1000) as store:
-        print(f"1. created a store in {data}/")
-
-        result = store.put(order(ids, 1, "created"))
-        check(result)
-        first_id = result.offset_msg_id
-        print(
-            f"2. put one message: {result.status.value}, {TOPIC}/{result.queue_id} "
-            f"queue offset {result.queue_offset}, offsetMsgId {first_id}"
-        )
-
-        batch = [
-            order(ids, n, state)
-            for n, state in [
-                (2, "created"),
-                (1, "paid"),
-                (3, "created"),
-                (2, "paid"),
-                (1, "shipped"),
-            ]
-        ]
-        result = store.put_batch(batch)  # one append; all messages go to one queue
-        check(result)
-        print(
-            f"3. put a batch of {len(batch)}: {result.status.value}, queue offsets "
-            f"{result.queue_offset}..{result.queue_offset + len(batch) - 1}"
-        )
-
-        got = store.get_messages(TOPIC, 0, 0, max_count=32, tags="paid || shipped")
-        print(
-            f"4. read {TOPIC}/0 from offset 0 with tags 'paid || shipped': "
-            f"{got.status.value}, {len(got.messages)} message(s), next offset "
-            f"{got.next_offset}"
-        )
-        for message in got.messages:
+    with EmbeddedBroker(data, commitlog_file_size=1 << 20, cq_entries_per_file=1000) as broker:
+        print(f"1. opened an embedded broker over a new store in {data}/")
+        with (
+            PushConsumer(
+                broker,
+                GROUP,
+                {TOPIC: EXPRESSION},
+                received.listener,
+                consume_from=ConsumeFrom.FIRST_OFFSET,
+            ) as consumer,
+            Producer(broker) as producer,
+        ):
+            queues = sorted(q.queue_id for q in consumer.assignment() if q.topic == TOPIC)
             print(
-                f"     offset {message.queue_offset}  tags={message.tags}  "
-                f"keys={message.keys}  body={message.body.decode()}"
+                f"2. push consumer of group {GROUP!r} started: {TOPIC} with "
+                f"{EXPRESSION!r}, queues {queues}"
             )
 
-        found = store.message_by_offset_msg_id(first_id)
-        print(
-            f"5. looked up offsetMsgId {first_id}: {found.topic}/{found.queue_id} queue "
-            f"offset {found.queue_offset}, msgId {found.msg_id}, body {found.body.decode()}"
-        )
+            receipt = producer.send(first)
+            print(f"3. sent one message (tags {first.tags}, keys {list(first.keys)}):")
+            print(f"     {show(receipt)}")
 
-        history = store.query_by_key(TOPIC, "order-1")
-        print(
-            f"6. query by key order-1 (index files, newest first): "
-            f"{[m.body.decode() for m in history]}"
-        )
+            receipts = producer.send_batch(batch)  # one request, one append, one queue
+            print(f"4. sent a batch of {len(receipts)} (one append, one queue):")
+            for message, receipt in zip(batch, receipts, strict=True):
+                print(f"     {show(receipt)}  tags={message.tags}")
 
-        since = store.offset_for_timestamp(TOPIC, 0, found.store_timestamp)
-        print(
-            f"7. the first offset stored at or after {found.store_timestamp} ms is {since}; "
-            f"{TOPIC}/0 holds queue offsets [{store.min_offset(TOPIC, 0)}, "
-            f"{store.max_offset(TOPIC, 0)})"
-        )
-    print(f"8. closed the store; inspect it with: quiver store info {data}")
+            if not received.done.wait(WAIT_S):
+                print(f"only {len(received.messages)} of {len(wanted)} arrived in {WAIT_S} s")
+                return 1
+        got = sorted(received.messages, key=lambda m: (m.queue_id, m.queue_offset))
+        print(f"5. consumed {len(got)} of {len(wanted)} expected ({EXPRESSION}):")
+        for stored in got:
+            print(
+                f"     {stored.topic}/{stored.queue_id} offset {stored.queue_offset}  "
+                f"tags={stored.tags}  keys={stored.keys}  body={stored.body.decode()}"
+            )
+    print("6. closed the consumer (offsets committed), the producer and the broker")
+    print(
+        f"   inspect: quiver store info {data}; quiver offsets show --data {data} --group {GROUP}"
+    )
     return 0
 
 

@@ -165,11 +165,18 @@ class RemoteBrokerOffsetStore:
                     queue.broker_name, self.group, queue.topic, queue.queue_id
                 )
             )
-        except Exception:
-            log.warning("cannot read the offset of %s for %s", queue, self.group, exc_info=True)
+        except Exception as exc:
+            log.warning("cannot read the offset of %s for %s: %s", queue, self.group, exc)
+            log.debug("offset read failure", exc_info=True)
             return READ_FAILED
+        with self._lock:
+            waiting = self._pending.get(queue)  # our own newer commit, not landed yet
         if found is None or isinstance(found, OffsetStatus):
-            return NOT_FOUND
+            if waiting is None:
+                return NOT_FOUND
+            found = waiting
+        elif waiting is not None:
+            found = max(found, waiting)
         self._memory.update(queue, found, increase_only=False)
         return found
 
@@ -194,14 +201,15 @@ class RemoteBrokerOffsetStore:
                 try:
                     commit = partial(self.backend.commit_offsets, broker_name, self.group, batch)
                     self.retry.call(commit)
-                except Exception:
+                except Exception as exc:
                     log.warning(
-                        "cannot commit %d offset(s) of %s to %s; kept for the next persist",
+                        "cannot commit %d offset(s) of %s to %s (%s); kept for the next persist",
                         len(batch),
                         self.group,
                         broker_name,
-                        exc_info=True,
+                        exc,
                     )
+                    log.debug("offset commit failure", exc_info=True)
                     with self._lock:
                         for queue, offset in batch.items():
                             self._pending.setdefault(queue, offset)

@@ -9,10 +9,12 @@
 Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark.
 """
 
+from offsetstore import MessageQueue
 from sdk.broker.embedded import EmbeddedBroker
 from sdk.broker.service import BrokerOptions
 from sdk.consumer.membership import ConsumeFrom, MessageModel
 from sdk.consumer.process_queue import FlowControlLimits
+from sdk.consumer.pull import AsyncPullConsumer, PullConsumer
 from sdk.consumer.push import AsyncPushConsumer, PushConsumer
 from sdk.errors import (
     BrokerUnavailableError,
@@ -21,12 +23,13 @@ from sdk.errors import (
     QuiverError,
     SendRejectedError,
 )
-from sdk.message import ConsumeResult, Message, ReceivedMessage
+from sdk.message import ConsumeResult, Message, ReceivedMessage, dlq_topic, retry_topic
 from sdk.outgoing import SendReceipt
 from sdk.producer import AsyncProducer, Producer
 
 __all__ = [
     "AsyncProducer",
+    "AsyncPullConsumer",
     "AsyncPushConsumer",
     "BrokerOptions",
     "BrokerUnavailableError",
@@ -38,10 +41,14 @@ __all__ = [
     "InvalidMessageError",
     "Message",
     "MessageModel",
+    "MessageQueue",
     "Producer",
+    "PullConsumer",
     "PushConsumer",
     "QuiverError",
     "ReceivedMessage",
     "SendReceipt",
     "SendRejectedError",
+    "dlq_topic",
+    "retry_topic",
 ]

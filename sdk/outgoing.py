@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from localstore.codec import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     NewMessage,
@@ -103,6 +105,22 @@ def _check_properties_size(properties: dict[str, str], topic: str) -> None:
         )
 
 
+def _check_stored_properties(message: Message) -> None:
+    """Refuse a message whose properties will not fit once stored: its own, TAGS and KEYS, the
+    UNIQ_KEY added here and, for a delayed message, what the broker adds to schedule it."""
+    properties = {**message.properties, **message.system_properties()}
+    properties[PROPERTY_UNIQ_KEY] = "0" * 32
+    if message.delay_level or message.deliver_at_ms is not None:
+        properties[PROPERTY_DELAY] = str(MAX_DELAY_LEVEL)
+        if message.deliver_at_ms is not None:
+            properties[PROPERTY_DELIVER_AT] = str(int(message.deliver_at_ms))
+        properties[PROPERTY_REAL_TOPIC] = message.topic
+        properties[PROPERTY_REAL_QUEUE_ID] = "99999"
+    # UTF-8 takes at most 4 bytes a character: only a message near the limit is encoded.
+    if sum(len(k) + len(v) + 2 for k, v in properties.items()) * 4 > MAX_PROPERTIES_BYTES:
+        _check_properties_size(properties, message.topic)
+
+
 class MessageBuilder:
     """Validates messages and builds what the broker stores; thread-safe."""
 
@@ -127,6 +145,7 @@ class MessageBuilder:
             )
         if message.delay_level and message.deliver_at_ms is not None:
             raise InvalidMessageError("give delay_level or deliver_at_ms, not both")
+        _check_stored_properties(message)
         return body
 
     def _check_topic(self, topic: str) -> None:

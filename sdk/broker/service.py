@@ -70,6 +70,7 @@ __all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
+GROUP_WAKE_PREFIX = "%GROUP%"  # not a topic: such keys are only woken by notify_all
 
 
 @dataclass(slots=True)
@@ -298,7 +299,7 @@ class BrokerService:
         if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
             return result
         deadline = time.monotonic() + batch.wait_ms / 1000
-        keys = [(p.topic, p.queue_id) for p in batch.pulls]
+        keys = _watched_keys(batch)
         generation = result.generation
         while True:
             remaining = deadline - time.monotonic()
@@ -320,7 +321,7 @@ class BrokerService:
             return result
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
-        keys = [(p.topic, p.queue_id) for p in batch.pulls]
+        keys = _watched_keys(batch)
         generation = result.generation
         while True:
             remaining = deadline - loop.time()
@@ -405,3 +406,9 @@ def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
     """Set ``arrived`` from any thread (a loop already closed has nobody left to wake)."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(arrived.set)
+
+
+def _watched_keys(batch: PullBatch) -> list[tuple[str, int]]:
+    """The queues a parked pull waits on, plus its group's key: a membership change
+    (``notify_all``) then wakes even a member that owns no queue."""
+    return [(p.topic, p.queue_id) for p in batch.pulls] + [(GROUP_WAKE_PREFIX + batch.group, -1)]

@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 
 PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 THROTTLED_RECHECK_MS = 50  # RocketMQ re-pulls a flow-controlled queue after 50 ms
-_OFFSET_MOVED = frozenset({"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL"})
+_OFFSET_MOVED = frozenset(
+    {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
+)
 
 
 def _now_ms() -> int:
@@ -226,14 +228,17 @@ class PushCore:
                 tag_filter = state.tag_filter
                 if not tag_filter.matches_all:
                     messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
-                state.next_offset = answer.next_offset
-                if messages:
+                if messages:  # held before next_offset moves past them (see finish)
                     state.process_queue.put_messages(messages)
                     work.extend(
                         (queue, messages[i : i + size]) for i in range(0, len(messages), size)
                     )
+                    state.next_offset = answer.next_offset
                 else:
+                    state.next_offset = answer.next_offset
                     self._advance_idle(queue, state)
+            elif status == "OFFSET_OVERFLOW_ONE":  # caught up: commit past filtered messages
+                self._advance_idle(queue, state)
             elif status == "NO_MATCHED_MESSAGE":
                 state.next_offset = answer.next_offset
                 self._advance_idle(queue, state)
@@ -277,11 +282,18 @@ class PushCore:
         done = messages
         if result is not ConsumeResult.SUCCESS:
             done = self._failed(queue, messages)
-        if process_queue is None:
+        if state is None or process_queue is None:
             return
+        pulled_up_to = state.next_offset  # read before the emptiness check: see below
         offset = process_queue.remove_messages(done)
-        if offset is not None and not process_queue.dropped:
-            self.offsets.update_offset(queue, offset, True)
+        if offset is None or process_queue.dropped:
+            return
+        if process_queue.cached_count == 0:
+            # Everything pulled before ``pulled_up_to`` was either held (and is now done) or
+            # filtered out: the pull thread holds messages before it moves next_offset, so an
+            # empty queue here means nothing below pulled_up_to is in flight.
+            offset = max(offset, pulled_up_to)
+        self.offsets.update_offset(queue, offset, True)
 
     def _failed(self, queue: MessageQueue, messages: list[StoredMessage]) -> list[StoredMessage]:
         """Send failed messages back; answers those that may be released now."""

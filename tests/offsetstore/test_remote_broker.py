@@ -156,6 +156,20 @@ def test_a_newer_memory_offset_supersedes_a_pending_one(tmp_path: Path) -> None:
     assert backend.tables["broker-a"].offsets("g", "T") == {0: 9}
 
 
+def test_reading_from_the_broker_keeps_a_newer_pending_commit(tmp_path: Path) -> None:
+    backend = MultiBroker(tmp_path)
+    store = RemoteBrokerOffsetStore("g", backend, retry=FAST)
+    store.update_offset(A0, 5, increase_only=True)
+    store.persist(A0)  # the broker has 5
+    store.update_offset(A0, 9, increase_only=True)
+    backend.failures = 1
+    backend.error = RefusedError("no")
+    store.persist(A0)  # 9 waits for the next persist
+    assert store.read_offset(A0, ReadOffsetType.STORE) == 9  # not the broker's older 5
+    store.close()
+    assert backend.tables["broker-a"].offsets("g", "T") == {0: 9}
+
+
 def test_query_failure_is_read_failed_and_keeps_memory(tmp_path: Path) -> None:
     backend = MultiBroker(tmp_path, failures=-1, error=ConnectionResetError("reset"))
     store = RemoteBrokerOffsetStore("g", backend, retry=FAST)

@@ -159,3 +159,13 @@ def test_routes_and_offsets(service: BrokerService):
     assert service.query_offset("g", "orders", 0) is None
     service.commit_offsets("g", {MessageQueue("orders", "broker-a", 0): 7})
     assert service.query_offset("g", "orders", 0) == 7
+
+
+def test_a_member_owning_no_queue_is_woken_by_a_membership_change(service: BrokerService):
+    service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
+    batch = PullBatch("g", (), wait_ms=10_000)
+    threading.Timer(0.05, service.heartbeat, ("g", "b", {"orders": "*"}, "CLUSTERING")).start()
+    started = time.monotonic()
+    answer = service.pull_wait(batch)
+    assert time.monotonic() - started < 5
+    assert answer.results == []

@@ -196,3 +196,19 @@ def test_bad_settings_are_refused(broker):
         PushConsumer(broker, "g", {"t": None}, lambda m: None, consume_batch_size=0)
     with pytest.raises(TypeError):
         PushConsumer(broker, "g", {"t": None}, lambda m: None, no_such_setting=1)
+
+
+def test_filtered_messages_at_the_end_of_a_queue_are_committed_past(broker):
+    with Producer(broker) as producer:
+        producer.send(Message("orders", b"wanted", tags="paid"), queue_id=0)
+        producer.send(Message("orders", b"skipped", tags="shipped"), queue_id=0)
+    got: list[bytes] = []
+    with PushConsumer(
+        broker, "g", {"orders": "paid"}, lambda ms: got.extend(m.body for m in ms),
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+    ) as consumer:  # fmt: skip
+        wait_until(lambda: got == [b"wanted"])
+        wait_until(lambda: consumer.core.offsets.clone_offset_table("orders").get(
+            next(q for q in consumer.assignment() if q.topic == "orders" and q.queue_id == 0)
+        ) == 2)  # fmt: skip
+    assert broker.service.query_offset("g", "orders", 0) == 2

@@ -1,0 +1,140 @@
+"""The SDK's example scripts, each run as a real subprocess on a fresh data directory.
+
+Each test asserts on what the script printed about real behaviour: how many messages were
+consumed, that the poison message reached the DLQ, that no delayed message arrived early, that
+every broadcasting consumer saw every message, that each deposit was credited once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+SCRIPTS = ["quickstart", "retry_and_dlq", "delayed", "broadcast", "idempotent_consumer"]
+
+pytestmark = pytest.mark.integration
+
+
+def run_example(name: str, *args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def succeeded(name: str, data: Path) -> list[str]:
+    done = run_example(name, data)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    return done.stdout.splitlines()
+
+
+def test_quickstart_consumes_the_paid_and_refunded_orders(tmp_path: Path):
+    lines = succeeded("quickstart", tmp_path / "data")
+    receipts = [line for line in lines if re.search(r"msg_id \w{32} -> orders/\d offset \d", line)]
+    assert len(receipts) == 6  # one message, then a batch of five
+    assert lines.index("5. consumed 4 of 4 expected (paid || refunded):")
+    consumed = [line for line in lines if line.startswith("     orders/") and "body=" in line]
+    assert len(consumed) == 4
+    assert sorted(re.search(r"tags=(\w+)", line)[1] for line in consumed) == [  # type: ignore[index]
+        "paid",
+        "paid",
+        "paid",
+        "refunded",
+    ]
+    assert lines[-2].startswith("6. closed the consumer (offsets committed)")
+
+
+def test_quickstart_without_an_argument_uses_quickstart_data(tmp_path: Path):
+    done = run_example("quickstart", cwd=tmp_path)  # what `make demo` runs
+    assert done.returncode == 0, done.stderr
+    assert "5. consumed 4 of 4 expected" in done.stdout
+    assert (tmp_path / "quickstart-data" / "config" / "store.json").exists()
+
+
+def test_retry_then_dead_letter(tmp_path: Path):
+    lines = succeeded("retry_and_dlq", tmp_path / "data")
+    text = "\n".join(lines)
+    assert "got order-2 (orders, reconsume_times=0): fails" in text
+    assert "got order-2 (orders, reconsume_times=1): SUCCESS" in text
+    for times in range(3):
+        assert f"got order-3 (orders, reconsume_times={times}): fails" in text
+    assert "reconsume_times=3)" not in text  # no fourth delivery to the failing listener
+    assert (
+        "3. order-3 was delivered 3 times (reconsume_times [0, 1, 2]), then dead-lettered" in text
+    )
+    dlq = next(line for line in lines if line.startswith("4. "))
+    assert "read 1 message(s) from %DLQ%billing: keys=['order-3']" in dlq
+    assert "original topic orders" in dlq and "(the one sent)" in dlq
+    assert lines[-1] == "retry and DLQ: OK"
+
+
+def test_delayed_messages_are_never_early(tmp_path: Path):
+    lines = succeeded("delayed", tmp_path / "data")
+    timed = [re.match(r"\s+(.+?)\s+after\s+(\d+) ms, asked\s+(\d+) ms", line) for line in lines]
+    found = {m[1]: (int(m[2]), int(m[3])) for m in timed if m is not None}
+    assert set(found) == {"no delay", "delay_level=1", "delay_level=3", "deliver_at_ms=now+1500"}
+    assert found["delay_level=1"][1] == 250 and found["delay_level=3"][1] == 1000
+    for label, (waited, asked) in found.items():
+        assert waited >= asked, f"{label} arrived after {waited} ms, asked {asked} ms"
+    assert sum(" queue offset -1 " in line for line in lines) == 3  # held for later
+    assert lines[-1] == "delays: OK (4 of 4 on time)"
+
+
+def test_broadcast_delivers_everything_to_every_consumer(tmp_path: Path):
+    data = tmp_path / "data"
+    lines = succeeded("broadcast", data)
+    for node in ("node-a", "node-b"):
+        assert any(line.startswith(f"     {node}: 6 of 6: ") for line in lines), node
+        files = list((data / "offsets").glob(f"*@{node}/cache-invalidator/offsets.json"))
+        assert len(files) == 1
+        assert any(f"{files[0].relative_to(data / 'offsets')} (queue->offset:" in x for x in lines)
+    assert lines[-1] == "broadcasting: OK (every consumer got every message once)"
+
+
+def test_idempotent_consumer_credits_each_deposit_once(tmp_path: Path):
+    lines = succeeded("idempotent_consumer", tmp_path / "data")
+    assert lines[0] == "1. produced 6 messages: 4 deposits, 2 re-sent (same UNIQ_KEY)"
+    assert any("failed (simulated crash" in line and "rolled back" in line for line in lines)
+    assert any(line.startswith("2. first pass:") and ", 4 credited, " in line for line in lines)
+    assert any("6 deliveries, 4 notifications, 2 skipped" in line for line in lines)
+    assert "3. restart from offset 0: 6 deliveries, 0 credited, 6 skipped as duplicates" in lines
+    assert "4. balances: alice=125, bob=50, carol=10" in lines
+    assert lines[-1] == "exactly-once: OK (4 deposits credited once each)"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_foreign_directory_is_not_deleted(tmp_path: Path, name: str):
+    data = tmp_path / "precious"
+    data.mkdir()
+    (data / "notes.txt").write_text("keep me")
+    done = run_example(name, data)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "not deleting it" in done.stdout
+    assert (data / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("name", ["quickstart", "broadcast"])  # a store in DIR, in DIR/store
+def test_a_second_run_replaces_the_first(tmp_path: Path, name: str):
+    data = tmp_path / "data"
+    first = succeeded(name, data)
+    assert succeeded(name, data)[-1] == first[-1]
+
+
+@pytest.mark.parametrize("name", [s for s in SCRIPTS if s != "quickstart"])
+def test_the_default_directory_is_temporary(tmp_path: Path, name: str):
+    done = run_example(name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing left behind

@@ -1,0 +1,660 @@
+"""The lite pull consumers (sdk.consumer.pull) against a real embedded broker and producer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from offsetstore import MessageQueue
+from sdk import (
+    AsyncPullConsumer,
+    ClientClosedError,
+    ConsumeFrom,
+    EmbeddedBroker,
+    Message,
+    MessageModel,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+)
+
+GEOMETRY: dict[str, Any] = {
+    "commitlog_file_size": 1 << 20,
+    "cq_entries_per_file": 1024,
+    "index_slots": 1024,
+    "index_entries": 4096,
+}
+TOPIC = "orders"
+GROUP = "billing"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path / "data", **GEOMETRY) as embedded:
+        yield embedded
+
+
+def send(broker: EmbeddedBroker, count: int, *, queue_id: int | None = None, tags: Any = None):
+    """Send ``count`` messages ``m0``.. (round-robin over the queues unless ``queue_id``)."""
+    with Producer(broker) as producer:
+        return [
+            producer.send(
+                Message(TOPIC, f"m{i}".encode(), tags=tags(i) if callable(tags) else tags),
+                queue_id=queue_id,
+            )
+            for i in range(count)
+        ]
+
+
+def poll_until(consumer: PullConsumer, count: int, limit_s: float = 10.0) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+    deadline = time.monotonic() + limit_s
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(consumer.poll(0.2))
+    return got
+
+
+def queue(broker: EmbeddedBroker, queue_id: int, topic: str = TOPIC) -> MessageQueue:
+    return MessageQueue(topic, broker.service.broker_name, queue_id)
+
+
+def bodies(messages: list[ReceivedMessage]) -> list[bytes]:
+    return [m.body for m in messages]
+
+
+def in_queue_order(messages: list[ReceivedMessage]) -> bool:
+    by_queue: dict[int, list[int]] = {}
+    for message in messages:
+        by_queue.setdefault(message.queue_id, []).append(message.queue_offset)
+    return all(offsets == sorted(offsets) for offsets in by_queue.values())
+
+
+# -- polling -----------------------------------------------------------------------------------
+
+
+def test_poll_returns_what_was_sent_in_queue_order(broker):
+    receipts = send(broker, 40)
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.subscribe([TOPIC])
+        got = poll_until(consumer, 40)
+        assert consumer.poll(0) == []
+    assert sorted(bodies(got)) == sorted(f"m{i}".encode() for i in range(40))
+    assert in_queue_order(got)
+    sent = {(r.queue_id, r.queue_offset): r.msg_id for r in receipts}
+    assert {(m.queue_id, m.queue_offset): m.msg_id for m in got} == sent
+
+
+def test_max_poll_records_bounds_a_poll_and_loses_nothing(broker):
+    send(broker, 30)
+    with PullConsumer(
+        broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, max_poll_records=7
+    ) as consumer:
+        consumer.subscribe([TOPIC])
+        polls = []
+        while sum(map(len, polls)) < 30:
+            polls.append(consumer.poll(1.0))
+            assert polls[-1], "messages stopped coming"
+    assert all(len(batch) <= 7 for batch in polls)
+    got = [m for batch in polls for m in batch]
+    assert sorted(bodies(got)) == sorted(f"m{i}".encode() for i in range(30))
+    assert in_queue_order(got)
+
+
+def test_last_offset_start_sees_only_new_messages(broker):
+    send(broker, 4)
+    with PullConsumer(broker, GROUP) as consumer:  # ConsumeFrom.LAST_OFFSET
+        consumer.subscribe({TOPIC: None})
+        assert consumer.poll(0) == []
+        send(broker, 2)
+        assert sorted(bodies(poll_until(consumer, 2))) == [b"m0", b"m1"]
+
+
+def test_empty_poll_returns_nothing_after_about_the_timeout(broker):
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.subscribe([TOPIC])
+        started = time.monotonic()
+        assert consumer.poll(0.3) == []
+        elapsed = time.monotonic() - started
+        assert consumer.poll(0) == []
+    assert elapsed >= 0.25
+
+
+def test_poll_returns_early_when_a_message_arrives(broker):
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.subscribe([TOPIC])
+        sender = threading.Timer(0.2, send, (broker, 1))
+        sender.start()
+        try:
+            started = time.monotonic()
+            got = consumer.poll(30.0)
+            elapsed = time.monotonic() - started
+        finally:
+            sender.join()
+    assert bodies(got) == [b"m0"]
+    assert elapsed < 20.0  # answered by the arrival, not by the timeout
+
+
+def test_tag_expression_filters_and_advances_past_other_tags(broker):
+    send(broker, 12, queue_id=0, tags=lambda i: "paid" if i % 3 == 0 else "created")
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.subscribe({TOPIC: "paid"})
+        got = poll_until(consumer, 4)
+        assert consumer.poll(0) == []
+        assert bodies(got) == [b"m0", b"m3", b"m6", b"m9"]
+        assert {m.tags for m in got} == {"paid"}
+        assert consumer.position(queue(broker, 0)) == 12
+
+
+# -- assign vs subscribe -----------------------------------------------------------------------
+
+
+def test_assign_reads_only_the_given_queues_without_joining_the_group(broker):
+    for queue_id in range(4):
+        send(broker, 2, queue_id=queue_id)
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        every = consumer.queues_for(TOPIC)
+        assert [q.queue_id for q in every] == [0, 1, 2, 3]
+        consumer.assign([every[1], every[3]])
+        assert consumer.assignment() == [every[1], every[3]]
+        assert consumer.subscription() == {}
+        got = poll_until(consumer, 4)
+        assert consumer.poll(0) == []
+        assert broker.service.group_view(GROUP).members == ()
+    assert sorted((m.queue_id, m.queue_offset) for m in got) == [(1, 0), (1, 1), (3, 0), (3, 1)]
+
+
+def test_assign_again_replaces_the_assignment(broker):
+    send(broker, 3, queue_id=2)
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.assign([queue(broker, 0)])
+        assert consumer.poll(0) == []
+        consumer.assign([queue(broker, 2)])
+        assert consumer.assignment() == [queue(broker, 2)]
+        assert bodies(poll_until(consumer, 3)) == [b"m0", b"m1", b"m2"]
+        consumer.assign([])
+        assert consumer.assignment() == []
+        assert consumer.poll(0.05) == []
+
+
+def test_subscribe_joins_the_group_without_the_retry_topic(broker):
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.subscribe({TOPIC: "paid || refunded"})
+        view = broker.service.group_view(GROUP)
+        assert view.members == (consumer.client_id,)
+        assert view.subscriptions[consumer.client_id] == {TOPIC: "paid || refunded"}
+        assert {q.topic for q in consumer.assignment()} == {TOPIC}
+        assert len(consumer.assignment()) == 4
+        assert consumer.subscription() == {TOPIC: "paid || refunded"}
+    assert broker.service.group_view(GROUP).members == ()  # close left the group
+
+
+def test_subscribing_again_replaces_the_subscription(broker):
+    send(broker, 2, queue_id=0)
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.subscribe([TOPIC])
+        assert len(poll_until(consumer, 2)) == 2
+        consumer.subscribe({"invoices": None})
+        assert {q.topic for q in consumer.assignment()} == {"invoices"}
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 2  # released with a commit
+        assert consumer.poll(0) == []
+
+
+def test_two_members_split_the_queues_and_see_everything_once(broker):
+    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    with first, second:
+        first.subscribe([TOPIC])
+        second.subscribe([TOPIC])
+        send(broker, 40)
+        got: dict[str, list[ReceivedMessage]] = {"first": [], "second": []}
+        deadline = time.monotonic() + 10
+        while sum(map(len, got.values())) < 40 and time.monotonic() < deadline:
+            got["first"].extend(first.poll(0.1))
+            got["second"].extend(second.poll(0.1))
+        mine, theirs = set(first.assignment()), set(second.assignment())
+        assert len(mine) == len(theirs) == 2
+        assert mine | theirs == {queue(broker, q) for q in range(4)}
+        assert first.poll(0) == [] and second.poll(0) == []
+    everything = got["first"] + got["second"]
+    assert sorted(bodies(everything)) == sorted(f"m{i}".encode() for i in range(40))
+    assert {m.queue_id for m in got["first"]} == {q.queue_id for q in mine}
+    assert {m.queue_id for m in got["second"]} == {q.queue_id for q in theirs}
+
+
+def test_a_member_that_leaves_hands_its_queues_over_at_its_committed_offsets(broker):
+    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    with first:
+        first.subscribe([TOPIC])
+        with second:
+            second.subscribe([TOPIC])
+            assert first.poll(0) == []  # sees the new generation: gives two queues away
+            send(broker, 8)
+            got_second = poll_until(second, 4)
+        # second committed on close and left; first takes over where second stopped
+        send(broker, 8)
+        got_first = poll_until(first, 12)
+        assert len(first.assignment()) == 4
+    assert sorted(bodies(got_first + got_second)) == sorted(
+        [f"m{i}".encode() for i in range(8)] * 2
+    )
+
+
+# -- seeking -------------------------------------------------------------------------------------
+
+
+def test_seek_and_seek_to_beginning_and_end(broker):
+    send(broker, 10, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(broker, GROUP) as consumer:  # starts at the end
+        consumer.assign([q0])
+        assert consumer.position(q0) == 10
+        consumer.seek_to_beginning()
+        assert consumer.position(q0) == 0
+        assert bodies(poll_until(consumer, 10)) == [f"m{i}".encode() for i in range(10)]
+        consumer.seek(q0, 7)
+        assert consumer.position(q0) == 7
+        assert bodies(poll_until(consumer, 3)) == [b"m7", b"m8", b"m9"]
+        consumer.seek_to_beginning(q0)
+        consumer.seek_to_end(q0)
+        assert consumer.position(q0) == 10
+        assert consumer.poll(0) == []
+
+
+def test_seek_drops_messages_fetched_but_not_handed_out(broker):
+    send(broker, 10, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(
+        broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, max_poll_records=3
+    ) as consumer:
+        consumer.assign([q0])
+        assert bodies(consumer.poll(1.0)) == [b"m0", b"m1", b"m2"]
+        assert consumer.position(q0) == 3
+        consumer.seek(q0, 8)
+        assert bodies(poll_until(consumer, 2)) == [b"m8", b"m9"]
+
+
+def test_seek_out_of_range_moves_to_the_queue_end_with_a_warning(broker, caplog):
+    send(broker, 3, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.assign([q0])
+        consumer.seek(q0, 100)
+        with caplog.at_level(logging.WARNING, logger="sdk.consumer.pull"):
+            assert consumer.poll(0) == []
+        assert consumer.position(q0) == 3
+        assert "out of range (OFFSET_OVERFLOW_BADLY); moving to 3" in caplog.text
+        send(broker, 1, queue_id=0)
+        assert bodies(poll_until(consumer, 1)) == [b"m0"]
+
+
+def test_offsets_for_times_finds_the_first_message_at_or_after(broker):
+    send(broker, 3, queue_id=0)
+    time.sleep(0.01)
+    middle_ms = time.time_ns() // 1_000_000
+    later = send(broker, 2, queue_id=0)
+    assert later[0].store_timestamp >= middle_ms
+    q0, q1 = queue(broker, 0), queue(broker, 1)
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.assign([q0, q1])
+        found = consumer.offsets_for_times({q0: middle_ms, q1: middle_ms})
+        assert found == {q0: 3, q1: 0}
+        assert consumer.offsets_for_times({q0: 0}) == {q0: 0}
+        assert consumer.offsets_for_times({q0: middle_ms + 3_600_000}) == {q0: 5}
+        consumer.seek(q0, found[q0])
+        assert bodies(poll_until(consumer, 2)) == [b"m0", b"m1"]
+
+
+# -- offsets ---------------------------------------------------------------------------------------
+
+
+def test_commit_and_committed_and_a_new_member_resumes_there(broker):
+    send(broker, 10, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(
+        broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, auto_commit=False
+    ) as consumer:
+        consumer.assign([q0])
+        assert consumer.committed(q0) == 0  # a never-committed queue records its start
+        consumer.seek(q0, 4)
+        assert bodies(poll_until(consumer, 6))[0] == b"m4"
+        consumer.commit({q0: 6})
+        assert consumer.committed(q0) == 6
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 6  # persisted at once
+        assert consumer.committed(queue(broker, 3, topic="elsewhere")) is None
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as again:
+        again.subscribe([TOPIC])
+        assert again.position(q0) == 6
+        assert bodies(poll_until(again, 4)) == [b"m6", b"m7", b"m8", b"m9"]
+        again.commit()
+        assert again.committed(q0) == 10
+
+
+def test_commit_checks_its_offsets(broker):
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.assign([queue(broker, 0)])
+        with pytest.raises(ValueError, match=r"queueId=1.*not assigned"):
+            consumer.commit({queue(broker, 1): 3})
+        with pytest.raises(ValueError, match="offset is an int >= 0"):
+            consumer.commit({queue(broker, 0): -1})
+
+
+def test_auto_commit_on_close(broker):
+    send(broker, 6, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.assign([q0])
+        assert len(poll_until(consumer, 6)) == 6
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 0  # not due yet
+    assert broker.service.query_offset(GROUP, TOPIC, 0) == 6
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as again:
+        again.assign([q0])
+        assert again.poll(0) == []
+
+
+def test_auto_commit_during_poll_commits_what_earlier_polls_returned(broker):
+    send(broker, 6, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(
+        broker,
+        GROUP,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        auto_commit_interval_s=0.05,
+        max_poll_records=4,
+    ) as consumer:
+        consumer.assign([q0])
+        assert len(consumer.poll(1.0)) == 4
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 0
+        time.sleep(0.06)
+        assert len(consumer.poll(1.0)) == 2  # commits the 4 handed out before
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 4
+
+
+def test_without_auto_commit_close_commits_nothing(broker):
+    send(broker, 5, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(
+        broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, auto_commit=False
+    ) as consumer:
+        consumer.assign([q0])
+        assert len(poll_until(consumer, 5)) == 5
+    with PullConsumer(broker, GROUP) as again:
+        again.assign([q0])
+        assert bodies(poll_until(again, 5)) == [f"m{i}".encode() for i in range(5)]
+
+
+# -- pause / resume --------------------------------------------------------------------------------
+
+
+def test_pause_and_resume(broker):
+    send(broker, 3, queue_id=0)
+    send(broker, 3, queue_id=1)
+    q0, q1 = queue(broker, 0), queue(broker, 1)
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.assign([q0, q1])
+        consumer.pause(q0)
+        assert consumer.paused() == [q0]
+        got = poll_until(consumer, 3)
+        assert consumer.poll(0.05) == []
+        assert {m.queue_id for m in got} == {1}
+        assert consumer.position(q0) == 0
+        consumer.resume(q0)
+        assert consumer.paused() == []
+        assert [(m.queue_id, m.body) for m in poll_until(consumer, 3)] == [
+            (0, b"m0"),
+            (0, b"m1"),
+            (0, b"m2"),
+        ]
+
+
+def test_fetched_messages_of_a_paused_queue_wait_for_resume(broker):
+    send(broker, 4, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(
+        broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, max_poll_records=1
+    ) as consumer:
+        consumer.assign([q0])
+        assert bodies(consumer.poll(1.0)) == [b"m0"]  # m1..m3 fetched, buffered
+        consumer.pause(q0)
+        assert consumer.poll(0.05) == []
+        consumer.resume(q0)
+        assert bodies(consumer.poll(0)) == [b"m1"]
+        assert consumer.position(q0) == 2
+
+
+# -- broadcasting ----------------------------------------------------------------------------------
+
+
+def test_broadcasting_members_each_see_everything_and_keep_their_own_offsets(broker, tmp_path):
+    offsets_dir = tmp_path / "offsets"
+    send(broker, 8)
+
+    def member(name: str) -> PullConsumer:
+        return PullConsumer(
+            broker,
+            GROUP,
+            message_model=MessageModel.BROADCASTING,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            instance_name=name,
+            offsets_dir=offsets_dir,
+        )
+
+    with member("a") as a, member("b") as b:
+        a.subscribe([TOPIC])
+        b.subscribe([TOPIC])
+        assert len(a.assignment()) == len(b.assignment()) == 4
+        assert len(poll_until(a, 8)) == 8
+        assert len(poll_until(b, 8)) == 8
+    host = socket.gethostname()
+    assert (offsets_dir / f"{host}@a" / GROUP / "offsets.json").exists()
+    assert (offsets_dir / f"{host}@b" / GROUP / "offsets.json").exists()
+    assert broker.service.query_offset(GROUP, TOPIC, 0) is None  # nothing on the broker
+    send(broker, 1)
+    with member("a") as a:
+        a.subscribe([TOPIC])
+        assert bodies(poll_until(a, 1)) == [b"m0"]
+        assert a.poll(0) == []
+
+
+# -- asyncio ---------------------------------------------------------------------------------------
+
+
+def test_async_consumer_mirrors_the_blocking_one(broker):
+    send(broker, 6, queue_id=0)
+    q0 = queue(broker, 0)
+
+    async def main() -> None:
+        async with AsyncPullConsumer(
+            broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, auto_commit=False
+        ) as consumer:
+            consumer.subscribe([TOPIC])
+            assert consumer.assignment() == []  # joined by the first poll
+            got: list[ReceivedMessage] = []
+            while len(got) < 6:
+                batch = await consumer.poll(1.0)
+                assert batch
+                got.extend(batch)
+            assert bodies(got) == [f"m{i}".encode() for i in range(6)]
+            assert len(consumer.assignment()) == 4
+            assert consumer.position(q0) == 6
+            await consumer.commit({q0: 5})
+            assert await consumer.committed(q0) == 5
+            await consumer.seek_to_beginning(q0)
+            assert consumer.position(q0) == 0
+            await consumer.seek_to_end()
+            assert consumer.position(q0) == 6
+            found = await consumer.offsets_for_times({q0: 0})
+            consumer.seek(q0, found[q0])
+            consumer.pause(q0)
+            assert await consumer.poll(0.05) == []
+            consumer.resume(q0)
+            assert len(await consumer.poll(1.0)) == 6
+            assert [q.queue_id for q in await consumer.queues_for(TOPIC)] == [0, 1, 2, 3]
+        assert consumer.closed
+        with pytest.raises(ClientClosedError):
+            await consumer.poll(0)
+
+    asyncio.run(main())
+    assert broker.service.query_offset(GROUP, TOPIC, 0) == 5
+    assert broker.service.group_view(GROUP).members == ()
+
+
+def test_async_poll_waits_and_returns_early_on_arrival(broker):
+    async def main() -> tuple[list[ReceivedMessage], list[ReceivedMessage], float]:
+        async with AsyncPullConsumer(broker, GROUP) as consumer:
+            consumer.assign([queue(broker, 2)])
+            empty = await consumer.poll(0.2)
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, lambda: send(broker, 1, queue_id=2))
+            started = time.monotonic()
+            got = await consumer.poll(30.0)
+            return empty, got, time.monotonic() - started
+
+    empty, got, elapsed = asyncio.run(main())
+    assert empty == []
+    assert bodies(got) == [b"m0"]
+    assert elapsed < 20.0
+    assert broker.service.query_offset(GROUP, TOPIC, 2) == 1  # auto-committed on close
+
+
+def test_async_members_split_the_queues(broker):
+    async def main() -> list[ReceivedMessage]:
+        first = AsyncPullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+        second = AsyncPullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+        async with first, second:
+            first.subscribe([TOPIC])
+            second.subscribe([TOPIC])
+            await first.poll(0)
+            await second.poll(0)
+            send(broker, 20)
+            got: list[ReceivedMessage] = []
+            deadline = time.monotonic() + 10
+            while len(got) < 20 and time.monotonic() < deadline:
+                for batch in await asyncio.gather(first.poll(0.1), second.poll(0.1)):
+                    got.extend(batch)
+            assert not set(first.assignment()) & set(second.assignment())
+            return got
+
+    got = asyncio.run(main())
+    assert sorted(bodies(got)) == sorted(f"m{i}".encode() for i in range(20))
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+def test_a_closed_consumer_refuses_every_call(broker):
+    consumer = PullConsumer(broker, GROUP)
+    consumer.assign([queue(broker, 0)])
+    consumer.close()
+    consumer.close()  # idempotent
+    q0 = queue(broker, 0)
+    for call in (
+        lambda: consumer.poll(0),
+        lambda: consumer.seek(q0, 0),
+        consumer.seek_to_end,
+        consumer.commit,
+        lambda: consumer.committed(q0),
+        lambda: consumer.position(q0),
+        consumer.assignment,
+        lambda: consumer.subscribe([TOPIC]),
+        lambda: consumer.pause(q0),
+        lambda: consumer.offsets_for_times({q0: 0}),
+    ):
+        with pytest.raises(ClientClosedError, match="closed"):
+            call()
+
+
+def test_one_poll_at_a_time(broker):
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.assign([queue(broker, 0)])
+
+        def poll_once_in_a_thread() -> None:
+            while True:  # the main thread's short polls may hold the consumer for a moment
+                try:
+                    consumer.poll(1.0)
+                    return
+                except RuntimeError:
+                    time.sleep(0.001)
+
+        waiting = threading.Thread(target=poll_once_in_a_thread)
+        waiting.start()
+        refused = None
+        try:
+            deadline = time.monotonic() + 10
+            while refused is None and time.monotonic() < deadline:
+                try:
+                    consumer.poll(0)  # until the thread's poll has begun
+                except RuntimeError as exc:
+                    refused = exc
+                time.sleep(0.005)
+        finally:
+            waiting.join()
+        assert "already polling" in str(refused)
+        assert consumer.poll(0) == []
+
+
+def test_queues_not_assigned_are_refused_by_name(broker):
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.assign([queue(broker, 0)])
+        stranger = queue(broker, 3)
+        for call in (
+            lambda: consumer.seek(stranger, 0),
+            lambda: consumer.seek_to_beginning(stranger),
+            lambda: consumer.position(stranger),
+            lambda: consumer.pause(stranger),
+            lambda: consumer.resume(stranger),
+        ):
+            with pytest.raises(ValueError, match=r"topic=orders.*queueId=3.*not assigned"):
+                call()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"max_poll_records": 0}, "max_poll_records must be an int >= 1"),
+        ({"pull_batch_size": -1}, "pull_batch_size must be an int >= 1"),
+        ({"auto_commit_interval_s": 0}, "auto_commit_interval_s must be > 0"),
+        ({"consume_timestamp_ms": -5}, "consume_timestamp_ms must be >= 0"),
+        ({"consume_from": "FIRST"}, "consume_from must be a ConsumeFrom"),
+    ],
+)
+def test_bad_settings_are_named(broker, settings, message):
+    with pytest.raises(ValueError, match=message):
+        PullConsumer(broker, GROUP, **settings)
+
+
+def test_bad_arguments_are_named(broker):
+    with pytest.raises(ValueError, match="group"):
+        PullConsumer(broker, "bad group!")
+    with PullConsumer(broker, GROUP) as consumer:
+        with pytest.raises(RuntimeError, match=r"subscribe\(\) or assign\(\)"):
+            consumer.poll(0)
+        with pytest.raises(ValueError, match="bare string"):
+            consumer.subscribe(TOPIC)
+        with pytest.raises(ValueError, match="at least one topic"):
+            consumer.subscribe([])
+        with pytest.raises(ValueError, match="illegal characters"):
+            consumer.subscribe(["no spaces"])
+        with pytest.raises(ValueError, match="names no tag"):
+            consumer.subscribe({TOPIC: "||"})
+        with pytest.raises(
+            ValueError, match=r"brokerName=elsewhere.*not a queue of broker 'broker-a'"
+        ):
+            consumer.assign([MessageQueue(TOPIC, "elsewhere", 0)])
+        consumer.assign([queue(broker, 0)])
+        with pytest.raises(RuntimeError, match="cannot subscribe"):
+            consumer.subscribe([TOPIC])
+        with pytest.raises(ValueError, match="timeout_s"):
+            consumer.poll(-1)
+        with pytest.raises(ValueError, match="offset is an int >= 0"):
+            consumer.seek(queue(broker, 0), -3)
+        with pytest.raises(ValueError, match="timestamp"):
+            consumer.offsets_for_times({queue(broker, 0): -1})
