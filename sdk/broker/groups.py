@@ -100,16 +100,17 @@ class GroupRegistry:
         with self._lock:
             return sorted(self._groups)
 
-    def expire(self) -> None:
-        """Drop silent members of every group (the broker calls this periodically)."""
+    def expire(self) -> list[str]:
+        """Drop silent members of every group (the broker calls this periodically); answers
+        the groups that changed."""
         now = self._clock_ms()
         with self._lock:
-            for state in self._groups.values():
-                self._expire(state, now)
+            return [group for group, state in self._groups.items() if self._expire(state, now)]
 
-    def _expire(self, state: _Group, now: int) -> None:
+    def _expire(self, state: _Group, now: int) -> bool:
         silent = [cid for cid, m in state.members.items() if now - m.last_seen_ms > self.expiry_ms]
         for cid in silent:
             del state.members[cid]
         if silent:
             state.generation += 1
+        return bool(silent)

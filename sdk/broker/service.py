@@ -50,6 +50,7 @@ from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
+from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
 from sdk.broker.schedule import (
     ScheduleService,
@@ -70,7 +71,7 @@ __all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
-GROUP_WAKE_PREFIX = "%GROUP%"  # not a topic: such keys are only woken by notify_all
+GROUP_WAKE_PREFIX = "%GROUP%"  # not a topic: woken by membership and lease changes
 
 
 @dataclass(slots=True)
@@ -88,6 +89,7 @@ class BrokerOptions:
     delay_levels: str | Sequence[int] | None = None
     schedule_poll_interval_s: float = 0.1
     member_expiry_ms: int = DEFAULT_MEMBER_EXPIRY_MS
+    queue_lease_ms: int = DEFAULT_LEASE_MS
     offset_persist_interval_s: float = 5.0
     max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
 
@@ -120,6 +122,7 @@ class BrokerService:
         self.root = self.store.root
         self.notifier = ArrivalNotifier()
         self.groups = GroupRegistry(self.options.member_expiry_ms)
+        self.leases = QueueLeases(self.options.queue_lease_ms)
         try:
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
             self.offsets.start_auto_persist(self.options.offset_persist_interval_s)
@@ -159,7 +162,8 @@ class BrokerService:
         self.close()
 
     def _expire_members(self) -> bool:
-        self.groups.expire()
+        for group in self.groups.expire():
+            self._wake_group(group)
         return not self._closed
 
     # -- send --------------------------------------------------------------------------------
@@ -390,13 +394,30 @@ class BrokerService:
         before = self.groups.generation(group)
         generation = self.groups.heartbeat(group, client_id, subscriptions, message_model)
         if generation != before:
-            self.notifier.notify_all()  # members parked in a pull see the new generation
+            self._wake_group(group)  # members parked in a pull see the new generation
         return generation
 
     def unregister(self, group: str, client_id: str) -> int:
+        """A member leaves: its queue leases are dropped and the others told at once."""
+        self.leases.release_member(group, client_id)
         generation = self.groups.unregister(group, client_id)
-        self.notifier.notify_all()  # members parked in a pull see the new generation at once
+        self._wake_group(group)
         return generation
+
+    def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]:
+        """Take or renew leases on ``queues`` (see :mod:`sdk.broker.leases`); answers those
+        the member now holds."""
+        return self.leases.acquire(group, client_id, queues)
+
+    def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
+        """Give leases back; members waiting for those queues are woken."""
+        if self.leases.release(group, client_id, queues):
+            self._wake_group(group)
+
+    def _wake_group(self, group: str) -> None:
+        self.notifier.notify(GROUP_WAKE_PREFIX + group, -1)
 
     def group_view(self, group: str) -> GroupView:
         return self.groups.view(group)
@@ -409,6 +430,6 @@ def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
 
 
 def _watched_keys(batch: PullBatch) -> list[tuple[str, int]]:
-    """The queues a parked pull waits on, plus its group's key: a membership change
-    (``notify_all``) then wakes even a member that owns no queue."""
+    """The queues a parked pull waits on, plus its group's key: a membership or lease change
+    then wakes even a member that owns no queue."""
     return [(p.topic, p.queue_id) for p in batch.pulls] + [(GROUP_WAKE_PREFIX + batch.group, -1)]

@@ -197,6 +197,13 @@ class ProcessQueue(Generic[M]):
             return self._cached_count
 
     @property
+    def started_count(self) -> int:
+        """Messages handed to a listener and not finished yet (their consume start recorded
+        by :meth:`mark_consume_started`)."""
+        with self._lock:
+            return len(self._consume_started_ms)
+
+    @property
     def cached_bytes(self) -> int:
         """Sum of ``store_size`` over the messages held."""
         with self._lock:

@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 Listener = Callable[[list[StoredMessage]], ConsumeResult | None]
 AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
 
-_THROTTLE_PAUSE_S = 0.05  # RocketMQ re-pulls a flow-controlled queue after 50 ms
 _ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
 _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
 _EXPIRY_CHECK_S = 60.0  # at most; a shorter consume timeout is checked twice per timeout
@@ -146,13 +145,12 @@ class PushConsumer:
             try:
                 if core.housekeeping_due():
                     core.rebalance()
+                elif core.ownership.settling:
+                    core.settle()
                 if time.monotonic() - last_expiry >= self._expiry_check_s:
                     core.expire_stuck()
                     last_expiry = time.monotonic()
                 batch = core.next_pull(self._wait_ms())
-                if batch is None:
-                    self._stop.wait(_THROTTLE_PAUSE_S)
-                    continue
                 result = self._transport.pull(batch)
                 if self._stop.is_set():
                     return
@@ -187,6 +185,8 @@ class PushConsumer:
 
     def _consume(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
         core = self.core
+        if core.abandoned(queue):  # being handed over: its next owner consumes these
+            return
         core.started(queue, messages)
         try:
             answer = self.listener(core.prepare(messages))
@@ -209,7 +209,8 @@ class PushConsumer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop pulling, let running listener batches finish, persist offsets, leave the group.
+        """Stop pulling, let running listener batches finish, persist offsets, leave the group
+        (which gives the queues' leases back only now, after their offsets are committed).
         Messages pulled but not yet handed to the listener are consumed again later."""
         if self._closed:
             return
@@ -217,18 +218,13 @@ class PushConsumer:
         self._stop.set()
         for timer in self._timers:
             timer.cancel()
-        core = self._core
-        if core is not None:
-            try:
-                core.transport.unregister(self.group, self.client_id)  # wakes the parked pull
-            except Exception as exc:
-                log.debug("leaving group %s: %s", self.group, exc)
-        if self._thread is not None:
-            self._thread.join()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        core = self._core
         if core is not None:
-            core.shutdown()
+            core.shutdown()  # persist, then leave the group: this also wakes the parked pull
+        if self._thread is not None:
+            self._thread.join()
 
     def __enter__(self) -> Self:
         self.start()
@@ -323,13 +319,12 @@ class AsyncPushConsumer:
             try:
                 if core.housekeeping_due():
                     await asyncio.to_thread(core.rebalance)
+                elif core.ownership.settling:
+                    await asyncio.to_thread(core.settle)
                 if time.monotonic() - last_expiry >= self._expiry_check_s:
                     await asyncio.to_thread(core.expire_stuck)
                     last_expiry = time.monotonic()
                 batch = core.next_pull(_hold_ms(self.settings))
-                if batch is None:
-                    await asyncio.sleep(_THROTTLE_PAUSE_S)
-                    continue
                 result = await self._transport.pull(batch)
                 for work in core.on_pulled(result):
                     await slots.acquire()
@@ -354,6 +349,8 @@ class AsyncPushConsumer:
     async def _consume(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
         core = self.core
         try:
+            if core.abandoned(queue):  # being handed over: its next owner consumes these
+                return
             core.started(queue, messages)
             try:
                 answer = await self.listener(core.prepare(messages))
@@ -383,14 +380,12 @@ class AsyncPushConsumer:
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        """Stop pulling, let running listener tasks finish, persist offsets, leave the group."""
+        """Stop pulling, let running listener tasks finish, persist offsets, leave the group
+        (giving the queues' leases back only after their offsets are committed)."""
         if self._closed:
             return
         self._closed = True
         core = self._core
-        if core is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(core.transport.unregister, self.group, self.client_id)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

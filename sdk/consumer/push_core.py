@@ -25,6 +25,7 @@ offsets live in a local file.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from sdk.consumer.membership import (
     make_offset_store,
     start_offset,
 )
+from sdk.consumer.ownership import QueueOwnership
 from sdk.consumer.process_queue import FlowControlLimits, ProcessQueue
 from sdk.message import ConsumeResult, retry_topic
 from sdk.transport.base import BrokerTransport
@@ -73,7 +75,8 @@ class PushSettings:
     flow_control: FlowControlLimits = field(default_factory=FlowControlLimits)
     max_reconsume_times: int = 16
     consume_timeout_ms: int = 15 * 60_000
-    rebalance_interval_s: float = 20.0
+    rebalance_interval_s: float = 20.0  # also renews the queue leases (30 s)
+    release_timeout_s: float = 10.0  # a revoked queue's in-flight messages may finish this long
     heartbeat_interval_s: float = 30.0
     allocate_strategy: AllocateStrategy = field(default_factory=AllocateAveragely)
     instance_name: str | None = None
@@ -128,6 +131,16 @@ class PushCore:
             offsets_dir=settings.offsets_dir,
         )
         self.states: dict[MessageQueue, _QueueState] = {}
+        self.ownership = QueueOwnership(
+            transport,
+            group,
+            client_id,
+            leased=self.clustering,
+            release_timeout_s=settings.release_timeout_s,
+        )
+        self._wanted: set[MessageQueue] = set()
+        self._membership_lock = threading.Lock()  # rebalance/settle vs shutdown
+        self._closed = False
         self.generation = -1
         self._last_rebalance = 0.0
         self._last_heartbeat = 0.0
@@ -151,9 +164,15 @@ class PushCore:
         )
 
     def rebalance(self) -> None:
-        """Heartbeat, then take on and give up queues to match the group's allocation."""
+        """Heartbeat, then take on and give up queues to match the group's allocation (a queue
+        is taken only under a lease, and given up only after its offset is committed)."""
+        with self._membership_lock:
+            if not self._closed:
+                self._rebalance()
+
+    def _rebalance(self) -> None:
         self.heartbeat()
-        wanted = assigned_queues(
+        self._wanted = assigned_queues(
             self.transport,
             self.settings.message_model,
             self.group,
@@ -161,13 +180,41 @@ class PushCore:
             self.subscription,
             self.settings.allocate_strategy,
         )
-        for queue in [q for q in self.states if q not in wanted]:
-            self._release(queue)
-        for queue in sorted(wanted - self.states.keys()):
-            self._take(queue)
+        self._apply(*self.ownership.update(self._wanted))
         self._last_rebalance = time.monotonic()
 
-    def _take(self, queue: MessageQueue) -> None:
+    def settle(self) -> None:
+        """While queues change hands: let go of drained releasing queues, ask again for the
+        leases still refused."""
+        with self._membership_lock:
+            if not self._closed:
+                self._settle()
+
+    def _settle(self) -> None:
+        for queue in list(self.ownership.releasing):
+            state = self.states.get(queue)
+            in_flight = state.process_queue.started_count if state is not None else 0
+            if self.ownership.due_for_release(queue, in_flight):
+                self._release(queue)
+        if self.ownership.pending:
+            self._apply(*self.ownership.update(self._wanted))
+
+    def _apply(self, started: set[MessageQueue], lost: set[MessageQueue]) -> None:
+        for queue in lost:  # another member holds it now: commit nothing more
+            log.warning("lease of %s lost; dropping the queue", queue)
+            state = self.states.pop(queue, None)
+            if state is not None:
+                state.process_queue.dropped = True
+            self.offsets.remove_offset(queue)
+        for queue in sorted(started):
+            if not self._take(queue):
+                self.ownership.released(queue)
+
+    def abandoned(self, queue: MessageQueue) -> bool:
+        """Whether messages of ``queue`` must not be handed to the listener any more."""
+        return queue not in self.states or self.ownership.is_releasing(queue)
+
+    def _take(self, queue: MessageQueue) -> bool:
         settings = self.settings
         start = start_offset(
             self.offsets,
@@ -178,39 +225,40 @@ class PushCore:
         )
         if start is None:
             log.warning("offset of %s unreadable; will retry at the next rebalance", queue)
-            return
+            return False
         expression = self.subscription.get(queue.topic)
         self.states[queue] = _QueueState(
             ProcessQueue(), start, expression, self.filters[queue.topic]
         )
+        return True
 
     def _release(self, queue: MessageQueue) -> None:
-        state = self.states.pop(queue)
-        state.process_queue.dropped = True
+        """Commit what finished, forget the queue, then give its lease back."""
+        state = self.states.pop(queue, None)
+        if state is not None:
+            state.process_queue.dropped = True
         self.offsets.persist(queue)
         self.offsets.remove_offset(queue)
+        self.ownership.released(queue)
 
     # -- pulling ---------------------------------------------------------------------------
-    def next_pull(self, wait_ms: int | None = None) -> PullBatch | None:
-        """A pull over every owned queue flow control lets through (None: all are full)."""
+    def next_pull(self, wait_ms: int | None = None) -> PullBatch:
+        """A pull over every owned queue that is not being released and that flow control
+        lets through. It may name no queue: it then only waits for a group change."""
         limits = self.settings.flow_control
+        releasing = self.ownership.releasing
         pulls = tuple(
             QueuePull(q.topic, q.queue_id, s.next_offset, s.tags)
             for q, s in self.states.items()
-            if not s.process_queue.should_throttle(limits)
+            if q not in releasing and not s.process_queue.should_throttle(limits)
         )
-        if not pulls:
-            return None
         hold_ms = self.settings.pull_wait_ms if wait_ms is None else wait_ms
-        if len(pulls) < len(self.states):  # a throttled queue is looked at again in 50 ms
+        if len(pulls) < len(self.states) or self.ownership.settling:
+            # a throttled queue is looked at again in 50 ms; a hand-over is watched as closely
             hold_ms = min(hold_ms, THROTTLED_RECHECK_MS)
         return PullBatch(
             self.group, pulls, max_count=self.settings.pull_batch_size, wait_ms=hold_ms
         )
-
-    @property
-    def all_throttled(self) -> bool:
-        return bool(self.states) and self.next_pull(0) is None
 
     def on_pulled(self, result: PullBatchResult) -> list[Work]:
         """Record a pull's answers; the listener batches to run."""
@@ -349,7 +397,10 @@ class PushCore:
 
     # -- shutdown --------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Persist every owned queue's offset, leave the group, stop the offset store."""
+        """Persist every owned queue's offset, leave the group (its leases go with it), stop
+        the offset store. No rebalance runs after this."""
+        with self._membership_lock:
+            self._closed = True
         queues = list(self.states)
         try:
             self.offsets.persist_all(queues)

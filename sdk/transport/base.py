@@ -71,6 +71,16 @@ class BrokerTransport(Protocol):
 
     def unregister(self, group: str, client_id: str) -> None: ...
 
+    def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]:
+        """Take or renew this member's leases on ``queues``; answers those it holds."""
+        ...
+
+    def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
+        """Give leases back (after the queues' offsets were committed)."""
+        ...
+
     def group_view(self, group: str) -> GroupView: ...
 
     def close(self) -> None:

@@ -124,6 +124,16 @@ class InProcessTransport:
         self._check_open()
         return self.service.group_view(group)
 
+    def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]:
+        self._check_open()
+        return self.service.lock_queues(group, client_id, queues)
+
+    def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
+        if not self.service.closed:
+            self.service.unlock_queues(group, client_id, queues)
+
     def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""
 

@@ -1,0 +1,95 @@
+"""Which queues a member may consume, honouring the broker's queue leases.
+
+A rebalance gives a member the queues it *should* own (:func:`membership.assigned_queues`); this
+module turns that into the queues it *may* consume, without ever overlapping another member
+(clustering; see :mod:`sdk.broker.leases`):
+
+* a queue that is no longer wanted enters *releasing*: the consumer stops pulling it and starts
+  no new listener call on it; once its in-flight calls finished (or ``release_timeout_s`` passed)
+  the consumer commits its offset and only then gives the lease back (:meth:`released`);
+* a wanted queue is consumed only once the broker granted its lease; a refused one stays
+  *pending* (its previous owner is still releasing it) and is asked for again at the next
+  :meth:`update`, which the consumer runs as soon as the broker reports a lease change;
+* every :meth:`update` renews the leases of the queues owned; a queue whose lease was lost (it
+  expired and another member took it) is reported so the consumer drops it at once, committing
+  nothing.
+
+Broadcasting consumers own every queue and take no lease.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from offsetstore import MessageQueue
+from sdk.transport.base import BrokerTransport
+
+__all__ = ["QueueOwnership"]
+
+
+class QueueOwnership:
+    """The owned, releasing and pending queues of one member (used by one thread)."""
+
+    def __init__(
+        self,
+        transport: BrokerTransport,
+        group: str,
+        client_id: str,
+        *,
+        leased: bool,
+        release_timeout_s: float,
+    ) -> None:
+        self.transport = transport
+        self.group = group
+        self.client_id = client_id
+        self.leased = leased
+        self.release_timeout_s = release_timeout_s
+        self.owned: set[MessageQueue] = set()
+        self.releasing: dict[MessageQueue, float] = {}  # queue -> when its release began
+        self.pending: set[MessageQueue] = set()
+
+    @property
+    def settling(self) -> bool:
+        """Queues are being handed over (pending leases or releases in progress)."""
+        return bool(self.pending or self.releasing)
+
+    def update(self, wanted: Iterable[MessageQueue]) -> tuple[set[MessageQueue], set[MessageQueue]]:
+        """Match ``wanted``: answers (queues to start consuming, queues lost outright)."""
+        wanted = set(wanted)
+        now = time.monotonic()
+        for queue in self.owned - wanted:
+            self.releasing.setdefault(queue, now)
+        for queue in wanted & self.releasing.keys():  # given back to us before we let go
+            del self.releasing[queue]
+        keep = (self.owned & wanted) | (wanted - self.owned)
+        if not self.leased:
+            started = keep - self.owned
+            self.owned |= started
+            self.pending.clear()
+            return started, set()
+        granted = (
+            self.transport.lock_queues(self.group, self.client_id, sorted(keep)) if keep else set()
+        )
+        lost = (self.owned & wanted) - granted
+        started = granted - self.owned
+        self.owned = (self.owned - lost) | started
+        self.pending = keep - granted
+        return started, lost
+
+    def due_for_release(self, queue: MessageQueue, in_flight: int) -> bool:
+        """Whether a releasing queue may be let go: nothing in flight, or waited too long."""
+        since = self.releasing.get(queue)
+        if since is None:
+            return False
+        return in_flight == 0 or time.monotonic() - since >= self.release_timeout_s
+
+    def released(self, queue: MessageQueue) -> None:
+        """The queue's offset is committed: give its lease back."""
+        self.releasing.pop(queue, None)
+        self.owned.discard(queue)
+        if self.leased:
+            self.transport.unlock_queues(self.group, self.client_id, [queue])
+
+    def is_releasing(self, queue: MessageQueue) -> bool:
+        return queue in self.releasing
