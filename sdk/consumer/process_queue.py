@@ -197,6 +197,12 @@ class ProcessQueue(Generic[M]):
             return self._cached_count
 
     @property
+    def buffered_count(self) -> int:
+        """Messages held and not handed out (not taken by an orderly consumer)."""
+        with self._lock:
+            return len(self._offsets)
+
+    @property
     def started_count(self) -> int:
         """Messages handed to a listener and not finished yet (their consume start recorded
         by :meth:`mark_consume_started`)."""

@@ -105,6 +105,8 @@ class PushConsumer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._timers: set[threading.Timer] = set()
+        self._orderly_lock = threading.Lock()
+        self._orderly_running: set[MessageQueue] = set()
         self._closed = False
 
     @property
@@ -155,8 +157,12 @@ class PushConsumer:
                 if self._stop.is_set():
                     return
                 works = core.on_pulled(result)
-                for work in works:
-                    self._submit(work)
+                if self.settings.orderly:
+                    for queue in {queue for queue, _ in works}:
+                        self._kick_orderly(queue)
+                else:
+                    for work in works:
+                        self._submit(work)
                 if works:
                     time.sleep(0)  # let a listener thread take the GIL now, not at our next wait
                 if result.generation != core.generation:
@@ -195,6 +201,44 @@ class PushConsumer:
             log.exception("listener of %s raised; reconsuming later", self.group)
             result = ConsumeResult.RECONSUME_LATER
         core.finish(queue, messages, result)
+
+    def _kick_orderly(self, queue: MessageQueue) -> None:
+        """Start the queue's orderly runner unless one runs (one batch per queue at a time)."""
+        with self._orderly_lock:
+            if queue in self._orderly_running:
+                return
+            self._orderly_running.add(queue)
+        pool = self._pool
+        try:
+            if pool is None:
+                raise RuntimeError("no pool")
+            pool.submit(self._run_orderly, queue)
+        except RuntimeError:  # shutting down
+            with self._orderly_lock:
+                self._orderly_running.discard(queue)
+
+    def _run_orderly(self, queue: MessageQueue) -> None:
+        core = self.core
+        while not self._stop.is_set():
+            messages = core.take_orderly(queue)
+            if not messages:
+                with self._orderly_lock:
+                    self._orderly_running.discard(queue)
+                    # a pull may have buffered more between the take and now: go on with it
+                    if self._stop.is_set() or not core.has_buffered(queue):
+                        return
+                    self._orderly_running.add(queue)
+                continue
+            try:
+                result = _outcome(self.listener(core.prepare(messages)), self.group)
+            except Exception:
+                log.exception("orderly listener of %s raised; retrying the batch", self.group)
+                result = ConsumeResult.RECONSUME_LATER
+            pause = core.finish_orderly(queue, messages, result)
+            if pause is not None:
+                self._stop.wait(pause)
+        with self._orderly_lock:
+            self._orderly_running.discard(queue)
 
     def _retry_later(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
         timer = threading.Timer(_LOCAL_RETRY_S, self._retry_now, (queue, messages))
@@ -269,6 +313,7 @@ class AsyncPushConsumer:
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._orderly_running: set[MessageQueue] = set()
         self._closed = False
 
     @property
@@ -326,9 +371,14 @@ class AsyncPushConsumer:
                     last_expiry = time.monotonic()
                 batch = core.next_pull(_hold_ms(self.settings))
                 result = await self._transport.pull(batch)
-                for work in core.on_pulled(result):
-                    await slots.acquire()
-                    self._spawn(work)
+                works = core.on_pulled(result)
+                if self.settings.orderly:
+                    for queue in {queue for queue, _ in works}:
+                        self._kick_orderly(queue)
+                else:
+                    for work in works:
+                        await slots.acquire()
+                        self._spawn(work)
                 if result.generation != core.generation:
                     await asyncio.to_thread(core.rebalance)
             except asyncio.CancelledError:
@@ -340,6 +390,37 @@ class AsyncPushConsumer:
                     "pull loop of %s: %s; retrying in %.0f s", self.group, exc, _ERROR_PAUSE_S
                 )
                 await asyncio.sleep(_ERROR_PAUSE_S)
+
+    def _kick_orderly(self, queue: MessageQueue) -> None:
+        """Start the queue's orderly runner task unless one runs."""
+        if queue in self._orderly_running:
+            return
+        self._orderly_running.add(queue)
+        task = asyncio.get_running_loop().create_task(self._run_orderly(queue))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_orderly(self, queue: MessageQueue) -> None:
+        core = self.core
+        try:
+            while not self._closed:
+                messages = core.take_orderly(queue)
+                if not messages:
+                    return  # single-threaded loop: a later pull kicks a new runner
+                try:
+                    answer = await self.listener(core.prepare(messages))
+                    result = _outcome(answer, self.group)
+                except Exception:
+                    log.exception("orderly listener of %s raised; retrying the batch", self.group)
+                    result = ConsumeResult.RECONSUME_LATER
+                if result is ConsumeResult.SUCCESS:
+                    pause = core.finish_orderly(queue, messages, result)
+                else:  # dead-lettering may wait for the disk
+                    pause = await asyncio.to_thread(core.finish_orderly, queue, messages, result)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+        finally:
+            self._orderly_running.discard(queue)
 
     def _spawn(self, work: Work) -> None:
         task = asyncio.get_running_loop().create_task(self._consume(*work))

@@ -77,6 +77,8 @@ class PushSettings:
     consume_timeout_ms: int = 15 * 60_000
     rebalance_interval_s: float = 20.0  # also renews the queue leases (30 s)
     release_timeout_s: float = 10.0  # a revoked queue's in-flight messages may finish this long
+    orderly: bool = False  # one batch per queue at a time, in queue-offset order
+    orderly_retry_pause_s: float = 1.0  # RocketMQ's suspendCurrentQueueTimeMillis
     heartbeat_interval_s: float = 30.0
     allocate_strategy: AllocateStrategy = field(default_factory=AllocateAveragely)
     instance_name: str | None = None
@@ -250,7 +252,8 @@ class PushCore:
         pulls = tuple(
             QueuePull(q.topic, q.queue_id, s.next_offset, s.tags)
             for q, s in self.states.items()
-            if q not in releasing and not s.process_queue.should_throttle(limits)
+            if q not in releasing
+            and not s.process_queue.should_throttle(limits, orderly=self.settings.orderly)
         )
         hold_ms = self.settings.pull_wait_ms if wait_ms is None else wait_ms
         if len(pulls) < len(self.states) or self.ownership.settling:
@@ -342,6 +345,59 @@ class PushCore:
             # empty queue here means nothing below pulled_up_to is in flight.
             offset = max(offset, pulled_up_to)
         self.offsets.update_offset(queue, offset, True)
+
+    # -- orderly consuming -----------------------------------------------------------------
+    def take_orderly(self, queue: MessageQueue) -> list[StoredMessage]:
+        """The next batch of ``queue`` in offset order ([] when none is buffered, or the queue
+        is being handed over)."""
+        state = self.states.get(queue)
+        if state is None or self.abandoned(queue):
+            return []
+        messages = state.process_queue.take_messages(self.settings.consume_batch_size)
+        if messages:
+            state.process_queue.mark_consume_started(messages, _now_ms())
+        return messages
+
+    def has_buffered(self, queue: MessageQueue) -> bool:
+        state = self.states.get(queue)
+        return state is not None and state.process_queue.buffered_count > 0
+
+    def finish_orderly(
+        self, queue: MessageQueue, messages: list[StoredMessage], result: ConsumeResult
+    ) -> float | None:
+        """An orderly batch is done: None when it is settled (committed, or dead-lettered after
+        ``max_reconsume_times``); else the pause before the same batch is retried, in order."""
+        state = self.states.get(queue)
+        if state is None:
+            return None
+        process_queue = state.process_queue
+        if result is not ConsumeResult.SUCCESS and not self._give_up(messages):
+            for message in messages:
+                message.reconsume_times += 1
+            process_queue.make_messages_consume_again(messages)
+            return self.settings.orderly_retry_pause_s
+        offset = process_queue.commit()
+        if offset is not None and not process_queue.dropped:
+            self.offsets.update_offset(queue, offset, True)
+        return None
+
+    def _give_up(self, messages: list[StoredMessage]) -> bool:
+        """Whether a failed orderly batch is settled: every message was retried the maximum
+        number of times and (clustering) is now in the dead-letter queue."""
+        if any(m.reconsume_times < self.settings.max_reconsume_times for m in messages):
+            return False
+        if not self.clustering:
+            log.error("orderly broadcast batch failed %d times; skipping it", len(messages))
+            return True
+        for message in messages:
+            try:
+                answer = self.transport.send_back(self.group, message.phys_offset, delay_level=-1)
+            except Exception as exc:
+                log.warning("cannot dead-letter %s (%s); retrying the batch", message.msg_id, exc)
+                return False
+            if not answer.stored:
+                return False
+        return True
 
     def _failed(self, queue: MessageQueue, messages: list[StoredMessage]) -> list[StoredMessage]:
         """Send failed messages back; answers those that may be released now."""
