@@ -1,0 +1,477 @@
+"""The lite pull consumers' state and decisions, shared by the blocking and the asyncio consumer.
+
+:class:`PullCore` owns what a lite pull consumer knows and decides (assignment, positions, paused
+queues, tag filters, auto-commit bookkeeping) and does no I/O: the front ends in
+:mod:`sdk.consumer.pull` talk to the broker and the offset store, and hand the answers back.
+
+Two numbers per queue, both "next to consume":
+
+* its **position**: the offset of the next message ``poll`` hands out. It advances as polls
+  return messages, and past messages the tag expression or the broker skipped; ``seek`` moves it.
+  It lives in this consumer only (here: the first buffered message's offset, else the queue's
+  fetch offset; None while the start is not known).
+* its **committed offset**: where the group resumes after a restart or a rebalance. It moves only
+  on a commit (``commit``, auto-commit, ``close`` with auto-commit), and is persisted at once:
+  the broker's offset table (clustering) or a local file in ``offsets_dir`` (broadcasting). A
+  queue the group never committed is recorded at its start position (the ``consume_from`` rule)
+  when first assigned, as RocketMQ does, so a restart does not skip what arrived meanwhile.
+
+Delivery is **at least once** with auto-commit: a poll commits the positions reached by the polls
+before it (at most every ``auto_commit_interval_s``), and ``close`` commits the current ones. A
+message is therefore committed only once the application came back for more (or closed), having
+handled it; a crash before that hands it out again. Committing by hand after handling a batch
+gives the same guarantee; committing before handling it gives at most once. A queue taken away
+by a rebalance is committed at its position (with auto-commit) before it is forgotten.
+
+Decisions of one poll: (1) auto-commit if due; (2) membership, when subscribed: due on
+subscribing, when a pull answer's generation changes, or every ``REBALANCE_INTERVAL_S``; the
+new allocation keeps known queues, queues the others for release and adds new ones whose start
+is not known yet; (3) messages already fetched are handed out at once; otherwise one
+long-polling :class:`PullBatch` over every assigned, unpaused queue with a known start, waiting
+no longer than the poll's deadline or the next rebalance; (4) answers are decoded, re-checked
+against the tag expression (the store filters by tag hash; a collision stops here), buffered per
+queue and handed out, at most ``max_poll_records``, the queue served first rotating so none
+starves. An answer for a queue sought or revoked while the pull was out is ignored. A queue whose
+offset is out of range (``OFFSET_TOO_SMALL``, ``OFFSET_OVERFLOW_BADLY``, ...) moves to the offset
+the broker names, with a logged warning. Fetched messages of a paused queue stay buffered until
+it is resumed; ``seek`` drops them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from localstore.codec import StoredMessage
+from localstore.tags import TagFilter
+from localstore.validation import topic_error
+from offsetstore import MessageQueue
+from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
+from sdk.consumer.membership import ConsumeFrom, MessageModel, check_group, new_client_id
+from sdk.errors import ClientClosedError
+from sdk.message import ReceivedMessage
+from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_records
+
+__all__ = [
+    "DEFAULT_MAX_POLL_RECORDS",
+    "REBALANCE_INTERVAL_S",
+    "Offsets",
+    "PullCore",
+    "check_topic",
+]
+
+# The consumer's records keep the name of the module users know, whichever half emits them.
+log = logging.getLogger("sdk.consumer.pull")
+
+REBALANCE_INTERVAL_S = 20.0
+DEFAULT_MAX_POLL_RECORDS = 500
+_OFFSET_MOVED = frozenset(
+    {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
+)
+Offsets = dict[MessageQueue, int]
+Closing = tuple[Offsets | None, list[MessageQueue], bool]
+
+
+@dataclass(slots=True)
+class _QueueState:
+    """One assigned queue: where the next pull starts (None: not known yet) and what was
+    fetched but not handed out yet."""
+
+    fetch_offset: int | None
+    tags: str | None
+    tag_filter: TagFilter
+    buffer: deque[StoredMessage] = field(default_factory=deque)
+
+    @property
+    def position(self) -> int | None:
+        return self.buffer[0].queue_offset if self.buffer else self.fetch_offset
+
+    def seek(self, offset: int | None) -> None:
+        self.buffer.clear()
+        self.fetch_offset = offset
+
+
+def _check_offset(what: object, offset: object) -> int:
+    if type(offset) is not int or offset < 0:
+        raise ValueError(f"an offset is an int >= 0; got {offset!r} for {what}")
+    return offset
+
+
+def _topics(topics: Mapping[str, str | None] | Iterable[str]) -> dict[str, str | None]:
+    if isinstance(topics, str | bytes):
+        raise ValueError(f"give topics as a list or a mapping, not the bare string {topics!r}")
+    chosen = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics)
+    if not chosen:
+        raise ValueError("subscribe to at least one topic")
+    for topic, expression in chosen.items():
+        problem = topic_error(topic, system=True) if isinstance(topic, str) else "not a str"
+        if problem is not None:
+            raise ValueError(f"cannot subscribe to topic {topic!r}: {problem}")
+        TagFilter.parse(expression)  # a bad tag expression fails here, not at the first poll
+    return chosen
+
+
+def check_topic(topic: str) -> str:
+    """``topic`` if queues of it can be listed, else ValueError."""
+    if not isinstance(topic, str) or (problem := topic_error(topic, system=True)):
+        raise ValueError(f"no queues of topic {topic!r}: {problem or 'not a str'}")
+    return topic
+
+
+class PullCore:
+    """State and decisions of one lite pull consumer (see the module docstring). The front
+    end supplies :attr:`_broker_name` (the broker it reaches) and does all I/O; the state-only
+    public methods (``subscribe``, ``assign``, ``position``, ``seek``, ``pause``, ...) live
+    here, shared by both consumers."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        message_model: MessageModel,
+        consume_from: ConsumeFrom,
+        consume_timestamp_ms: int,
+        auto_commit: bool,
+        auto_commit_interval_s: float,
+        max_poll_records: int,
+        pull_batch_size: int,
+        allocate_strategy: AllocateStrategy | None,
+        instance_name: str | None,
+    ) -> None:
+        self.group = check_group(group)
+        for name, value in (
+            ("max_poll_records", max_poll_records),
+            ("pull_batch_size", pull_batch_size),
+        ):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not auto_commit_interval_s > 0:
+            raise ValueError(f"auto_commit_interval_s must be > 0, got {auto_commit_interval_s!r}")
+        if not isinstance(message_model, MessageModel):
+            raise ValueError(f"message_model must be a MessageModel, got {message_model!r}")
+        if not isinstance(consume_from, ConsumeFrom):
+            raise ValueError(f"consume_from must be a ConsumeFrom, got {consume_from!r}")
+        if consume_timestamp_ms < 0:
+            raise ValueError(f"consume_timestamp_ms must be >= 0, got {consume_timestamp_ms}")
+        if consume_from is ConsumeFrom.TIMESTAMP and not consume_timestamp_ms:
+            consume_timestamp_ms = time.time_ns() // 1_000_000 - 30 * 60_000  # RocketMQ's default
+        self.message_model = message_model
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.max_poll_records = max_poll_records
+        self.pull_batch_size = pull_batch_size
+        self.allocate_strategy = allocate_strategy or AllocateAveragely()
+        self.client_id = new_client_id(instance_name)
+        self._queues: dict[MessageQueue, _QueueState] = {}
+        self._paused: set[MessageQueue] = set()
+        self._subscription: dict[str, str | None] | None = None  # None: not subscribed
+        self._manual = False
+        self._to_release: dict[MessageQueue, int | None] = {}
+        self._generation = -1
+        self._rejoin = False
+        self._last_rebalance = 0.0
+        self._last_commit = time.monotonic()
+        self._last_auto_commit: Offsets = {}
+        self._drain_turn = itertools.count()
+        self._poll_lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def _broker_name(self) -> str:
+        """The name of the broker the front end reaches (its queues are the ones to consume)."""
+        raise NotImplementedError
+
+    # -- checks ------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"pull consumer of {self.group} is closed")
+
+    def _assigned(self, queue: object) -> MessageQueue:
+        if not isinstance(queue, MessageQueue) or queue not in self._queues:
+            raise ValueError(f"{queue} is not assigned to this consumer of {self.group}")
+        return queue
+
+    def _chosen(self, queues: tuple[MessageQueue, ...]) -> list[MessageQueue]:
+        """``queues`` checked to be assigned; every assigned queue when none is given."""
+        return [self._assigned(q) for q in queues] if queues else sorted(self._queues)
+
+    def _is_assigned(self, queue: object) -> bool:
+        """Whether ``queue`` (any queue, for ``committed``) is assigned to this consumer."""
+        if not isinstance(queue, MessageQueue):
+            raise ValueError(f"committed takes a MessageQueue, got {queue!r}")
+        return queue in self._queues
+
+    def _checked_offsets(self, offsets: Mapping[MessageQueue, int] | None) -> Offsets:
+        """What ``commit`` commits: ``offsets`` of assigned queues, or every position."""
+        if offsets is None:
+            return self._positions()
+        return {self._assigned(q): _check_offset(q, o) for q, o in offsets.items()}
+
+    def _checked_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        broker = self._broker_name
+        for queue, ts in timestamps.items():
+            if not isinstance(queue, MessageQueue) or queue.broker_name != broker:
+                raise ValueError(f"{queue!r} is not a queue of broker {broker!r}")
+            if type(ts) is not int or ts < 0:
+                raise ValueError(f"a timestamp is an int of ms >= 0; got {ts!r} for {queue}")
+        return dict(timestamps)
+
+    # -- what the application sees -----------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def subscribe(self, topics: Mapping[str, str | None] | Iterable[str]) -> None:
+        """Consume ``topics`` as a member of the group: ``{topic: tag expression or None}``, or
+        topic names (every tag). The group's queues of those topics are shared among its live
+        members (broadcasting: every member consumes every queue). Calling it again replaces the
+        subscription. Not together with :meth:`assign`."""
+        self._check_open()
+        if self._manual:
+            raise RuntimeError(
+                f"this consumer of {self.group} assigned queues: it cannot subscribe"
+            )
+        self._subscription = _topics(topics)
+        self._rejoin = True
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """Consume exactly ``queues`` (no group membership: nothing is rebalanced), with the
+        group's committed offsets. Replaces the previous assignment; an empty one stops
+        consuming. Not together with :meth:`subscribe`."""
+        self._check_open()
+        if self._subscription is not None:
+            raise RuntimeError(f"this consumer of {self.group} subscribed: it cannot assign queues")
+        wanted = list(queues)
+        broker = self._broker_name
+        for queue in wanted:
+            if not isinstance(queue, MessageQueue):
+                raise ValueError(f"assign takes MessageQueue objects, got {queue!r}")
+            if queue.broker_name != broker:
+                raise ValueError(f"{queue} is not a queue of broker {broker!r}, which this reaches")
+            if problem := topic_error(queue.topic, system=True):
+                raise ValueError(f"cannot assign {queue}: {problem}")
+        self._manual = True
+        self._set_assignment(set(wanted), {})
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer consumes now, sorted."""
+        self._check_open()
+        return sorted(self._queues)
+
+    def subscription(self) -> dict[str, str | None]:
+        """The subscribed topics and their tag expressions (empty when assigning by hand)."""
+        self._check_open()
+        return dict(self._subscription or {})
+
+    def position(self, queue: MessageQueue) -> int | None:
+        """The offset of the next message :meth:`poll` hands out from ``queue``; None while
+        its start is not known (before the first poll of an :class:`AsyncPullConsumer`, or when
+        the committed offset could not be read)."""
+        self._check_open()
+        return self._queues[self._assigned(queue)].position
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Move ``queue``'s position to ``offset``: the next poll reads from there (messages
+        fetched but not handed out yet are dropped). An offset out of the queue's range is moved
+        to its nearest end by the next pull (logged)."""
+        self._check_open()
+        self._queues[self._assigned(queue)].seek(_check_offset(queue, offset))
+
+    def pause(self, *queues: MessageQueue) -> None:
+        """Stop fetching and handing out messages of ``queues`` until :meth:`resume`."""
+        self._check_open()
+        self._paused.update(self._assigned(q) for q in queues)
+
+    def resume(self, *queues: MessageQueue) -> None:
+        """Fetch and hand out ``queues`` again."""
+        self._check_open()
+        self._paused.difference_update([self._assigned(q) for q in queues])
+
+    def paused(self) -> list[MessageQueue]:
+        """The paused queues, sorted."""
+        self._check_open()
+        return sorted(self._paused)
+
+    # -- assignment --------------------------------------------------------------------------
+    def _set_assignment(self, wanted: set[MessageQueue], tags: Mapping[str, str | None]) -> None:
+        """Keep the queues of ``wanted``, add the new ones (start not known yet), and queue the
+        others for release (committed with auto-commit, then forgotten)."""
+        for queue in [q for q in self._queues if q not in wanted]:
+            state = self._queues.pop(queue)
+            self._paused.discard(queue)
+            self._to_release[queue] = state.position if self.auto_commit else None
+        for queue in sorted(wanted):
+            expression = tags.get(queue.topic)
+            state_or_none = self._queues.get(queue)
+            if state_or_none is None:
+                self._to_release.pop(queue, None)
+                self._queues[queue] = _QueueState(None, expression, TagFilter.parse(expression))
+            elif state_or_none.tags != expression:  # a new tag expression: re-read from position
+                state_or_none.seek(state_or_none.position)
+                state_or_none.tags = expression
+                state_or_none.tag_filter = TagFilter.parse(expression)
+
+    def _membership_due(self) -> dict[str, str | None] | None:
+        """The subscription to heartbeat and rebalance with, when that is due; else None."""
+        if self._subscription is None:
+            return None
+        if self._rejoin or time.monotonic() - self._last_rebalance >= REBALANCE_INTERVAL_S:
+            return dict(self._subscription)
+        return None
+
+    def _rebalanced(self, generation: int, wanted: set[MessageQueue]) -> None:
+        self._generation = generation
+        self._rejoin = False
+        self._last_rebalance = time.monotonic()
+        self._set_assignment(wanted, self._subscription or {})
+
+    def _take_releases(self) -> dict[MessageQueue, int | None]:
+        released, self._to_release = self._to_release, {}
+        return released
+
+    def _unknown_starts(self) -> list[MessageQueue]:
+        return sorted(q for q, s in self._queues.items() if s.fetch_offset is None)
+
+    def _apply_starts(self, starts: Offsets) -> None:
+        for queue, offset in starts.items():
+            state = self._queues.get(queue)
+            if state is not None and state.fetch_offset is None:
+                state.fetch_offset = offset
+
+    def _seek_to(self, offsets: Offsets) -> None:
+        """Move each queue still assigned to its offset (``seek_to_beginning``/``_end``)."""
+        for queue, offset in offsets.items():
+            state = self._queues.get(queue)
+            if state is not None:
+                state.seek(offset)
+
+    # -- fetching and handing out ------------------------------------------------------------
+    def _begin_poll(self, timeout_s: float) -> float:
+        """Checks; the poll's deadline (monotonic). Takes the poll lock (see ``_end_poll``)."""
+        self._check_open()
+        if not isinstance(timeout_s, int | float) or not math.isfinite(timeout_s) or timeout_s < 0:
+            raise ValueError(f"timeout_s must be a finite number >= 0, got {timeout_s!r}")
+        if self._subscription is None and not self._manual:
+            raise RuntimeError(f"subscribe() or assign() before polling (group {self.group})")
+        if not self._poll_lock.acquire(blocking=False):
+            raise RuntimeError(f"consumer of {self.group} is already polling: one caller at a time")
+        return time.monotonic() + timeout_s
+
+    def _end_poll(self) -> None:
+        self._poll_lock.release()
+
+    def _poll_over(self, messages: list[ReceivedMessage], pulled: bool, deadline: float) -> bool:
+        """Whether a poll returns ``messages`` now: it has some, the consumer closed, or it
+        pulled at least once and its deadline passed."""
+        return bool(messages) or self._closed or (pulled and time.monotonic() >= deadline)
+
+    def _wait_ms(self, deadline: float) -> int:
+        """How long the next pull may wait: until the deadline, and no later than the next
+        rebalance is due."""
+        remaining = deadline - time.monotonic()
+        if self._subscription is not None:
+            due = self._last_rebalance + REBALANCE_INTERVAL_S - time.monotonic()
+            remaining = min(remaining, due)
+        return max(0, int(remaining * 1000))
+
+    def _next_batch(self, wait_ms: int) -> PullBatch | None:
+        """A pull over every unpaused queue with a known start; None when there is none and
+        no group to watch (a subscribed member still pulls, to learn the group's generation)."""
+        pulls = tuple(
+            QueuePull(q.topic, q.queue_id, s.fetch_offset, s.tags)
+            for q, s in sorted(self._queues.items())
+            if s.fetch_offset is not None and q not in self._paused
+        )
+        if not pulls and self._subscription is None:
+            return None
+        return PullBatch(self.group, pulls, max_count=self.pull_batch_size, wait_ms=wait_ms)
+
+    def _absorb(self, batch: PullBatch, result: PullBatchResult) -> None:
+        """Record a pull's answers: buffer what matches, move fetch offsets; a queue sought
+        (or revoked) while the pull was out ignores its answer."""
+        asked = {(p.topic, p.queue_id): p.queue_offset for p in batch.pulls}
+        broker = self._broker_name
+        for answer in result.results:
+            queue = MessageQueue(answer.topic, broker, answer.queue_id)
+            state = self._queues.get(queue)
+            if (
+                state is None
+                or state.buffer
+                or state.fetch_offset != asked.get((answer.topic, answer.queue_id))
+            ):
+                continue
+            if answer.found:
+                messages = decode_records(answer.raw)
+                tag_filter = state.tag_filter
+                if not tag_filter.matches_all:
+                    messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
+                state.buffer.extend(messages)
+                state.fetch_offset = answer.next_offset
+            elif answer.status == "NO_MATCHED_MESSAGE":
+                state.fetch_offset = answer.next_offset
+            elif answer.status in _OFFSET_MOVED:
+                log.warning(
+                    "%s: offset %d is out of range (%s); moving to %d",
+                    queue,
+                    state.fetch_offset,
+                    answer.status,
+                    answer.next_offset,
+                )
+                state.fetch_offset = answer.next_offset
+        if self._subscription is not None and result.generation != self._generation:
+            self._rejoin = True
+
+    def _drain(self) -> list[ReceivedMessage]:
+        """Up to ``max_poll_records`` fetched messages of unpaused queues, each queue's in
+        order; the queue served first rotates, so none starves."""
+        ready = [q for q, s in sorted(self._queues.items()) if s.buffer and q not in self._paused]
+        if not ready:
+            return []
+        turn = next(self._drain_turn) % len(ready)
+        out: list[ReceivedMessage] = []
+        for queue in ready[turn:] + ready[:turn]:
+            buffer = self._queues[queue].buffer
+            while buffer and len(out) < self.max_poll_records:
+                out.append(buffer.popleft())
+        return out
+
+    # -- committing --------------------------------------------------------------------------
+    def _positions(self) -> Offsets:
+        return {q: s.position for q, s in self._queues.items() if s.position is not None}
+
+    def _auto_commit_due(self) -> Offsets | None:
+        """The positions to auto-commit now, or None (off, not due, or nothing moved since the
+        last commit of positions)."""
+        now = time.monotonic()
+        if not self.auto_commit or now - self._last_commit < self.auto_commit_interval_s:
+            return None
+        self._last_commit = now
+        positions = self._positions()
+        return None if positions == self._last_auto_commit else positions
+
+    def _auto_committed(self, positions: Offsets) -> None:
+        """``positions`` were auto-committed: no need to again until they move."""
+        self._last_auto_commit = positions
+
+    def _note_commit(self, offsets: Offsets, given: bool) -> None:
+        """After a commit: positions committed as they are need no auto-commit until they move;
+        offsets given by hand must not be mistaken for them."""
+        self._last_auto_commit = {} if given else offsets
+
+    def _start_close(self) -> Closing | None:
+        """Mark closed; what closing has to do (the positions to commit with auto-commit, the
+        assigned queues, whether to leave the group), or None when already closed."""
+        if self._closed:
+            return None
+        self._closed = True
+        final = self._positions() if self.auto_commit else None
+        return final, sorted(self._queues), self._subscription is not None
