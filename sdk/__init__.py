@@ -16,6 +16,7 @@ from sdk.consumer.membership import ConsumeFrom, MessageModel
 from sdk.consumer.process_queue import FlowControlLimits
 from sdk.consumer.pull import AsyncPullConsumer, PullConsumer
 from sdk.consumer.push import AsyncPushConsumer, PushConsumer
+from sdk.consumer.push_core import RebalanceListener
 from sdk.errors import (
     BrokerUnavailableError,
     ClientClosedError,
@@ -46,6 +47,7 @@ __all__ = [
     "PullConsumer",
     "PushConsumer",
     "QuiverError",
+    "RebalanceListener",
     "ReceivedMessage",
     "SendReceipt",
     "SendRejectedError",

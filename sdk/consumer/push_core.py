@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from localstore.codec import PROPERTY_RETRY_TOPIC, StoredMessage
 from localstore.tags import TagFilter
@@ -47,7 +48,7 @@ from sdk.message import ConsumeResult, retry_topic
 from sdk.transport.base import BrokerTransport
 from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_records
 
-__all__ = ["PushCore", "PushSettings"]
+__all__ = ["PushCore", "PushSettings", "RebalanceListener"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,18 @@ _OFFSET_MOVED = frozenset(
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class RebalanceListener(Protocol):
+    """Told when this member starts and stops consuming queues (Kafka's
+    ``ConsumerRebalanceListener``). ``on_assigned`` runs once the queues' leases are held and
+    before their first message is handed out; ``on_revoked`` after their offsets were committed
+    and before their leases are given back (or at once when a lease was lost). Both run on the
+    consumer's pull thread: keep them short."""
+
+    def on_assigned(self, queues: list[MessageQueue]) -> None: ...
+
+    def on_revoked(self, queues: list[MessageQueue]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -79,6 +92,7 @@ class PushSettings:
     release_timeout_s: float = 10.0  # a revoked queue's in-flight messages may finish this long
     orderly: bool = False  # one batch per queue at a time, in queue-offset order
     orderly_retry_pause_s: float = 1.0  # RocketMQ's suspendCurrentQueueTimeMillis
+    rebalance_listener: RebalanceListener | None = None
     heartbeat_interval_s: float = 30.0
     allocate_strategy: AllocateStrategy = field(default_factory=AllocateAveragely)
     instance_name: str | None = None
@@ -208,9 +222,22 @@ class PushCore:
             if state is not None:
                 state.process_queue.dropped = True
             self.offsets.remove_offset(queue)
-        for queue in sorted(started):
-            if not self._take(queue):
-                self.ownership.released(queue)
+        if lost:
+            self._tell("on_revoked", sorted(lost))
+        taken = [queue for queue in sorted(started) if self._take(queue)]
+        for queue in started.difference(taken):
+            self.ownership.released(queue)
+        if taken:
+            self._tell("on_assigned", taken)
+
+    def _tell(self, event: str, queues: list[MessageQueue]) -> None:
+        listener = self.settings.rebalance_listener
+        if listener is None:
+            return
+        try:
+            getattr(listener, event)(queues)
+        except Exception:
+            log.exception("rebalance listener %s(%s) of %s failed", event, queues, self.group)
 
     def abandoned(self, queue: MessageQueue) -> bool:
         """Whether messages of ``queue`` must not be handed to the listener any more."""
@@ -241,6 +268,7 @@ class PushCore:
             state.process_queue.dropped = True
         self.offsets.persist(queue)
         self.offsets.remove_offset(queue)
+        self._tell("on_revoked", [queue])
         self.ownership.released(queue)
 
     # -- pulling ---------------------------------------------------------------------------
@@ -460,6 +488,8 @@ class PushCore:
         queues = list(self.states)
         try:
             self.offsets.persist_all(queues)
+            if queues:
+                self._tell("on_revoked", sorted(queues))
         finally:
             self.offsets.close()  # type: ignore[attr-defined]
             try:

@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# The group sizes of ``quiver perf rebalance`` (kept here so --help needs no SDK import).
+DEFAULT_SIZES = (1, 3, 2, 4, 6, 5, 8, 7, 4, 2, 1, 3, 5, 8, 6, 3, 2, 4, 7, 2, 1)
+
 if TYPE_CHECKING:
     from sdk.perf.report import Figure, Progress
 
@@ -95,6 +98,27 @@ def add_parser(subparsers: Any) -> None:
     e2e.add_argument("--json", action="store_true", help="one JSON line per figure")
     e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")
     e2e.set_defaults(func=_run_e2e)
+
+    rebalance = commands.add_parser(
+        "rebalance",
+        help="consumer-group rebalance time and ownership overlaps under load",
+        description="Members of one group join and leave (1-8 members, 16 queues, continuous "
+        "load); time until every queue is owned again and consumed, overlapping ownership, and "
+        "messages left behind.",
+    )
+    rebalance.add_argument(
+        "--data", type=Path, default=None, help="empty directory (default: temp)"
+    )
+    rebalance.add_argument("--queues", type=int, default=16, help="queues of the topic")
+    rebalance.add_argument(
+        "--sizes",
+        default=",".join(map(str, DEFAULT_SIZES)),
+        help="group sizes to go through, one member joining or leaving at a time",
+    )
+    rebalance.add_argument("--rate", type=int, default=2000, help="messages produced per second")
+    rebalance.add_argument("--json", action="store_true", help="one JSON line per figure")
+    rebalance.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    rebalance.set_defaults(func=_run_rebalance)
 
 
 def _run_bench(
@@ -187,4 +211,24 @@ def _run_e2e(args: argparse.Namespace) -> int:
         args,
         lambda data, progress: run_e2e_bench(dataclasses.replace(config, data_dir=data), progress),
         ("e2e",),
+    )
+
+
+def _run_rebalance(args: argparse.Namespace) -> int:
+    from sdk.perf.rebalance_bench import RebalanceBenchConfig, run_rebalance_bench
+
+    try:
+        sizes = tuple(int(size) for size in args.sizes.split(","))
+    except ValueError:
+        raise SystemExit(
+            f"quiver perf rebalance: --sizes wants numbers like 1,3,2: {args.sizes!r}"
+        ) from None
+    if not sizes or min(sizes) < 1 or args.queues < 1 or args.rate < 1:
+        raise SystemExit("quiver perf rebalance: --sizes, --queues and --rate must be positive")
+    return _run_bench(
+        args,
+        lambda data, progress: run_rebalance_bench(
+            RebalanceBenchConfig(data, args.queues, sizes, args.rate), progress
+        ),
+        ("rebalance",),
     )

@@ -55,3 +55,18 @@ def test_perf_e2e_figures(tmp_path):
 def test_perf_e2e_refuses_bad_arguments():
     done = quiver("perf", "e2e", "--count", "0")
     assert done.returncode != 0 and "--count must be positive" in done.stderr
+
+
+def test_perf_rebalance_figures():
+    got = figures("rebalance", "--sizes", "1,2,1", "--queues", "4", "--rate", "400")
+    assert set(got) == {
+        "rebalance_p50_ms", "rebalance_p99_ms", "rebalance_changes", "rebalance_overlaps",
+        "rebalance_lost",
+    }  # fmt: skip
+    assert got["rebalance_changes"] == 2
+    assert got["rebalance_overlaps"] == 0 and got["rebalance_lost"] == 0
+
+
+def test_perf_rebalance_refuses_bad_sizes():
+    done = quiver("perf", "rebalance", "--sizes", "1,x")
+    assert done.returncode != 0 and "--sizes" in done.stderr
