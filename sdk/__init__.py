@@ -27,11 +27,18 @@ from sdk.errors import (
 from sdk.message import ConsumeResult, Message, ReceivedMessage, dlq_topic, retry_topic
 from sdk.outgoing import SendReceipt
 from sdk.producer import AsyncProducer, Producer
+from sdk.transaction import (
+    AsyncTransactionalProducer,
+    TransactionalProducer,
+    TransactionReceipt,
+    TransactionState,
+)
 
 __all__ = [
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
+    "AsyncTransactionalProducer",
     "BrokerOptions",
     "BrokerUnavailableError",
     "ClientClosedError",
@@ -51,6 +58,9 @@ __all__ = [
     "ReceivedMessage",
     "SendReceipt",
     "SendRejectedError",
+    "TransactionReceipt",
+    "TransactionState",
+    "TransactionalProducer",
     "dlq_topic",
     "retry_topic",
 ]

@@ -91,6 +91,14 @@ class GroupRegistry:
             subscriptions = {cid: dict(state.members[cid].subscriptions) for cid in members}
             return GroupView(state.generation, members, subscriptions)
 
+    def models(self, group: str) -> dict[str, str]:
+        """Each live member's message model (CLUSTERING or BROADCASTING)."""
+        with self._lock:
+            state = self._groups.get(group)
+            if state is None:
+                return {}
+            return {cid: member.message_model for cid, member in state.members.items()}
+
     def generation(self, group: str) -> int:
         """The group's generation without touching expiry (cheap: asked on every pull)."""
         state = self._groups.get(group)

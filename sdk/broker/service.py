@@ -19,6 +19,10 @@ Send-back (RocketMQ's ``consumerSendMsgBack``): a message a consumer failed is r
 level asked for), keeping ``RETRY_TOPIC`` (its original topic) and ``ORIGIN_MESSAGE_ID``; once
 ``reconsume_times`` reaches the maximum (16 by default) it goes to ``%DLQ%{group}`` instead.
 
+Transactions: half messages wait invisibly under ``RMQ_SYS_TRANS_HALF_TOPIC`` until their
+producer commits or rolls them back, or the check-back asks its group
+(:mod:`sdk.broker.transactions`).
+
 Long polling: a pull that finds nothing new waits on an :class:`ArrivalNotifier`, which every
 successful send, send-back and schedule delivery notifies. Under sync flush a send notifies only
 after its messages are durable, which is when readers may see them.
@@ -30,7 +34,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +55,7 @@ from localstore.periodic import PeriodicTask
 from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
+from sdk.broker.group_report import GroupReport, build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
@@ -56,6 +63,12 @@ from sdk.broker.schedule import (
     ScheduleService,
     delayed_message,
     packed_host,
+)
+from sdk.broker.transactions import (
+    DEFAULT_CHECK_INTERVAL_MS,
+    DEFAULT_MAX_CHECKS,
+    DEFAULT_TIMEOUT_MS,
+    TransactionService,
 )
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import (
@@ -66,8 +79,11 @@ from sdk.transport.models import (
     QueuePullResult,
     SendResult,
 )
+from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 __all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
@@ -92,6 +108,11 @@ class BrokerOptions:
     queue_lease_ms: int = DEFAULT_LEASE_MS
     offset_persist_interval_s: float = 5.0
     max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+    # transactions (sdk.broker.transactions): RocketMQ's transactionTimeOut, ...CheckInterval,
+    # ...CheckMax
+    transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS
+    transaction_max_checks: int = DEFAULT_MAX_CHECKS
 
 
 def _send_result(result: PutResult) -> SendResult:
@@ -133,10 +154,21 @@ class BrokerService:
                 on_delivered=self.notifier.notify,
             )
             self.schedule.start()
+            self.transactions = TransactionService(
+                self.store,
+                self.offsets,
+                timeout_ms=self.options.transaction_timeout_ms,
+                check_interval_ms=self.options.transaction_check_interval_ms,
+                max_checks=self.options.transaction_max_checks,
+                on_committed=self.notifier.notify,
+            )
+            self.transactions.start()
         except BaseException:
             self.store.close()
             raise
         self._expiry = PeriodicTask("quiver-groups", self._expire_members, 10.0, 10.0)
+        self._groups_changed = threading.Event()
+        self._snapshots = PeriodicTask("quiver-group-snapshot", self._snapshot_if_changed, 1.0, 1.0)
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -147,6 +179,9 @@ class BrokerService:
         self._closed = True
         self.notifier.notify_all()
         self._expiry.close()
+        self._snapshots.close()
+        self._write_group_snapshot()
+        self.transactions.stop()
         self.schedule.stop()
         self.offsets.close()
         self.store.close()
@@ -267,6 +302,31 @@ class BrokerService:
             born_host=packed_host(original.born_host, original.sys_flag),
             reconsume_times=original.reconsume_times + 1,
         )
+
+    # -- transactions (see sdk.broker.transactions) --------------------------------------------
+    def send_half(self, group: str, message: NewMessage) -> SendResult:
+        """Store ``message`` as a half message of producer group ``group`` (invisible)."""
+        return _send_result(self.transactions.prepare(group, message))
+
+    def end_transaction(
+        self,
+        group: str,
+        half_phys_offset: int,
+        transaction_id: str,
+        verdict: str,
+        *,
+        from_check: bool = False,
+    ) -> EndTransactionResult:
+        """Commit or roll back a half message (idempotent); UNKNOWN does nothing."""
+        return self.transactions.end(
+            group, half_phys_offset, transaction_id, verdict, from_check=from_check
+        )
+
+    def fetch_transaction_checks(
+        self, group: str, client_id: str, wait_ms: int
+    ) -> TransactionChecks:
+        """Half messages ``group`` is asked to decide, waiting up to ``wait_ms`` for one."""
+        return self.transactions.fetch_checks(group, client_id, wait_ms)
 
     # -- pull --------------------------------------------------------------------------------
     def pull(self, batch: PullBatch) -> PullBatchResult:
@@ -409,7 +469,9 @@ class BrokerService:
     ) -> set[MessageQueue]:
         """Take or renew leases on ``queues`` (see :mod:`sdk.broker.leases`); answers those
         the member now holds."""
-        return self.leases.acquire(group, client_id, queues)
+        granted = self.leases.acquire(group, client_id, queues)
+        self._groups_changed.set()
+        return granted
 
     def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
         """Give leases back; members waiting for those queues are woken."""
@@ -417,10 +479,42 @@ class BrokerService:
             self._wake_group(group)
 
     def _wake_group(self, group: str) -> None:
+        self._groups_changed.set()
         self.notifier.notify(GROUP_WAKE_PREFIX + group, -1)
 
     def group_view(self, group: str) -> GroupView:
-        return self.groups.view(group)
+        """The group's live members, their subscriptions and the queues' lease owners."""
+        view = self.groups.view(group)
+        return dataclasses.replace(view, owners=self.leases.owners(group))
+
+    def group_report(self, group: str) -> GroupReport:
+        """Members, the queues each owns, committed offsets and lag, as the broker sees them
+        now (``quiver group show`` prints the same from the last recorded snapshot)."""
+        return build_report(
+            group,
+            self.group_view(group),
+            self.groups.models(group),
+            self.offsets,
+            self.store,
+            live=True,
+            as_of_ms=time.time_ns() // 1_000_000,
+        )
+
+    def _snapshot_if_changed(self) -> bool:
+        if self._groups_changed.is_set():
+            self._write_group_snapshot()
+        return not self._closed
+
+    def _write_group_snapshot(self) -> None:
+        """Record every group's members and lease owners for ``quiver group show``."""
+        self._groups_changed.clear()
+        groups = self.groups.groups()
+        views = {group: self.group_view(group) for group in groups}
+        models = {group: self.groups.models(group) for group in groups}
+        try:
+            write_snapshot(self.root, snapshot_document(views, models, time.time_ns() // 1_000_000))
+        except OSError as exc:
+            log.warning("cannot record the consumer groups: %s", exc)
 
 
 def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:

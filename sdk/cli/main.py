@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sdk.cli import offsets_cmd, produce_cmd, query_cmd, read_cmd, store_cmd
+from sdk.cli import group_cmd, offsets_cmd, produce_cmd, query_cmd, read_cmd, store_cmd
 from sdk.cli.common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -52,6 +52,7 @@ def build_parser(command: str | None = None) -> QuiverArgumentParser:
     read_cmd.add_parser(subparsers)
     query_cmd.add_parser(subparsers)
     offsets_cmd.add_parser(subparsers)
+    group_cmd.add_parser(subparsers)
     _add_perf(subparsers, load=command == "perf")
     return parser
 

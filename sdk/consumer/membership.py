@@ -1,7 +1,7 @@
 """What push and pull consumers share: identity, offset stores, queue assignment, start offsets.
 
-* A client id is ``host@pid@instance``: unique per consumer object in a process unless the user
-  names the instance (broadcasting consumers name it to find their local offsets file again).
+* A client id is ``host@pid@instance#n``: unique per consumer object (``n`` counts them in the
+  process); broadcasting consumers name their instance to find their local offsets file again.
 * Clustering: the broker keeps the group's offsets (:class:`RemoteBrokerOffsetStore` over the
   transport); each member consumes the share of every subscribed topic's queues that the
   allocation strategy gives it among the group's live members (all members compute the same
@@ -19,7 +19,7 @@ import enum
 import itertools
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN
@@ -31,7 +31,7 @@ from offsetstore import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from sdk.consumer.allocate import AllocateStrategy
+from sdk.consumer.allocate import AllocateSticky, AllocateStrategy
 from sdk.transport.base import BrokerTransport
 from sdk.transport.models import BROADCASTING, CLUSTERING
 
@@ -80,8 +80,11 @@ def check_group(group: str) -> str:
 
 
 def new_client_id(instance_name: str | None = None) -> str:
-    """``host@pid@instance``; without a name, a number unique within this process."""
-    instance = instance_name or str(next(_instances))
+    """``host@pid@instance#n``: ``n`` numbers the consumers of this process, so two consumers
+    never share a client id, even with the same instance name (RocketMQ's duplicate-cid trap:
+    both would be given the same queues)."""
+    number = next(_instances)
+    instance = f"{instance_name}#{number}" if instance_name else str(number)
     return f"{socket.gethostname()}@{os.getpid()}@{instance}"
 
 
@@ -123,9 +126,15 @@ def assigned_queues(
     topics = sorted(set(topics))
     if model is MessageModel.BROADCASTING:
         return {q for topic in topics for q in topic_queues(transport, topic)}
-    members = transport.group_view(group).members
+    view = transport.group_view(group)
+    members = view.members
     if client_id not in members:
         return set()
+    if isinstance(strategy, AllocateSticky):  # "previous" = who holds each queue now
+        held: dict[str, list[MessageQueue]] = {}
+        for queue, owner in view.owners.items():
+            held.setdefault(owner, []).append(queue)
+        strategy = AllocateSticky(held)
     mine: set[MessageQueue] = set()
     for topic in topics:
         queues = topic_queues(transport, topic)
@@ -157,7 +166,3 @@ def start_offset(
         start = transport.offset_for_timestamp(topic, queue_id, consume_timestamp_ms)
     offsets.update_offset(queue, start, False)
     return start
-
-
-def subscription_topics(subscription: Mapping[str, str | None]) -> list[str]:
-    return sorted(subscription)

@@ -125,6 +125,10 @@ class _PullConsumerBase(PullCore):
             subscription,
             self.allocate_strategy,
         )
+        if self.message_model is MessageModel.CLUSTERING:  # consume only under the lease
+            granted = self._control.lock_queues(self.group, self.client_id, sorted(wanted))
+            self._pending_leases = wanted - granted
+            wanted = granted
         return generation, wanted
 
     def _release_io(self, released: Mapping[MessageQueue, int | None]) -> None:
@@ -134,6 +138,11 @@ class _PullConsumerBase(PullCore):
                 self._offsets.update_offset(queue, offset, False)
             self._offsets.persist(queue)
             self._offsets.remove_offset(queue)
+        subscribed_cluster = (
+            self._subscription is not None and self.message_model is MessageModel.CLUSTERING
+        )
+        if released and subscribed_cluster:  # committed: now let the lease go
+            self._control.unlock_queues(self.group, self.client_id, sorted(released))
 
     def _starts_io(self, queues: list[MessageQueue], assigned: list[MessageQueue]) -> Offsets:
         """Start offsets of ``queues`` (committed, else the ``consume_from`` rule), recorded

@@ -177,6 +177,9 @@ class PullCore:
         self._to_release: dict[MessageQueue, int | None] = {}
         self._generation = -1
         self._rejoin = False
+        # Wanted queues whose lease another member still holds (it is releasing them): asked
+        # for again at every poll until granted.
+        self._pending_leases: set[MessageQueue] = set()
         self._last_rebalance = 0.0
         self._last_commit = time.monotonic()
         self._last_auto_commit: Offsets = {}
@@ -324,7 +327,11 @@ class PullCore:
         """The subscription to heartbeat and rebalance with, when that is due; else None."""
         if self._subscription is None:
             return None
-        if self._rejoin or time.monotonic() - self._last_rebalance >= REBALANCE_INTERVAL_S:
+        if (
+            self._rejoin
+            or self._pending_leases
+            or time.monotonic() - self._last_rebalance >= REBALANCE_INTERVAL_S
+        ):
             return dict(self._subscription)
         return None
 

@@ -21,6 +21,7 @@ from typing import Protocol
 from localstore.codec import NewMessage
 from offsetstore import MessageQueue
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
+from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 __all__ = ["AsyncBrokerTransport", "BrokerTransport"]
 
@@ -83,6 +84,29 @@ class BrokerTransport(Protocol):
 
     def group_view(self, group: str) -> GroupView: ...
 
+    # transactions (sdk.transport.transaction_models)
+    def send_half(self, group: str, message: NewMessage) -> SendResult:
+        """Store a half message of producer group ``group`` (invisible until committed)."""
+        ...
+
+    def end_transaction(
+        self,
+        group: str,
+        half_phys_offset: int,
+        transaction_id: str,
+        verdict: str,
+        *,
+        from_check: bool = False,
+    ) -> EndTransactionResult:
+        """Commit or roll back the half message at ``half_phys_offset`` (idempotent)."""
+        ...
+
+    def fetch_transaction_checks(
+        self, group: str, client_id: str, wait_ms: int
+    ) -> TransactionChecks:
+        """Half messages ``group`` is asked to decide, waiting up to ``wait_ms``."""
+        ...
+
     def close(self) -> None:
         """Release what the transport holds (not the broker)."""
         ...
@@ -106,5 +130,22 @@ class AsyncBrokerTransport(Protocol):
     ) -> SendResult: ...
 
     async def pull(self, batch: PullBatch) -> PullBatchResult: ...
+
+    # transactions: as BrokerTransport's
+    async def send_half(self, group: str, message: NewMessage) -> SendResult: ...
+
+    async def end_transaction(
+        self,
+        group: str,
+        half_phys_offset: int,
+        transaction_id: str,
+        verdict: str,
+        *,
+        from_check: bool = False,
+    ) -> EndTransactionResult: ...
+
+    async def fetch_transaction_checks(
+        self, group: str, client_id: str, wait_ms: int
+    ) -> TransactionChecks: ...
 
     async def close(self) -> None: ...

@@ -20,6 +20,7 @@ from localstore.codec import NewMessage
 from offsetstore import MessageQueue
 from sdk.errors import BrokerUnavailableError
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
+from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 if TYPE_CHECKING:
     from sdk.broker.service import BrokerService
@@ -134,6 +135,34 @@ class InProcessTransport:
         if not self.service.closed:
             self.service.unlock_queues(group, client_id, queues)
 
+    # -- transactions --------------------------------------------------------------------------
+    @_translated
+    def send_half(self, group: str, message: NewMessage) -> SendResult:
+        self._check_open()
+        return self.service.send_half(group, message)
+
+    @_translated
+    def end_transaction(
+        self,
+        group: str,
+        half_phys_offset: int,
+        transaction_id: str,
+        verdict: str,
+        *,
+        from_check: bool = False,
+    ) -> EndTransactionResult:
+        self._check_open()
+        return self.service.end_transaction(
+            group, half_phys_offset, transaction_id, verdict, from_check=from_check
+        )
+
+    @_translated
+    def fetch_transaction_checks(
+        self, group: str, client_id: str, wait_ms: int
+    ) -> TransactionChecks:
+        self._check_open()
+        return self.service.fetch_transaction_checks(group, client_id, wait_ms)
+
     def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""
 
@@ -181,6 +210,37 @@ class AsyncInProcessTransport:
             return await self.service.pull_async(batch)
         except StoreClosedError as exc:
             raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
+
+    # -- transactions: as the sync transport's; a fetch waits in a worker thread -------------
+    async def send_half(self, group: str, message: NewMessage) -> SendResult:
+        call = functools.partial(self._sync.send_half, group, message)
+        return await asyncio.to_thread(call) if self._sync_flush else call()
+
+    async def end_transaction(
+        self,
+        group: str,
+        half_phys_offset: int,
+        transaction_id: str,
+        verdict: str,
+        *,
+        from_check: bool = False,
+    ) -> EndTransactionResult:
+        call = functools.partial(
+            self._sync.end_transaction,
+            group,
+            half_phys_offset,
+            transaction_id,
+            verdict,
+            from_check=from_check,
+        )
+        return await asyncio.to_thread(call) if self._sync_flush else call()
+
+    async def fetch_transaction_checks(
+        self, group: str, client_id: str, wait_ms: int
+    ) -> TransactionChecks:
+        return await asyncio.to_thread(
+            self._sync.fetch_transaction_checks, group, client_id, wait_ms
+        )
 
     async def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""

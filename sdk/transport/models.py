@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from localstore.codec import StoredMessage, decode_record
+from offsetstore import MessageQueue
 
 __all__ = [
     "BROADCASTING",
@@ -116,11 +117,13 @@ class PullBatchResult:
 
 @dataclass(frozen=True, slots=True)
 class GroupView:
-    """A consumer group's live members (sorted client ids) at membership ``generation``."""
+    """A consumer group's live members (sorted client ids) at membership ``generation``, their
+    subscriptions, and who holds each queue's lease now (``owners``)."""
 
     generation: int
     members: tuple[str, ...]
     subscriptions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    owners: Mapping[MessageQueue, str] = field(default_factory=dict)
 
 
 def decode_records(raw: bytes | memoryview) -> list[StoredMessage]:

@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-SCRIPTS = ["quickstart", "retry_and_dlq", "delayed", "broadcast", "idempotent_consumer"]
+SCRIPTS = ["quickstart", "retry_and_dlq", "delayed", "broadcast", "idempotent_consumer", "ordered"]
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +91,17 @@ def test_delayed_messages_are_never_early(tmp_path: Path):
         assert waited >= asked, f"{label} arrived after {waited} ms, asked {asked} ms"
     assert sum(" queue offset -1 " in line for line in lines) == 3  # held for later
     assert lines[-1] == "delays: OK (4 of 4 on time)"
+
+
+def test_ordered_events_arrive_in_order_across_two_members(tmp_path: Path):
+    lines = succeeded("ordered", tmp_path / "data")
+    owned = [line for line in lines if "owns queues" in line]
+    assert len(owned) == 2 and all("owns queues []" not in line for line in owned)
+    journeys = [line for line in lines if line.strip().startswith("order-") and "->" in line]
+    assert len(journeys) == 6
+    assert all(line.endswith("created -> paid -> shipped -> delivered") for line in journeys)
+    assert any("failed once; retried in place" in line for line in lines)
+    assert lines[-1] == "order: OK (0 event(s) out of order)"
 
 
 def test_broadcast_delivers_everything_to_every_consumer(tmp_path: Path):

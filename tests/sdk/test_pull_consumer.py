@@ -229,6 +229,30 @@ def test_two_members_split_the_queues_and_see_everything_once(broker):
     assert {m.queue_id for m in got["second"]} == {q.queue_id for q in theirs}
 
 
+def test_a_joining_member_waits_for_the_owner_to_let_go_of_a_queue(broker):
+    """Leases: the newcomer gets a queue only after its owner committed and released it, at
+    the owner's next poll; until then nobody else reads it."""
+    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    with first, second:
+        first.subscribe([TOPIC])
+        send(broker, 8)
+        assert len(poll_until(first, 8)) == 8
+        second.subscribe([TOPIC])
+        assert second.poll(0.05) == [] and second.assignment() == []  # first still holds all
+        send(broker, 4)
+        kept = first.poll(0)  # sees the new generation: commits and releases two queues
+        assert len(first.assignment()) == 2
+        got: list[ReceivedMessage] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 4 - len(kept) and time.monotonic() < deadline:
+            got += second.poll(0.05)
+        assert set(first.assignment()).isdisjoint(second.assignment())
+        assert len(second.assignment()) == 2
+        assert {m.queue_id for m in got} == {q.queue_id for q in second.assignment()}
+        assert len(kept) + len(got) == 4  # each new message read once, by its queue's owner
+
+
 def test_a_member_that_leaves_hands_its_queues_over_at_its_committed_offsets(broker):
     first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
     second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)

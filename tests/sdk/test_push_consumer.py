@@ -212,3 +212,30 @@ def test_filtered_messages_at_the_end_of_a_queue_are_committed_past(broker):
             next(q for q in consumer.assignment() if q.topic == "orders" and q.queue_id == 0)
         ) == 2)  # fmt: skip
     assert broker.service.query_offset("g", "orders", 0) == 2
+
+
+def test_two_consumers_never_share_a_client_id(broker):
+    first = PushConsumer(broker, "g", {"orders": None}, lambda m: None, instance_name="same")
+    second = PushConsumer(broker, "g", {"orders": None}, lambda m: None, instance_name="same")
+    assert first.client_id != second.client_id
+    assert "same" in first.client_id
+
+
+def test_sticky_allocation_moves_only_what_it_must(broker):
+    from sdk.consumer.allocate import AllocateSticky
+
+    def orders(consumer: PushConsumer) -> set:
+        return {q for q in consumer.assignment() if q.topic == "orders"}
+
+    broker.service.store.options.default_queue_count = 12
+    produce(broker, 1, topic="orders", queue_id=None)
+    sticky = {"allocate_strategy": AllocateSticky(), "rebalance_interval_s": 60}
+    with (
+        PushConsumer(broker, "g", {"orders": None}, lambda m: None, **sticky) as a,
+        PushConsumer(broker, "g", {"orders": None}, lambda m: None, **sticky) as b,
+    ):
+        wait_until(lambda: len(orders(a)) == 6 and len(orders(b)) == 6)
+        before_a, before_b = orders(a), orders(b)
+        with PushConsumer(broker, "g", {"orders": None}, lambda m: None, **sticky) as c:
+            wait_until(lambda: (len(orders(a)), len(orders(b)), len(orders(c))) == (4, 4, 4))
+            assert orders(a) <= before_a and orders(b) <= before_b  # nothing else moved
