@@ -144,9 +144,11 @@ class BrokerService:
         self.notifier = ArrivalNotifier()
         self.groups = GroupRegistry(self.options.member_expiry_ms)
         self.leases = QueueLeases(self.options.queue_lease_ms)
-        try:
+        with contextlib.ExitStack() as undo:  # a failure part-way stops what already started
+            undo.callback(self.store.close)
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
             self.offsets.start_auto_persist(self.options.offset_persist_interval_s)
+            undo.callback(self.offsets.close)
             self.schedule = ScheduleService(
                 self.store,
                 levels=self.options.delay_levels,
@@ -154,6 +156,7 @@ class BrokerService:
                 on_delivered=self.notifier.notify,
             )
             self.schedule.start()
+            undo.callback(self.schedule.stop)
             self.transactions = TransactionService(
                 self.store,
                 self.offsets,
@@ -163,9 +166,7 @@ class BrokerService:
                 on_committed=self.notifier.notify,
             )
             self.transactions.start()
-        except BaseException:
-            self.store.close()
-            raise
+            undo.pop_all()
         self._expiry = PeriodicTask("quiver-groups", self._expire_members, 10.0, 10.0)
         self._groups_changed = threading.Event()
         self._snapshots = PeriodicTask("quiver-group-snapshot", self._snapshot_if_changed, 1.0, 1.0)

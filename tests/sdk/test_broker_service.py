@@ -169,3 +169,17 @@ def test_a_member_owning_no_queue_is_woken_by_a_membership_change(service: Broke
     answer = service.pull_wait(batch)
     assert time.monotonic() - started < 5
     assert answer.results == []
+
+
+def test_a_failed_start_stops_what_already_started(tmp_path: Path):
+    import threading as threads
+
+    before = {t.name for t in threads.enumerate()}
+    options = BrokerOptions(geometry={"commitlog_file_size": 1 << 20}, transaction_max_checks=-1)
+    with pytest.raises(ValueError):
+        BrokerService(tmp_path / "b", options)
+    time.sleep(0.1)
+    leftover = {t.name for t in threads.enumerate()} - before
+    assert not {name for name in leftover if name.startswith("quiver")}
+    with BrokerService(tmp_path / "b", BrokerOptions(geometry={"commitlog_file_size": 1 << 20})):
+        pass  # the store was released
