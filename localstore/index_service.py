@@ -42,6 +42,12 @@ def _key_hash(prefix_hash: int, key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
+_UNIQ_LENGTH = 32  # an IPv4 client's UNIQ_KEY
+_UNIQ_PREFIX = 28  # client address, pid, random, ms since the month began; then the counter
+_POW31_4 = 31**4
+_POW31_28 = pow(31, _UNIQ_PREFIX, 1 << 32)
+
+
 class IndexService:
     """The ordered index files of one store."""
 
@@ -138,19 +144,48 @@ class IndexService:
         """Index hashes of ``topic#UNIQ_KEY`` and ``topic#key`` per message, with its offset.
 
         The Java hash of an ASCII key is computed inline (see :mod:`localstore.javahash`) from
-        the cached hash of ``topic#``: this loop is the put path's indexing cost."""
+        the cached hash of ``topic#``: this loop is the put path's indexing cost. UNIQ_KEYs of
+        one producer batch share their first 28 characters (client, process, millisecond) and
+        differ in the 4-character counter, so the hash of ``topic#`` + that prefix is kept and
+        only the counter is hashed: ``h(p + s) = h(p) * 31**4 + h(s)``."""
         prefix = self._prefix_hash(topic)
         powers = _POW31
         high, low = _HIGH, _LOW
         hashes: list[int] = []
         offsets: list[int] = []
+        uniq_prefix = ""
+        uniq_prefix_hash = 0
         for message, phys in zip(messages, phys_offsets, strict=True):
             properties = message.properties
             if not properties or message.sys_flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
                 continue
             keys = properties.get(PROPERTY_KEYS)
             uniq = properties.get(PROPERTY_UNIQ_KEY)
-            for key in (uniq, *keys.split(" ")) if keys else (uniq,):
+            c = uniq[_UNIQ_PREFIX:] if uniq and len(uniq) == _UNIQ_LENGTH else ""
+            if uniq and uniq_prefix and c and c.isascii() and uniq.startswith(uniq_prefix):
+                h = (
+                    uniq_prefix_hash * _POW31_4
+                    + ((ord(c[0]) * 31 + ord(c[1])) * 31 + ord(c[2])) * 31
+                    + ord(c[3])
+                ) & 0xFFFFFFFF
+                if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
+                    h = (0x100000000 - h) & 0x7FFFFFFF
+                hashes.append(h)
+                offsets.append(phys)
+                if not keys:
+                    continue
+                candidates: Sequence[str | None] = keys.split(" ")
+            else:
+                if uniq and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
+                    uniq_prefix = uniq[:_UNIQ_PREFIX]
+                    raw_prefix = uniq_prefix.encode()
+                    uniq_prefix_hash = (
+                        prefix * _POW31_28
+                        + 31 * int(raw_prefix.translate(high), 31)
+                        + int(raw_prefix.translate(low), 31)
+                    ) & 0xFFFFFFFF
+                candidates = (uniq, *keys.split(" ")) if keys else (uniq,)
+            for key in candidates:
                 if not key:
                     continue
                 raw = key.encode()

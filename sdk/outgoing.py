@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from localstore.codec import (
     PROPERTY_DELAY,
@@ -56,7 +55,6 @@ QueueSelector = Callable[[Message, int], int]
 """``selector(message, queue_count) -> queue id`` in ``[0, queue_count)``."""
 
 
-@dataclass(slots=True)
 class SendReceipt:
     """Where a sent message was stored.
 
@@ -66,13 +64,48 @@ class SendReceipt:
     ``queue_offset`` is -1: it gets one in ``queue_id`` only when it is delivered.
     """
 
-    msg_id: str
-    offset_msg_id: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    store_timestamp: int
-    status: str = "PUT_OK"
+    __slots__ = (
+        "msg_id", "phys_offset", "queue_id", "queue_offset", "status", "store_host",
+        "store_timestamp", "topic",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        msg_id: str,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        store_timestamp: int,
+        status: str = "PUT_OK",
+        phys_offset: int = -1,
+        store_host: str = "",
+    ) -> None:
+        self.msg_id = msg_id
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.status = status
+        self.phys_offset = phys_offset  # commitlog offset (of the schedule copy when delayed)
+        self.store_host = store_host
+
+    @property
+    def offset_msg_id(self) -> str:
+        return f"{self.store_host}{self.phys_offset:016X}" if self.phys_offset >= 0 else ""
+
+    def __repr__(self) -> str:
+        return (
+            f"SendReceipt(msg_id={self.msg_id!r}, offset_msg_id={self.offset_msg_id!r}, "
+            f"topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+            f"status={self.status!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SendReceipt):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def select_by_key(key: str, queue_count: int) -> int:
@@ -265,18 +298,19 @@ def receipts(built: Sequence[NewMessage], result: SendResult) -> list[SendReceip
     if not result.stored:
         raise SendRejectedError(result.status, result.detail)
     first = built[0]
-    delayed = result.topic != first.topic
+    topic, queue_id, host = first.topic, first.queue_id, result.store_host
+    stamp, status, phys = result.store_timestamp, result.status, result.phys_offsets
+    base = -1 if result.topic != topic else result.queue_offset  # delayed: no offset yet
     return [
         SendReceipt(
-            msg_id=message.properties[PROPERTY_UNIQ_KEY],
-            offset_msg_id=result.offset_msg_ids[index]
-            if index < len(result.offset_msg_ids)
-            else "",
-            topic=first.topic,
-            queue_id=first.queue_id,
-            queue_offset=-1 if delayed else result.queue_offset + index,
-            store_timestamp=result.store_timestamp,
-            status=result.status,
+            message.properties[PROPERTY_UNIQ_KEY],
+            topic,
+            queue_id,
+            base + index if base >= 0 else -1,
+            stamp,
+            status,
+            phys[index] if index < len(phys) else -1,
+            host,
         )
         for index, message in enumerate(built)
     ]

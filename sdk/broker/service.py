@@ -122,7 +122,8 @@ def _send_result(result: PutResult) -> SendResult:
         topic=result.topic,
         queue_id=result.queue_id,
         queue_offset=result.queue_offset,
-        offset_msg_ids=result.offset_msg_ids if result.status.stored else [],
+        phys_offsets=result.phys_offsets if result.status.stored else [],
+        store_host=result.store_host_raw.hex().upper(),
         store_timestamp=result.store_timestamp,
     )
 

@@ -44,8 +44,9 @@ class SendResult:
     """The broker's answer to one send (a single message or a batch to one queue).
 
     ``status`` is the store's put status; ``queue_offset`` is that of the first message (the
-    others follow); ``offset_msg_ids`` has one entry per stored message. For a delayed message
-    ``topic``/``queue_id`` are where it waits (``SCHEDULE_TOPIC_XXXX``) until it is due.
+    others follow); ``phys_offsets`` (and ``offset_msg_ids``) have one entry per stored
+    message. For a delayed message ``topic``/``queue_id`` are where it waits
+    (``SCHEDULE_TOPIC_XXXX``) until it is due.
     """
 
     status: str
@@ -53,8 +54,15 @@ class SendResult:
     topic: str = ""
     queue_id: int = 0
     queue_offset: int = -1
-    offset_msg_ids: list[str] = field(default_factory=list)
+    phys_offsets: list[int] = field(default_factory=list)  # commitlog offset of each message
+    store_host: str = ""  # the broker's packed address and port, upper-case hex
     store_timestamp: int = 0
+
+    @property
+    def offset_msg_ids(self) -> list[str]:
+        """The broker-side id of each message: store host and commitlog offset in hex."""
+        host = self.store_host
+        return [f"{host}{phys:016X}" for phys in self.phys_offsets]
 
     @property
     def stored(self) -> bool:

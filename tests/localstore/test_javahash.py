@@ -66,3 +66,40 @@ def test_index_key_hash_of_min_value_is_zero() -> None:
     assert java_hash("polygenelubricants") == INT_MIN
     assert index_key_hash("polygenelubricants") == 0
     assert index_key_hash("TopicTest#key1") == 1655984460
+
+
+_uniq_suffix = st.text(
+    alphabet=st.characters(max_codepoint=0x2FFFF, blacklist_categories=("Cs",)),
+    min_size=4,
+    max_size=4,
+)
+
+
+@given(
+    prefixes=st.lists(
+        st.text(alphabet="0123456789ABCDEF", min_size=28, max_size=28), min_size=1, max_size=3
+    ),
+    suffixes=st.lists(_uniq_suffix, min_size=1, max_size=12),
+    keys=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=3),
+)
+def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(prefixes, suffixes, keys) -> None:
+    """The put path hashes UNIQ_KEYs sharing a 28-character prefix from the prefix's hash:
+    every hash must equal RocketMQ's abs(String.hashCode) of topic#key."""
+    from localstore.codec import NewMessage
+    from localstore.index_service import IndexService
+
+    topic = "orders"
+    messages = []
+    for index, suffix in enumerate(suffixes):
+        properties = {"UNIQ_KEY": prefixes[index % len(prefixes)] + suffix}
+        if keys and index % 2:
+            properties["KEYS"] = " ".join(keys)
+        messages.append(NewMessage(topic, b"x", 0, properties))
+    service = IndexService.__new__(IndexService)
+    service._prefix_hashes = {}
+    hashes, offsets = service._key_hashes(topic, messages, list(range(len(messages))))
+    expected = []
+    for phys, message in enumerate(messages):
+        wanted = [message.properties["UNIQ_KEY"], *message.properties.get("KEYS", "").split(" ")]
+        expected += [(index_key_hash(f"{topic}#{k}"), phys) for k in wanted if k]
+    assert list(zip(hashes, offsets, strict=True)) == expected
