@@ -32,3 +32,25 @@ def test_late_in_a_month_the_millis_wrap_as_a_java_int_does(monkeypatch: pytest.
     expected = struct.pack(">i", java_int).hex().upper()
     assert single[20:28] == expected
     assert [b[20:28] for b in batch] == [expected, expected]
+
+
+def test_ids_stay_unique_across_threads_mixing_single_and_batch_calls():
+    import threading
+
+    generator = UniqKeyGenerator()
+    made: list[list[str]] = []
+
+    def work(batch: bool) -> None:
+        ids: list[str] = []
+        for _ in range(300):
+            ids += generator.next_many(7) if batch else [generator.next()]
+        made.append(ids)
+
+    threads = [threading.Thread(target=work, args=(n % 2 == 0,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    counters = [int(i[-4:], 16) for ids in made for i in ids]
+    assert len(counters) == 2 * 300 * 7 + 2 * 300
+    assert len(set(counters)) == len(counters)  # under 65,536 ids: no counter value twice
