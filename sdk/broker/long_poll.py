@@ -25,15 +25,17 @@ QueueKey = tuple[str, int]
 class Watch:
     """A registration: ``callback`` runs (once) on the first arrival on any of ``keys``."""
 
-    __slots__ = ("_callback", "_fired", "keys", "token")
+    __slots__ = ("_callback", "_fired", "fired_keys", "keys", "token")
 
     def __init__(self, token: int, keys: tuple[QueueKey, ...], callback: Callable[[], None]):
         self.token = token
         self.keys = keys
         self._callback = callback
         self._fired = False
+        self.fired_keys: list[QueueKey | None] = []  # what arrived (None: notify_all)
 
-    def fire(self) -> None:
+    def fire(self, key: QueueKey | None = None) -> None:
+        self.fired_keys.append(key)
         if not self._fired:
             self._fired = True
             self._callback()
@@ -73,7 +75,7 @@ class ArrivalNotifier:
             waiting = self._watches.pop((topic, queue_id), None)
         if waiting:
             for watch in waiting.values():
-                watch.fire()
+                watch.fire((topic, queue_id))
 
     def notify_all(self) -> None:
         """Fire every watch (shutdown: parked pulls answer at once)."""
@@ -87,11 +89,21 @@ class ArrivalNotifier:
     def wait(self, keys: Iterable[QueueKey], timeout_s: float, ready: Callable[[], bool]) -> bool:
         """Block until ``ready()`` or an arrival on ``keys``, at most ``timeout_s``; answers
         whether something arrived (or was ready). ``ready`` is checked after registering."""
+        return self.wait_keys(keys, timeout_s, ready) is not None
+
+    def wait_keys(
+        self, keys: Iterable[QueueKey], timeout_s: float, ready: Callable[[], bool]
+    ) -> frozenset[QueueKey] | None:
+        """As :meth:`wait`, answering what woke it: the keys that got messages, an empty set
+        when ``ready()`` held or everything was woken (look at every key), None on timeout."""
         event = threading.Event()
         watch = self.watch(keys, event.set)
         try:
             if ready():
-                return True
-            return event.wait(timeout_s)
+                return frozenset()
+            if not event.wait(timeout_s):
+                return None
         finally:
             self.cancel(watch)
+        fired = watch.fired_keys
+        return frozenset() if None in fired else frozenset(k for k in fired if k is not None)

@@ -371,12 +371,16 @@ class BrokerService:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:
                 return result
-            self.notifier.wait(
+            woken_by = self.notifier.wait_keys(
                 keys,
                 remaining,
                 lambda: self._has_new(batch) or self.groups.generation(batch.group) != generation,
             )
-            result = self.pull(batch)
+            arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in (woken_by or ())]
+            if arrived and len(arrived) < len(batch.pulls):  # look only where messages came
+                result = self.pull(dataclasses.replace(batch, pulls=tuple(arrived)))
+            else:
+                result = self.pull(batch)
             if not self.nothing_new(result) or result.generation != generation:
                 return result
 

@@ -116,8 +116,9 @@ class QueuePullResult:
 
 @dataclass(slots=True)
 class PullBatchResult:
-    """Every queue's answer, and the group's membership generation: a consumer that sees it
-    change rebalances at once."""
+    """The queues' answers, and the group's membership generation: a consumer that sees it
+    change rebalances at once. After a long-polling wait only the queues that got messages
+    are answered; a queue left out has nothing new."""
 
     results: list[QueuePullResult]
     generation: int = 0

@@ -136,7 +136,12 @@ def test_a_joining_member_takes_over_queues_at_once(broker):
         with PushConsumer(
             broker, "g", {"orders": None}, lambda m: None, rebalance_interval_s=60
         ) as b:
-            wait_until(lambda: len([q for q in a.assignment() if q.topic == "orders"]) == 2)
+            wait_until(  # a lets two queues go, then b gets their leases
+                lambda: (
+                    len([q for q in a.assignment() if q.topic == "orders"]) == 2
+                    and len([q for q in b.assignment() if q.topic == "orders"]) == 2
+                )
+            )
             mine = {q for q in a.assignment() if q.topic == "orders"}
             theirs = {q for q in b.assignment() if q.topic == "orders"}
             assert mine.isdisjoint(theirs) and len(mine | theirs) == 4
