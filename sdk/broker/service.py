@@ -381,8 +381,9 @@ class BrokerService:
                 result = self.pull(dataclasses.replace(batch, pulls=tuple(arrived)))
             else:
                 result = self.pull(batch)
-            if not self.nothing_new(result) or result.generation != generation:
-                return result
+            group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in (woken_by or ())
+            if group_event or not self.nothing_new(result) or result.generation != generation:
+                return result  # a member or a lease changed: the consumer looks at once
 
     async def pull_async(self, batch: PullBatch) -> PullBatchResult:
         """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread."""
@@ -406,8 +407,9 @@ class BrokerService:
             finally:
                 self.notifier.cancel(watch)
             result = self.pull(batch)
-            if not self.nothing_new(result) or result.generation != generation:
-                return result
+            group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in watch.fired_keys
+            if group_event or not self.nothing_new(result) or result.generation != generation:
+                return result  # a member or a lease changed: the consumer looks at once
 
     def _has_new(self, batch: PullBatch) -> bool:
         store = self.store

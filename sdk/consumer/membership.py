@@ -19,7 +19,7 @@ import enum
 import itertools
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN
@@ -95,18 +95,21 @@ def make_offset_store(
     *,
     instance_name: str,
     offsets_dir: str | Path | None,
+    owned: Callable[[], Iterable[MessageQueue]] | None = None,
 ) -> OffsetStore:
     """The broker's offsets (clustering) or a local file named by host and instance
-    (broadcasting); loaded, persisting every 5 s."""
-    store: OffsetStore
+    (broadcasting); loaded, persisting every 5 s. With ``owned``, the periodic persist of a
+    clustering consumer commits only the queues it owns at that moment (and forgets others)."""
     if model is MessageModel.CLUSTERING:
-        store = RemoteBrokerOffsetStore(group, transport)
-    else:
-        client = f"{socket.gethostname()}@{instance_name}"
-        store = LocalFileOffsetStore(client, group, offsets_dir)
-    store.load()
-    store.start_auto_persist()
-    return store
+        remote = RemoteBrokerOffsetStore(group, transport)
+        remote.load()
+        remote.start_auto_persist(queues=owned)
+        return remote
+    client = f"{socket.gethostname()}@{instance_name}"
+    local = LocalFileOffsetStore(client, group, offsets_dir)
+    local.load()
+    local.start_auto_persist()
+    return local
 
 
 def topic_queues(transport: BrokerTransport, topic: str) -> list[MessageQueue]:

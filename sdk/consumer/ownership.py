@@ -10,9 +10,9 @@ module turns that into the queues it *may* consume, without ever overlapping ano
 * a wanted queue is consumed only once the broker granted its lease; a refused one stays
   *pending* (its previous owner is still releasing it) and is asked for again at the next
   :meth:`update`, which the consumer runs as soon as the broker reports a lease change;
-* every :meth:`update` renews the leases of the queues owned; a queue whose lease was lost (it
-  expired and another member took it) is reported so the consumer drops it at once, committing
-  nothing.
+* every :meth:`update` renews the leases of the queues owned, releasing ones included (the
+  consumer calls it at least every third of the lease); a queue whose lease was lost (it expired
+  and another member took it) is reported so the consumer drops it at once, committing nothing.
 
 Broadcasting consumers own every queue and take no lease.
 """
@@ -48,6 +48,7 @@ class QueueOwnership:
         self.owned: set[MessageQueue] = set()
         self.releasing: dict[MessageQueue, float] = {}  # queue -> when its release began
         self.pending: set[MessageQueue] = set()
+        self.renewed_at = 0.0  # monotonic time of the last lease renewal
 
     @property
     def settling(self) -> bool:
@@ -55,37 +56,37 @@ class QueueOwnership:
         return bool(self.pending or self.releasing)
 
     def update(self, wanted: Iterable[MessageQueue]) -> tuple[set[MessageQueue], set[MessageQueue]]:
-        """Match ``wanted``: answers (queues to start consuming, queues lost outright)."""
+        """Match ``wanted`` and renew every lease held (owned or still releasing): answers
+        (queues to start consuming, queues whose lease was lost outright)."""
         wanted = set(wanted)
         now = time.monotonic()
         for queue in self.owned - wanted:
             self.releasing.setdefault(queue, now)
         for queue in wanted & self.releasing.keys():  # given back to us before we let go
             del self.releasing[queue]
-        keep = (self.owned & wanted) | (wanted - self.owned)
         if not self.leased:
-            started = keep - self.owned
+            started = wanted - self.owned
             self.owned |= started
             self.pending.clear()
             return started, set()
-        granted = (
-            self.transport.lock_queues(self.group, self.client_id, sorted(keep)) if keep else set()
-        )
-        lost = (self.owned & wanted) - granted
-        started = granted - self.owned
+        asked = wanted | self.owned
+        granted = self.transport.lock_queues(self.group, self.client_id, sorted(asked))
+        lost = self.owned - granted
+        for queue in lost:
+            self.releasing.pop(queue, None)
+        started = (wanted & granted) - self.owned
         self.owned = (self.owned - lost) | started
-        self.pending = keep - granted
+        self.pending = wanted - granted
+        self.renewed_at = now
         return started, lost
 
-    def due_for_release(self, queue: MessageQueue, in_flight: int) -> bool:
-        """Whether a releasing queue may be let go: nothing in flight, or waited too long."""
+    def release_timed_out(self, queue: MessageQueue) -> bool:
+        """Whether a releasing queue waited ``release_timeout_s`` for its listeners."""
         since = self.releasing.get(queue)
-        if since is None:
-            return False
-        return in_flight == 0 or time.monotonic() - since >= self.release_timeout_s
+        return since is not None and time.monotonic() - since >= self.release_timeout_s
 
     def released(self, queue: MessageQueue) -> None:
-        """The queue's offset is committed: give its lease back."""
+        """The queue's offset is committed (or it was never taken): give its lease back."""
         self.releasing.pop(queue, None)
         self.owned.discard(queue)
         if self.leased:

@@ -81,6 +81,7 @@ class ProcessQueue(Generic[M]):
         self._cached_bytes = 0
         self._queue_offset_max = -1
         self._dropped = False
+        self._sealed = False  # no listener call may start any more (the queue is handed over)
         now = clock_ms()
         self._last_pull_ms = now
         self._last_consume_ms = now
@@ -161,8 +162,40 @@ class ProcessQueue(Generic[M]):
                 if taken is not None:
                     self._messages[offset] = taken
                     bisect.insort(self._offsets, offset)
+                    self._consume_started_ms.pop(offset, None)  # not in a listener any more
 
     # -- expiry -------------------------------------------------------------------------------
+
+    def try_start(self, messages: Iterable[M], now_ms: int) -> bool:
+        """Record that a listener starts on these messages, unless the queue was sealed (it is
+        being handed over: its next owner consumes them); answers whether it may start."""
+        with self._lock:
+            if self._sealed:
+                return False
+            for message in messages:
+                offset = message.queue_offset
+                if offset in self._messages or offset in self._consuming:
+                    self._consume_started_ms[offset] = now_ms
+            return True
+
+    def take_started(self, n: int, now_ms: int) -> list[M]:
+        """Orderly: :meth:`take_messages` and :meth:`try_start` in one step ([] once sealed)."""
+        with self._lock:
+            if self._sealed:
+                return []
+        taken = self.take_messages(n)
+        if taken and not self.try_start(taken, now_ms):
+            self.make_messages_consume_again(taken)
+            return []
+        return taken
+
+    def seal_if_idle(self, *, force: bool = False) -> bool:
+        """Seal the queue when no listener call is running on it (or ``force``): after this no
+        call starts. Answers whether it is sealed."""
+        with self._lock:
+            if force or not self._consume_started_ms:
+                self._sealed = True
+            return self._sealed
 
     def mark_consume_started(self, messages: Iterable[M], now_ms: int) -> None:
         """Record when consumption of these (held) messages started (``CONSUME_START_TIME``)."""

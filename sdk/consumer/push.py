@@ -24,12 +24,14 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from threading import current_thread
 from types import TracebackType
 from typing import Self
 
 from localstore.codec import StoredMessage
 from offsetstore import MessageQueue
 from sdk.consumer.membership import check_group, new_client_id
+from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
 from sdk.errors import ClientClosedError
 from sdk.message import ConsumeResult
@@ -105,6 +107,7 @@ class PushConsumer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._timers: set[threading.Timer] = set()
+        self._timers_lock = threading.Lock()
         self._orderly_lock = threading.Lock()
         self._orderly_running: set[MessageQueue] = set()
         self._closed = False
@@ -125,7 +128,11 @@ class PushConsumer:
             self._transport, self.group, self.client_id, self._subscription, self.settings
         )
         core.retry_later = self._retry_later
-        core.rebalance()
+        try:
+            core.rebalance()
+        except BaseException:
+            core.shutdown()  # stop the offset persister, leave the group
+            raise
         self._core = core
         self._pool = ThreadPoolExecutor(
             self._consume_threads, thread_name_prefix=f"quiver-consume-{self.group}"
@@ -152,13 +159,13 @@ class PushConsumer:
                 if time.monotonic() - last_expiry >= self._expiry_check_s:
                     core.expire_stuck()
                     last_expiry = time.monotonic()
-                batch = core.next_pull(self._wait_ms())
+                batch = core.next_pull(core.hold_ms(_hold_ms(self.settings)))
                 result = self._transport.pull(batch)
                 if self._stop.is_set():
                     return
                 works = core.on_pulled(result)
                 if self.settings.orderly:
-                    for queue in {queue for queue, _ in works}:
+                    for queue in {work[0] for work in works}:
                         self._kick_orderly(queue)
                 else:
                     for work in works:
@@ -179,9 +186,6 @@ class PushConsumer:
     def _expiry_check_s(self) -> float:
         return _expiry_check_s(self.settings)
 
-    def _wait_ms(self) -> int:
-        return _hold_ms(self.settings)
-
     def _submit(self, work: Work) -> None:
         pool = self._pool
         if pool is None:
@@ -189,18 +193,23 @@ class PushConsumer:
         with contextlib.suppress(RuntimeError):  # the pool is shutting down: offsets stay put
             pool.submit(self._consume, *work)
 
-    def _consume(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+    def _consume(
+        self,
+        queue: MessageQueue,
+        process_queue: ProcessQueue[StoredMessage],
+        messages: list[StoredMessage],
+    ) -> None:
         core = self.core
-        if core.abandoned(queue):  # being handed over: its next owner consumes these
+        state = core.try_start(queue, process_queue, messages)
+        if state is None:  # being handed over (its next owner consumes these) or taken back
             return
-        core.started(queue, messages)
         try:
             answer = self.listener(core.prepare(messages))
             result = _outcome(answer, self.group)
         except Exception:
             log.exception("listener of %s raised; reconsuming later", self.group)
             result = ConsumeResult.RECONSUME_LATER
-        core.finish(queue, messages, result)
+        core.finish(queue, state, messages, result)
 
     def _kick_orderly(self, queue: MessageQueue) -> None:
         """Start the queue's orderly runner unless one runs (one batch per queue at a time)."""
@@ -218,9 +227,20 @@ class PushConsumer:
                 self._orderly_running.discard(queue)
 
     def _run_orderly(self, queue: MessageQueue) -> None:
+        try:
+            self._orderly_batches(queue)
+        except Exception:
+            log.exception("orderly runner of %s on %s failed", self.group, queue)
+        finally:
+            with self._orderly_lock:
+                self._orderly_running.discard(queue)
+
+    def _orderly_batches(self, queue: MessageQueue) -> None:
         core = self.core
         while not self._stop.is_set():
-            messages = core.take_orderly(queue)
+            state, messages = core.take_orderly(queue)
+            if state is None:  # gone or being handed over: nothing more to run here
+                return
             if not messages:
                 with self._orderly_lock:
                     self._orderly_running.discard(queue)
@@ -234,22 +254,22 @@ class PushConsumer:
             except Exception:
                 log.exception("orderly listener of %s raised; retrying the batch", self.group)
                 result = ConsumeResult.RECONSUME_LATER
-            pause = core.finish_orderly(queue, messages, result)
+            pause = core.finish_orderly(queue, state, messages, result)
             if pause is not None:
                 self._stop.wait(pause)
-        with self._orderly_lock:
-            self._orderly_running.discard(queue)
 
-    def _retry_later(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
-        timer = threading.Timer(_LOCAL_RETRY_S, self._retry_now, (queue, messages))
+    def _retry_later(self, work: Work) -> None:
+        timer = threading.Timer(_LOCAL_RETRY_S, self._retry_now, (work,))
         timer.daemon = True
-        self._timers.add(timer)
+        with self._timers_lock:
+            self._timers.add(timer)
         timer.start()
 
-    def _retry_now(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
-        self._timers = {t for t in self._timers if t.is_alive()}
+    def _retry_now(self, work: Work) -> None:
+        with self._timers_lock:
+            self._timers = {t for t in self._timers if t.is_alive() and t is not current_thread()}
         if not self._stop.is_set():
-            self._submit((queue, messages))
+            self._submit(work)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -260,8 +280,9 @@ class PushConsumer:
             return
         self._closed = True
         self._stop.set()
-        for timer in self._timers:
-            timer.cancel()
+        with self._timers_lock:
+            for timer in self._timers:
+                timer.cancel()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         core = self._core
@@ -338,11 +359,15 @@ class AsyncPushConsumer:
         )
         loop = asyncio.get_running_loop()
 
-        def retry_later(queue: MessageQueue, messages: list[StoredMessage]) -> None:
-            loop.call_soon_threadsafe(self._retry_later, queue, messages)
+        def retry_later(work: Work) -> None:
+            loop.call_soon_threadsafe(self._retry_later, work)
 
         core.retry_later = retry_later
-        await asyncio.to_thread(core.rebalance)
+        try:
+            await asyncio.to_thread(core.rebalance)
+        except BaseException:
+            await asyncio.to_thread(core.shutdown)  # stop the offset persister, leave the group
+            raise
         self._core = core
         self._slots = asyncio.Semaphore(self._max_concurrency)
         self._task = loop.create_task(self._pull_loop(), name=f"quiver-pull-{self.group}")
@@ -357,8 +382,6 @@ class AsyncPushConsumer:
 
     async def _pull_loop(self) -> None:
         core = self.core
-        slots = self._slots
-        assert slots is not None
         last_expiry = time.monotonic()
         while not self._closed:
             try:
@@ -369,15 +392,14 @@ class AsyncPushConsumer:
                 if time.monotonic() - last_expiry >= self._expiry_check_s:
                     await asyncio.to_thread(core.expire_stuck)
                     last_expiry = time.monotonic()
-                batch = core.next_pull(_hold_ms(self.settings))
+                batch = core.next_pull(core.hold_ms(_hold_ms(self.settings)))
                 result = await self._transport.pull(batch)
                 works = core.on_pulled(result)
                 if self.settings.orderly:
-                    for queue in {queue for queue, _ in works}:
+                    for queue in {work[0] for work in works}:
                         self._kick_orderly(queue)
                 else:
-                    for work in works:
-                        await slots.acquire()
+                    for work in works:  # each task waits for a slot: the loop never blocks
                         self._spawn(work)
                 if result.generation != core.generation:
                     await asyncio.to_thread(core.rebalance)
@@ -404,8 +426,8 @@ class AsyncPushConsumer:
         core = self.core
         try:
             while not self._closed:
-                messages = core.take_orderly(queue)
-                if not messages:
+                state, messages = core.take_orderly(queue)
+                if state is None or not messages:
                     return  # single-threaded loop: a later pull kicks a new runner
                 try:
                     answer = await self.listener(core.prepare(messages))
@@ -414,11 +436,15 @@ class AsyncPushConsumer:
                     log.exception("orderly listener of %s raised; retrying the batch", self.group)
                     result = ConsumeResult.RECONSUME_LATER
                 if result is ConsumeResult.SUCCESS:
-                    pause = core.finish_orderly(queue, messages, result)
+                    pause = core.finish_orderly(queue, state, messages, result)
                 else:  # dead-lettering may wait for the disk
-                    pause = await asyncio.to_thread(core.finish_orderly, queue, messages, result)
+                    pause = await asyncio.to_thread(
+                        core.finish_orderly, queue, state, messages, result
+                    )
                 if pause is not None:
                     await asyncio.sleep(pause)
+        except Exception:
+            log.exception("orderly runner of %s on %s failed", self.group, queue)
         finally:
             self._orderly_running.discard(queue)
 
@@ -427,12 +453,19 @@ class AsyncPushConsumer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _consume(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
-        core = self.core
-        try:
-            if core.abandoned(queue):  # being handed over: its next owner consumes these
+    async def _consume(
+        self,
+        queue: MessageQueue,
+        process_queue: ProcessQueue[StoredMessage],
+        messages: list[StoredMessage],
+    ) -> None:
+        slots = self._slots
+        assert slots is not None
+        async with slots:
+            core = self.core
+            state = core.try_start(queue, process_queue, messages)
+            if state is None:  # being handed over (its next owner consumes these) or taken back
                 return
-            core.started(queue, messages)
             try:
                 answer = await self.listener(core.prepare(messages))
                 result = _outcome(answer, self.group)
@@ -440,21 +473,17 @@ class AsyncPushConsumer:
                 log.exception("listener of %s raised; reconsuming later", self.group)
                 result = ConsumeResult.RECONSUME_LATER
             if result is ConsumeResult.SUCCESS:
-                core.finish(queue, messages, result)
+                core.finish(queue, state, messages, result)
             else:  # a send-back may wait for the disk (sync flush): off the loop
-                await asyncio.to_thread(core.finish, queue, messages, result)
-        finally:
-            if self._slots is not None:
-                self._slots.release()
+                await asyncio.to_thread(core.finish, queue, state, messages, result)
 
-    def _retry_later(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
+    def _retry_later(self, work: Work) -> None:
         loop = asyncio.get_running_loop()
 
         async def again() -> None:
             await asyncio.sleep(_LOCAL_RETRY_S)
-            if not self._closed and self._slots is not None:
-                await self._slots.acquire()
-                self._spawn((queue, messages))
+            if not self._closed:
+                self._spawn(work)
 
         task = loop.create_task(again())
         self._tasks.add(task)

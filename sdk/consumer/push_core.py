@@ -90,6 +90,7 @@ class PushSettings:
     consume_timeout_ms: int = 15 * 60_000
     rebalance_interval_s: float = 20.0  # also renews the queue leases (30 s)
     release_timeout_s: float = 10.0  # a revoked queue's in-flight messages may finish this long
+    lease_renew_interval_s: float = 10.0  # under a third of the broker's queue lease (30 s)
     orderly: bool = False  # one batch per queue at a time, in queue-offset order
     orderly_retry_pause_s: float = 1.0  # RocketMQ's suspendCurrentQueueTimeMillis
     rebalance_listener: RebalanceListener | None = None
@@ -107,14 +108,21 @@ class PushSettings:
 
 
 @dataclass(slots=True)
-class _QueueState:
+class QueueState:
+    """One owned queue. ``commit_lock`` makes "commit an offset unless the queue was let go"
+    and "let go: commit, then forget" exclusive, so no offset is committed after a release."""
+
     process_queue: ProcessQueue[StoredMessage]
     next_offset: int
     tags: str | None
     tag_filter: TagFilter
+    commit_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-Work = tuple[MessageQueue, list[StoredMessage]]
+# A listener batch, with the process queue it was cut from (a queue taken back later gets a
+# new one: stale batches of the old one are recognised and not consumed).
+Work = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
+
 
 
 class PushCore:
@@ -145,8 +153,9 @@ class PushCore:
             transport,
             instance_name=settings.instance_name or "DEFAULT",
             offsets_dir=settings.offsets_dir,
+            owned=lambda: list(self.states),  # never persist a queue let go of
         )
-        self.states: dict[MessageQueue, _QueueState] = {}
+        self.states: dict[MessageQueue, QueueState] = {}
         self.ownership = QueueOwnership(
             transport,
             group,
@@ -160,7 +169,7 @@ class PushCore:
         self.generation = -1
         self._last_rebalance = 0.0
         self._last_heartbeat = 0.0
-        self.retry_later: Callable[[MessageQueue, list[StoredMessage]], None] | None = None
+        self.retry_later: Callable[[Work], None] | None = None  # re-run a batch locally, later
 
     # -- membership ------------------------------------------------------------------------
     def heartbeat(self) -> None:
@@ -172,12 +181,24 @@ class PushCore:
 
     def housekeeping_due(self, generation: int | None = None) -> bool:
         """Whether to heartbeat/rebalance now: the group changed, or an interval passed."""
+        return (generation is not None and generation != self.generation) or self._due_in_s() <= 0
+
+    def _due_in_s(self) -> float:
+        """Seconds until the next rebalance, heartbeat or lease renewal is due."""
         now = time.monotonic()
-        return (
-            (generation is not None and generation != self.generation)
-            or now - self._last_rebalance >= self.settings.rebalance_interval_s
-            or now - self._last_heartbeat >= self.settings.heartbeat_interval_s
+        settings = self.settings
+        due = min(
+            self._last_rebalance + settings.rebalance_interval_s,
+            self._last_heartbeat + settings.heartbeat_interval_s,
         )
+        if self.ownership.leased and (self.ownership.owned or self.ownership.releasing):
+            due = min(due, self.ownership.renewed_at + settings.lease_renew_interval_s)
+        return due - now
+
+    def hold_ms(self, limit_ms: int) -> int:
+        """How long the next pull may wait: at most ``limit_ms``, and never past the next
+        rebalance, heartbeat or lease renewal (leases must not lapse while a pull is parked)."""
+        return max(0, min(limit_ms, int(self._due_in_s() * 1000)))
 
     def rebalance(self) -> None:
         """Heartbeat, then take on and give up queues to match the group's allocation (a queue
@@ -209,18 +230,20 @@ class PushCore:
     def _settle(self) -> None:
         for queue in list(self.ownership.releasing):
             state = self.states.get(queue)
-            in_flight = state.process_queue.started_count if state is not None else 0
-            if self.ownership.due_for_release(queue, in_flight):
-                self._release(queue)
+            force = self.ownership.release_timed_out(queue)
+            if state is None or state.process_queue.seal_if_idle(force=force):
+                self._release(queue)  # no listener call runs, and none can start any more
         if self.ownership.pending:
             self._apply(*self.ownership.update(self._wanted))
 
     def _apply(self, started: set[MessageQueue], lost: set[MessageQueue]) -> None:
         for queue in lost:  # another member holds it now: commit nothing more
-            log.warning("lease of %s lost; dropping the queue", queue)
+            log.warning("lease of %s lost; dropping the queue without committing", queue)
             state = self.states.pop(queue, None)
             if state is not None:
-                state.process_queue.dropped = True
+                with state.commit_lock:
+                    state.process_queue.seal_if_idle(force=True)
+                    state.process_queue.dropped = True
             self.offsets.remove_offset(queue)
         if lost:
             self._tell("on_revoked", sorted(lost))
@@ -243,6 +266,21 @@ class PushCore:
         """Whether messages of ``queue`` must not be handed to the listener any more."""
         return queue not in self.states or self.ownership.is_releasing(queue)
 
+    def try_start(
+        self,
+        queue: MessageQueue,
+        process_queue: ProcessQueue[StoredMessage],
+        messages: list[StoredMessage],
+    ) -> QueueState | None:
+        """The queue's state if a listener may start on ``messages`` now (recorded as started);
+        None when the queue is being handed over or was taken back since they were pulled."""
+        state = self.states.get(queue)
+        if state is None or state.process_queue is not process_queue:
+            return None
+        if self.ownership.is_releasing(queue) or not process_queue.try_start(messages, _now_ms()):
+            return None
+        return state
+
     def _take(self, queue: MessageQueue) -> bool:
         settings = self.settings
         start = start_offset(
@@ -256,20 +294,32 @@ class PushCore:
             log.warning("offset of %s unreadable; will retry at the next rebalance", queue)
             return False
         expression = self.subscription.get(queue.topic)
-        self.states[queue] = _QueueState(
+        self.states[queue] = QueueState(
             ProcessQueue(), start, expression, self.filters[queue.topic]
         )
         return True
 
     def _release(self, queue: MessageQueue) -> None:
-        """Commit what finished, forget the queue, then give its lease back."""
+        """Commit what finished, forget the queue, then give its lease back. If the commit does
+        not reach the broker the lease is kept (the next settle tries again): a new owner must
+        never start below an offset this member will commit later."""
         state = self.states.pop(queue, None)
         if state is not None:
-            state.process_queue.dropped = True
-        self.offsets.persist(queue)
-        self.offsets.remove_offset(queue)
+            with state.commit_lock:
+                state.process_queue.dropped = True
+                self.offsets.persist(queue)
+                self.offsets.remove_offset(queue)
+        else:
+            self.offsets.persist(queue)  # a commit that failed before: send it again
+        if self._commit_pending(queue):
+            log.warning("offset of %s not committed yet; keeping its lease until it is", queue)
+            return
         self._tell("on_revoked", [queue])
         self.ownership.released(queue)
+
+    def _commit_pending(self, queue: MessageQueue) -> bool:
+        pending = getattr(self.offsets, "pending", None)
+        return pending is not None and queue in pending()
 
     # -- pulling ---------------------------------------------------------------------------
     def next_pull(self, wait_ms: int | None = None) -> PullBatch:
@@ -308,9 +358,11 @@ class PushCore:
                 if not tag_filter.matches_all:
                     messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
                 if messages:  # held before next_offset moves past them (see finish)
-                    state.process_queue.put_messages(messages)
+                    process_queue = state.process_queue
+                    process_queue.put_messages(messages)
                     work.extend(
-                        (queue, messages[i : i + size]) for i in range(0, len(messages), size)
+                        (queue, process_queue, messages[i : i + size])
+                        for i in range(0, len(messages), size)
                     )
                     state.next_offset = answer.next_offset
                 else:
@@ -333,10 +385,11 @@ class PushCore:
                 self._advance_idle(queue, state)
         return work
 
-    def _advance_idle(self, queue: MessageQueue, state: _QueueState) -> None:
+    def _advance_idle(self, queue: MessageQueue, state: QueueState) -> None:
         """Nothing of the pulled range is for us: with nothing in flight, commit past it."""
-        if state.process_queue.cached_count == 0 and not state.process_queue.dropped:
-            self.offsets.update_offset(queue, state.next_offset, True)
+        with state.commit_lock:
+            if state.process_queue.cached_count == 0 and not state.process_queue.dropped:
+                self.offsets.update_offset(queue, state.next_offset, True)
 
     # -- consuming -------------------------------------------------------------------------
     def prepare(self, messages: list[StoredMessage]) -> list[StoredMessage]:
@@ -347,66 +400,64 @@ class PushCore:
                 message.topic = original
         return messages
 
-    def started(self, queue: MessageQueue, messages: list[StoredMessage]) -> None:
-        state = self.states.get(queue)
-        if state is not None:
-            state.process_queue.mark_consume_started(messages, _now_ms())
-
     def finish(
-        self, queue: MessageQueue, messages: list[StoredMessage], result: ConsumeResult
+        self,
+        queue: MessageQueue,
+        state: QueueState,
+        messages: list[StoredMessage],
+        result: ConsumeResult,
     ) -> None:
-        """A listener batch is done: send failures back, release, advance the offset."""
-        state = self.states.get(queue)
-        process_queue = state.process_queue if state is not None else None
+        """A listener batch (started with :meth:`try_start`) is done: send failures back,
+        release the messages, advance the offset unless the queue was let go meanwhile."""
         done = messages
+        process_queue = state.process_queue
         if result is not ConsumeResult.SUCCESS:
-            done = self._failed(queue, messages)
-        if state is None or process_queue is None:
-            return
-        pulled_up_to = state.next_offset  # read before the emptiness check: see below
-        offset = process_queue.remove_messages(done)
-        if offset is None or process_queue.dropped:
-            return
-        if process_queue.cached_count == 0:
-            # Everything pulled before ``pulled_up_to`` was either held (and is now done) or
-            # filtered out: the pull thread holds messages before it moves next_offset, so an
-            # empty queue here means nothing below pulled_up_to is in flight.
-            offset = max(offset, pulled_up_to)
-        self.offsets.update_offset(queue, offset, True)
+            done = self._failed(queue, process_queue, messages)
+        with state.commit_lock:
+            pulled_up_to = state.next_offset  # read before the emptiness check: see below
+            offset = process_queue.remove_messages(done)
+            if offset is None or process_queue.dropped:
+                return
+            if process_queue.cached_count == 0:
+                # Everything pulled before ``pulled_up_to`` was either held (and is now done)
+                # or filtered out: the pull thread holds messages before it moves next_offset,
+                # so an empty queue here means nothing below pulled_up_to is in flight.
+                offset = max(offset, pulled_up_to)
+            self.offsets.update_offset(queue, offset, True)
 
     # -- orderly consuming -----------------------------------------------------------------
-    def take_orderly(self, queue: MessageQueue) -> list[StoredMessage]:
-        """The next batch of ``queue`` in offset order ([] when none is buffered, or the queue
-        is being handed over)."""
+    def take_orderly(self, queue: MessageQueue) -> tuple[QueueState | None, list[StoredMessage]]:
+        """The queue's state and its next batch in offset order, marked started; (None, [])
+        when the queue is gone or being handed over, (state, []) when nothing is buffered."""
         state = self.states.get(queue)
         if state is None or self.abandoned(queue):
-            return []
-        messages = state.process_queue.take_messages(self.settings.consume_batch_size)
-        if messages:
-            state.process_queue.mark_consume_started(messages, _now_ms())
-        return messages
+            return None, []
+        size = self.settings.consume_batch_size
+        return state, state.process_queue.take_started(size, _now_ms())
 
     def has_buffered(self, queue: MessageQueue) -> bool:
         state = self.states.get(queue)
         return state is not None and state.process_queue.buffered_count > 0
 
     def finish_orderly(
-        self, queue: MessageQueue, messages: list[StoredMessage], result: ConsumeResult
+        self,
+        queue: MessageQueue,
+        state: QueueState,
+        messages: list[StoredMessage],
+        result: ConsumeResult,
     ) -> float | None:
         """An orderly batch is done: None when it is settled (committed, or dead-lettered after
         ``max_reconsume_times``); else the pause before the same batch is retried, in order."""
-        state = self.states.get(queue)
-        if state is None:
-            return None
         process_queue = state.process_queue
         if result is not ConsumeResult.SUCCESS and not self._give_up(messages):
             for message in messages:
                 message.reconsume_times += 1
             process_queue.make_messages_consume_again(messages)
             return self.settings.orderly_retry_pause_s
-        offset = process_queue.commit()
-        if offset is not None and not process_queue.dropped:
-            self.offsets.update_offset(queue, offset, True)
+        with state.commit_lock:
+            offset = process_queue.commit()
+            if offset is not None and not process_queue.dropped:
+                self.offsets.update_offset(queue, offset, True)
         return None
 
     def _give_up(self, messages: list[StoredMessage]) -> bool:
@@ -427,7 +478,12 @@ class PushCore:
                 return False
         return True
 
-    def _failed(self, queue: MessageQueue, messages: list[StoredMessage]) -> list[StoredMessage]:
+    def _failed(
+        self,
+        queue: MessageQueue,
+        process_queue: ProcessQueue[StoredMessage],
+        messages: list[StoredMessage],
+    ) -> list[StoredMessage]:
         """Send failed messages back; answers those that may be released now."""
         if not self.clustering:
             for message in messages:
@@ -441,7 +497,7 @@ class PushCore:
                 message.reconsume_times += 1
                 kept.append(message)
         if kept and self.retry_later is not None:
-            self.retry_later(queue, kept)
+            self.retry_later((queue, process_queue, kept))
         return released
 
     def _send_back(self, message: StoredMessage) -> bool:
@@ -472,11 +528,13 @@ class PushCore:
             if not stuck:
                 continue
             for message in stuck:
-                if self._send_back(message):
+                if not self._send_back(message):
+                    continue
+                count += 1
+                with state.commit_lock:
                     offset = state.process_queue.remove_messages([message])
                     if offset is not None and not state.process_queue.dropped:
                         self.offsets.update_offset(queue, offset, True)
-                    count += 1
         return count
 
     # -- shutdown --------------------------------------------------------------------------
