@@ -15,7 +15,11 @@ consumers would see it: its real topic and queue, ``msg_id`` = the transaction i
 Every :class:`TransactionalProducer` of the group collects these checks on a background thread
 (long polling through the transport: the broker never calls client code) and answers them;
 UNKNOWN, or a checker that raises, leaves the question to the next check. After the broker's
-``transaction_max_checks`` checks without an answer it rolls the message back.
+``transaction_max_checks`` checks without an answer it rolls the message back. Nothing stops the
+collecting thread but ``close()``: a failure (collecting, decoding, the checker, answering) is
+logged and the next checks are answered. Once ``close()`` began no checks are collected; a
+request already waiting at the broker that brings some back answers none (the broker asks again
+after its check interval, each time counting towards the maximum).
 
 A committed message is delivered exactly as a plain one (consumers see its real topic; the
 producer's and a check's commit of the same transaction make it visible once). A transactional
@@ -179,6 +183,15 @@ def _receipt(
     return TransactionReceipt(half, state, ended.status, ended.queue_offset)
 
 
+def _log_unanswered(group: str, count: int) -> None:
+    log.debug(
+        "%d transaction check(s) of %s arrived while closing: not answered; the broker asks"
+        " again after its check interval",
+        count,
+        group,
+    )
+
+
 def _check_settings(group: str, check_wait_ms: int) -> None:
     check_group(group)
     if check_wait_ms < 10:
@@ -287,24 +300,43 @@ class TransactionalProducer(Producer):
 
     # -- the check-back ------------------------------------------------------------------------
     def _collect_checks(self) -> None:
-        while not self._stop.is_set():
+        """The check thread: nothing but ``close()`` ends it (a failure is logged, then the
+        next checks are collected after a pause)."""
+        while not self._stop.is_set():  # never a new request once closing began
             try:
-                checks = self.transport.fetch_transaction_checks(
-                    self.group, self.client_id, self.check_wait_ms
+                self._collect_once()
+            except Exception:
+                log.error(
+                    "answering transaction checks of %s failed; going on", self.group, exc_info=True
                 )
-            except Exception as exc:
-                if self._stop.is_set():
-                    return
+                self._stop.wait(_ERROR_PAUSE_S)
+
+    def _collect_once(self) -> None:
+        try:
+            checks = self.transport.fetch_transaction_checks(
+                self.group, self.client_id, self.check_wait_ms
+            )
+        except Exception as exc:
+            if not self._stop.is_set():
                 log.warning("collecting transaction checks of %s failed: %s", self.group, exc)
                 self._stop.wait(_ERROR_PAUSE_S)
-                continue
-            if not checks.count:
-                continue
-            with self._checking:
-                if self._stop.is_set():
-                    return
-                for half in decode_records(checks.raw):
+            return
+        if not checks.count:
+            return
+        with self._checking:
+            if self._stop.is_set():
+                # The request was out when close() began: the broker counted these checks but
+                # gets no answer; it asks again after its check interval (another producer of
+                # the group, or this one restarted, answers then).
+                _log_unanswered(self.group, checks.count)
+                return
+            for half in decode_records(checks.raw):
+                try:
                     self._answer(half)
+                except Exception:  # the next half messages of the batch are still answered
+                    log.error(
+                        "answering the check of %s failed", _transaction_id(half), exc_info=True
+                    )
 
     def _answer(self, half: StoredMessage) -> None:
         transaction = _transaction_id(half)
@@ -363,6 +395,8 @@ class AsyncTransactionalProducer(AsyncProducer):
         self.check_wait_ms = check_wait_ms
         self.client_id = new_client_id(instance_name)
         self._check_task: asyncio.Task[None] | None = None
+        self._stopping = False  # close() began: no new request for checks
+        self._answering = False  # the task is answering a batch of checks
 
     async def start(self) -> None:
         """Start answering the broker's checks (idempotent)."""
@@ -421,21 +455,45 @@ class AsyncTransactionalProducer(AsyncProducer):
         return result
 
     async def _collect_checks(self) -> None:
-        while not self._closed:
+        """The check task: nothing but ``close()`` ends it (a failure is logged, then the next
+        checks are collected after a pause)."""
+        while not self._stopping:  # never a new request once closing began
             try:
-                checks = await self.transport.fetch_transaction_checks(
-                    self.group, self.client_id, self.check_wait_ms
+                await self._collect_once()
+            except Exception:
+                log.error(
+                    "answering transaction checks of %s failed; going on", self.group, exc_info=True
                 )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+                await asyncio.sleep(_ERROR_PAUSE_S)
+
+    async def _collect_once(self) -> None:
+        try:
+            checks = await self.transport.fetch_transaction_checks(
+                self.group, self.client_id, self.check_wait_ms
+            )
+        except Exception as exc:
+            if not self._stopping:
                 log.warning("collecting transaction checks of %s failed: %s", self.group, exc)
                 await asyncio.sleep(_ERROR_PAUSE_S)
-                continue
+            return
+        if not checks.count:
+            return
+        if self._stopping:
+            # The request was out when close() began: the broker counted these checks but gets
+            # no answer; it asks again after its check interval.
+            _log_unanswered(self.group, checks.count)
+            return
+        self._answering = True  # close() lets the batch finish (as the blocking producer does)
+        try:
             for half in decode_records(checks.raw):
-                if self._closed:
-                    return
-                await self._answer(half)
+                try:
+                    await self._answer(half)
+                except Exception:  # the next half messages of the batch are still answered
+                    log.error(
+                        "answering the check of %s failed", _transaction_id(half), exc_info=True
+                    )
+        finally:
+            self._answering = False
 
     async def _answer(self, half: StoredMessage) -> None:
         transaction = _transaction_id(half)
@@ -454,12 +512,16 @@ class AsyncTransactionalProducer(AsyncProducer):
             )
 
     async def close(self) -> None:
-        """Stop answering checks, wait for pending sends, then refuse new ones. Idempotent."""
+        """Stop collecting checks (a batch of checks being answered is finished first; a
+        request waiting at the broker is cancelled), wait for pending sends, then refuse new
+        ones. Idempotent."""
+        self._stopping = True
         task, self._check_task = self._check_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if not self._answering:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task  # ends at once (cancelled) or after its batch; never raises here
         await super().close()
 
     async def __aenter__(self) -> Self:

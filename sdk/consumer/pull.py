@@ -12,14 +12,20 @@ with auto-commit. What is here is the I/O: the transport's pulls, and the contro
 (membership through ``sdk.consumer.membership``, offsets through the offset store), which the
 async consumer runs in worker threads.
 
-One poll: auto-commit if due; when subscribed, heartbeat and the allocation of queues among the
-group's live members (``membership.assigned_queues``) if due; commit (with auto-commit) and forget
-queues taken away, fix the start of new ones (``membership.start_offset``); then hand out what
-was fetched, or hold one long-polling :class:`PullBatch` over every assigned, unpaused queue,
-which the broker answers as soon as any queue has something.
+One poll: when subscribed, heartbeat, the allocation of queues among the group's live members
+(``membership.assigned_queues``) and their leases if due, else a renewal of the leases when due
+or before committing; auto-commit if due (only queues whose lease was just confirmed); commit
+(with auto-commit) and forget queues taken away, drop lost ones uncommitted, fix the start of new
+ones (``membership.start_offset``); then hand out what was fetched, or hold one long-polling
+:class:`PullBatch` over every assigned, unpaused queue, which the broker answers as soon as any
+queue has something.
 
-A member must poll at least once per member expiry (120 s by default) to stay in its group: the
-heartbeat rides on ``poll`` (Kafka's ``max.poll.interval.ms``). Lite pull consumers never send
+A member must poll at least once per member expiry (120 s by default) to stay in its group, and
+well within the broker's queue lease (30 s by default; renewed at most every 10 s of polling) to
+keep its queues: the heartbeat and the leases ride on ``poll`` (Kafka's
+``max.poll.interval.ms``). A member that polls too seldom loses its queues to the others; it
+notices at its next poll or commit, drops them without committing (the new owner's progress
+stands) and logs a warning. Lite pull consumers never send
 messages back: there is no retry topic; a message the application cannot handle is its to deal
 with (seek back, or store it elsewhere).
 
@@ -37,7 +43,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from offsetstore import NOT_FOUND, MessageQueue, OffsetStore, ReadOffsetType
+from offsetstore import (
+    NOT_FOUND,
+    MessageQueue,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
 from sdk.consumer.allocate import AllocateStrategy
 from sdk.consumer.membership import (
     ConsumeFrom,
@@ -56,6 +68,11 @@ from sdk.transport.resolve import resolve, resolve_async
 __all__ = ["AsyncPullConsumer", "PullConsumer"]
 
 log = logging.getLogger(__name__)
+
+_CLOSE_UNRENEWED = (
+    "consumer of %s could not renew its queue leases before closing (%s): committing nothing"
+    " (the group resumes at its last commit)"
+)
 
 
 class _PullConsumerBase(PullCore):
@@ -92,13 +109,23 @@ class _PullConsumerBase(PullCore):
             instance_name=instance_name,
         )
         self._control = self._connect(broker)
-        self._offsets: OffsetStore = make_offset_store(
-            message_model,
-            self.group,
-            self._control,
-            instance_name=instance_name or "DEFAULT",
-            offsets_dir=offsets_dir,
-        )
+        self._offsets: OffsetStore
+        if message_model is MessageModel.CLUSTERING:
+            # No periodic persist: it would send the last committed offset of a queue again
+            # after this member lost its lease (an application busy between polls), over the
+            # new owner's commits. Every commit here is persisted at once, after the leases were
+            # confirmed; one the broker could not take is sent again with the next.
+            remote = RemoteBrokerOffsetStore(self.group, self._control)
+            remote.load()
+            self._offsets = remote
+        else:
+            self._offsets = make_offset_store(
+                message_model,
+                self.group,
+                self._control,
+                instance_name=instance_name or "DEFAULT",
+                offsets_dir=offsets_dir,
+            )
 
     def _connect(self, broker: object) -> BrokerTransport:
         """The blocking transport of the control plane (membership, offsets, bounds)."""
@@ -110,9 +137,11 @@ class _PullConsumerBase(PullCore):
 
     # -- I/O (thread-safe: transport and offset store only) ----------------------------------------
     def _membership_io(
-        self, subscription: Mapping[str, str | None]
-    ) -> tuple[int, set[MessageQueue]]:
-        """Heartbeat; the group's generation and the queues this member owns."""
+        self, subscription: Mapping[str, str | None], held: list[MessageQueue]
+    ) -> tuple[int, set[MessageQueue], set[MessageQueue]]:
+        """Heartbeat; the group's generation, the queues allocated to this member, and those
+        whose lease it holds now among them and ``held`` (clustering: takes or renews them;
+        broadcasting: no leases, every allocated queue)."""
         expressions = {t: (e or "*") for t, e in subscription.items()}
         generation = self._control.heartbeat(
             self.group, self.client_id, expressions, self.message_model.value
@@ -125,11 +154,18 @@ class _PullConsumerBase(PullCore):
             subscription,
             self.allocate_strategy,
         )
-        if self.message_model is MessageModel.CLUSTERING:  # consume only under the lease
-            granted = self._control.lock_queues(self.group, self.client_id, sorted(wanted))
-            self._pending_leases = wanted - granted
-            wanted = granted
-        return generation, wanted
+        if self.message_model is not MessageModel.CLUSTERING:
+            return generation, wanted, set(wanted)
+        return generation, wanted, self._lease_io(sorted(wanted.union(held)))
+
+    def _lease_io(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+        """Take or renew the leases of ``queues``; answers those this member holds now."""
+        return self._control.lock_queues(self.group, self.client_id, queues) if queues else set()
+
+    def _forget_io(self, lost: Iterable[MessageQueue]) -> None:
+        """Forget the offsets of queues whose lease was lost: never committed again."""
+        for queue in lost:
+            self._offsets.remove_offset(queue)
 
     def _release_io(self, released: Mapping[MessageQueue, int | None]) -> None:
         """Commit (when given) and forget queues this consumer no longer owns."""
@@ -255,11 +291,20 @@ class PullConsumer(_PullConsumerBase):
         self._check_open()
         return topic_queues(self._control, check_topic(topic))
 
-    def _sync_up(self) -> None:
-        """Membership when due, releases, and the start of queues not started yet."""
+    def _sync_up(self, auto_commit: bool = False) -> None:
+        """The leases first (membership when due, else a renewal when due or before committing
+        anything), then the auto-commit (when asked and due) of the queues whose lease was just
+        confirmed, releases, and the start of queues not started yet."""
+        due = self._auto_commit_due() if auto_commit else None
         subscription = self._membership_due()
         if subscription is not None:
-            self._rebalanced(*self._membership_io(subscription))
+            joined = self._membership_io(subscription, sorted(self._queues))
+            self._forget_io(self._rebalanced(*joined))
+        elif self._renewal_due(committing=bool(due) or bool(self._unknown_starts())):
+            self._renew_leases()
+        due = self._held_only(due)
+        if due and self._auto_commit_io(due, sorted(self._queues)):
+            self._auto_committed(due)
         released = self._take_releases()
         if released:
             self._release_io(released)
@@ -267,15 +312,16 @@ class PullConsumer(_PullConsumerBase):
         if unknown:
             self._apply_starts(self._starts_io(unknown, sorted(self._queues)))
 
+    def _renew_leases(self) -> None:
+        held = sorted(self._queues)
+        self._forget_io(self._leases_renewed(held, self._lease_io(held)))
+
     def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
         some to arrive; ``[]`` when none did. Each queue's messages come in queue order."""
         deadline = self._begin_poll(timeout_s)
         try:
-            due = self._auto_commit_due()
-            if due and self._auto_commit_io(due, sorted(self._queues)):
-                self._auto_committed(due)
-            self._sync_up()
+            self._sync_up(auto_commit=True)
             pulled = False
             while True:
                 messages = self._drain()
@@ -298,9 +344,14 @@ class PullConsumer(_PullConsumerBase):
     def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit ``offsets`` (``{queue: next offset to consume}``, assigned queues only), or
         every queue's current position; persisted before this returns. A commit the broker
-        cannot take now is logged and sent again with the next commit."""
+        cannot take now is logged and sent again with the next commit. A subscribed member
+        renews its leases first: a queue whose lease it lost (another member took it) is not
+        committed but dropped from the assignment, with a warning."""
         self._check_open()
         chosen = self._checked_offsets(offsets)
+        if self._renewal_due(committing=True):
+            self._renew_leases()
+            chosen = self._held_only(chosen) or {}
         self._commit_io(chosen, sorted(self._queues))
         self._note_commit(chosen, given=offsets is not None)
 
@@ -329,11 +380,17 @@ class PullConsumer(_PullConsumerBase):
         return self._times_io(self._checked_times(timestamps))
 
     def close(self) -> None:
-        """Commit the positions (with auto-commit), persist offsets and leave the group.
-        Idempotent."""
-        closing = self._start_close()
-        if closing is not None:
-            self._close_io(*closing)
+        """Commit the positions (with auto-commit) of the queues whose lease is still this
+        member's, persist offsets and leave the group. Idempotent."""
+        if not self._start_close():
+            return
+        if self._renewal_due(committing=True):
+            try:
+                self._renew_leases()
+            except Exception as exc:
+                self._forget_io(self._abandon_all())
+                log.warning(_CLOSE_UNRENEWED, self.group, exc)
+        self._close_io(*self._closing())
 
     def __enter__(self) -> Self:
         self._check_open()
@@ -370,11 +427,20 @@ class AsyncPullConsumer(_PullConsumerBase):
         self._check_open()
         return await asyncio.to_thread(topic_queues, self._control, check_topic(topic))
 
-    async def _sync_up(self) -> None:
+    async def _sync_up(self, auto_commit: bool = False) -> None:
+        due = self._auto_commit_due() if auto_commit else None
         subscription = self._membership_due()
         if subscription is not None:
-            joined = await asyncio.to_thread(self._membership_io, subscription)
-            self._rebalanced(*joined)
+            held = sorted(self._queues)
+            joined = await asyncio.to_thread(self._membership_io, subscription, held)
+            self._forget_io(self._rebalanced(*joined))
+        elif self._renewal_due(committing=bool(due) or bool(self._unknown_starts())):
+            await self._renew_leases()
+        due = self._held_only(due)
+        if due:
+            done = await asyncio.to_thread(self._auto_commit_io, due, sorted(self._queues))
+            if done:
+                self._auto_committed(due)
         released = self._take_releases()
         if released:
             await asyncio.to_thread(self._release_io, released)
@@ -383,17 +449,17 @@ class AsyncPullConsumer(_PullConsumerBase):
             starts = await asyncio.to_thread(self._starts_io, unknown, sorted(self._queues))
             self._apply_starts(starts)
 
+    async def _renew_leases(self) -> None:
+        held = sorted(self._queues)
+        granted = await asyncio.to_thread(self._lease_io, held)
+        self._forget_io(self._leases_renewed(held, granted))
+
     async def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
         some to arrive; ``[]`` when none did. Each queue's messages come in queue order."""
         deadline = self._begin_poll(timeout_s)
         try:
-            due = self._auto_commit_due()
-            if due:
-                done = await asyncio.to_thread(self._auto_commit_io, due, sorted(self._queues))
-                if done:
-                    self._auto_committed(due)
-            await self._sync_up()
+            await self._sync_up(auto_commit=True)
             pulled = False
             while True:
                 messages = self._drain()
@@ -416,9 +482,14 @@ class AsyncPullConsumer(_PullConsumerBase):
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit ``offsets`` (``{queue: next offset to consume}``, assigned queues only), or
         every queue's current position; persisted before this returns. A commit the broker
-        cannot take now is logged and sent again with the next commit."""
+        cannot take now is logged and sent again with the next commit. A subscribed member
+        renews its leases first: a queue whose lease it lost (another member took it) is not
+        committed but dropped from the assignment, with a warning."""
         self._check_open()
         chosen = self._checked_offsets(offsets)
+        if self._renewal_due(committing=True):
+            await self._renew_leases()
+            chosen = self._held_only(chosen) or {}
         await asyncio.to_thread(self._commit_io, chosen, sorted(self._queues))
         self._note_commit(chosen, given=offsets is not None)
 
@@ -449,11 +520,17 @@ class AsyncPullConsumer(_PullConsumerBase):
         return await asyncio.to_thread(self._times_io, self._checked_times(timestamps))
 
     async def close(self) -> None:
-        """Commit the positions (with auto-commit), persist offsets and leave the group.
-        Idempotent."""
-        closing = self._start_close()
-        if closing is not None:
-            await asyncio.to_thread(self._close_io, *closing)
+        """Commit the positions (with auto-commit) of the queues whose lease is still this
+        member's, persist offsets and leave the group. Idempotent."""
+        if not self._start_close():
+            return
+        if self._renewal_due(committing=True):
+            try:
+                await self._renew_leases()
+            except Exception as exc:
+                self._forget_io(self._abandon_all())
+                log.warning(_CLOSE_UNRENEWED, self.group, exc)
+        await asyncio.to_thread(self._close_io, *self._closing())
 
     async def __aenter__(self) -> Self:
         self._check_open()

@@ -23,12 +23,26 @@ handled it; a crash before that hands it out again. Committing by hand after han
 gives the same guarantee; committing before handling it gives at most once. A queue taken away
 by a rebalance is committed at its position (with auto-commit) before it is forgotten.
 
-Decisions of one poll: (1) auto-commit if due; (2) membership, when subscribed: due on
-subscribing, when a pull answer's generation changes, or every ``REBALANCE_INTERVAL_S``; the
-new allocation keeps known queues, queues the others for release and adds new ones whose start
-is not known yet; (3) messages already fetched are handed out at once; otherwise one
-long-polling :class:`PullBatch` over every assigned, unpaused queue with a known start, waiting
-no longer than the poll's deadline or the next rebalance; (4) answers are decoded, re-checked
+**Queue leases** (subscribed clustering members, see :mod:`sdk.broker.leases`): a member consumes
+a queue only while the broker's lease on it is its own. Every membership round asks for the
+leases of the queues allocated to it and of those it still holds; between rounds the held ones
+are renewed at least every ``LEASE_RENEW_INTERVAL_S`` of polling and right before any commit
+(auto-commit, ``commit``, a release, ``close``), so only queues whose lease was just confirmed are
+ever committed. A refused queue is either *lost* (held until now: its lease ran out and another
+member took it) and dropped at once, committing nothing (a warning says so), or *pending*
+(allocated, not held yet: its previous owner is still letting go), asked for again at every pull
+(each pull then waits at most ``PENDING_LEASE_WAIT_S``). Leases are renewed only while the
+application polls (or commits): one that takes longer than the broker's lease (30 s by default)
+between polls loses its queues, and is warned about it.
+
+Decisions of one poll: (1) membership when due (subscribing, a pull answer's generation changes,
+a lease pending, every ``REBALANCE_INTERVAL_S``): the new allocation keeps known queues, drops
+lost ones, queues the others for release (committed, then the lease given back) and adds new ones
+whose start is not known yet; else a lease renewal when due or before committing; (2) auto-commit
+if due, of the queues whose lease was just confirmed; (3) messages already fetched are handed out
+at once; otherwise one long-polling :class:`PullBatch` over every assigned, unpaused queue with a
+known start, waiting no longer than the poll's deadline, the next rebalance or lease renewal (or
+``PENDING_LEASE_WAIT_S`` while a lease is pending); (4) answers are decoded, re-checked
 against the tag expression (the store filters by tag hash; a collision stops here), buffered per
 queue and handed out, at most ``max_poll_records``, the queue served first rotating so none
 starves. An answer for a queue sought or revoked while the pull was out is ignored. A queue whose
@@ -60,6 +74,9 @@ from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_r
 
 __all__ = [
     "DEFAULT_MAX_POLL_RECORDS",
+    "LEASE_RENEW_INTERVAL_S",
+    "PENDING_LEASE_WAIT_S",
+    "QUEUE_LEASE_S",
     "REBALANCE_INTERVAL_S",
     "Offsets",
     "PullCore",
@@ -70,6 +87,11 @@ __all__ = [
 log = logging.getLogger("sdk.consumer.pull")
 
 REBALANCE_INTERVAL_S = 20.0
+# The broker's queue lease by default (sdk.broker.leases.DEFAULT_LEASE_MS; the client is not told
+# the actual one): polls further apart than this lose their queues to other members.
+QUEUE_LEASE_S = 30.0
+LEASE_RENEW_INTERVAL_S = 10.0  # a third of the lease: two renewals may fail before it runs out
+PENDING_LEASE_WAIT_S = 0.05  # how long a pull waits while a wanted queue's lease is pending
 DEFAULT_MAX_POLL_RECORDS = 500
 _OFFSET_MOVED = frozenset(
     {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
@@ -115,6 +137,13 @@ def _topics(topics: Mapping[str, str | None] | Iterable[str]) -> dict[str, str |
             raise ValueError(f"cannot subscribe to topic {topic!r}: {problem}")
         TagFilter.parse(expression)  # a bad tag expression fails here, not at the first poll
     return chosen
+
+
+_POLL_MORE_OFTEN = (
+    "Leases are renewed only while polling or committing: poll at least every"
+    f" {LEASE_RENEW_INTERVAL_S:.0f} s (fewer messages per poll with max_poll_records, or"
+    " handle them on another thread)"
+)
 
 
 def check_topic(topic: str) -> str:
@@ -178,9 +207,10 @@ class PullCore:
         self._generation = -1
         self._rejoin = False
         # Wanted queues whose lease another member still holds (it is releasing them): asked
-        # for again at every poll until granted.
+        # for again at every pull until granted.
         self._pending_leases: set[MessageQueue] = set()
         self._last_rebalance = 0.0
+        self._last_renewal: float | None = None  # when the broker last confirmed our leases
         self._last_commit = time.monotonic()
         self._last_auto_commit: Offsets = {}
         self._drain_turn = itertools.count()
@@ -335,11 +365,88 @@ class PullCore:
             return dict(self._subscription)
         return None
 
-    def _rebalanced(self, generation: int, wanted: set[MessageQueue]) -> None:
+    @property
+    def _leased(self) -> bool:
+        """Whether queues are consumed under the broker's leases (subscribed clustering)."""
+        return self._subscription is not None and self.message_model is MessageModel.CLUSTERING
+
+    def _rebalanced(
+        self, generation: int, wanted: set[MessageQueue], granted: set[MessageQueue]
+    ) -> set[MessageQueue]:
+        """A membership round's answer: the queues allocated to this member (``wanted``) and,
+        when leased, those whose lease it holds now among ``wanted`` and the queues it held
+        (``granted``). Lost queues are dropped uncommitted (answered: the front end forgets
+        their offsets), refused wanted ones stay pending, held ones no longer wanted are
+        queued for release (their lease was just confirmed: committing them is safe)."""
         self._generation = generation
         self._rejoin = False
         self._last_rebalance = time.monotonic()
+        lost: set[MessageQueue] = set()
+        if self._leased:
+            lost = self._leases_renewed(self._queues.keys() | wanted, granted)
+            self._pending_leases = wanted - granted
+            wanted = wanted & granted
+        else:
+            self._pending_leases = set()
         self._set_assignment(wanted, self._subscription or {})
+        return lost
+
+    def _renewal_due(self, committing: bool) -> bool:
+        """Whether the held queues' leases must be renewed now: a leased member holding queues,
+        about to commit (only queues whose lease was just confirmed are committed) or whose
+        last renewal is ``LEASE_RENEW_INTERVAL_S`` old."""
+        if not self._leased or not self._queues:
+            return False
+        last = self._last_renewal
+        return committing or last is None or time.monotonic() - last >= LEASE_RENEW_INTERVAL_S
+
+    def _leases_renewed(
+        self, asked: Iterable[MessageQueue], granted: set[MessageQueue]
+    ) -> set[MessageQueue]:
+        """The broker answered a lease request over ``asked`` with ``granted``: held queues it
+        refused were lost (their lease ran out and another member took it). They are dropped
+        at once, without committing (the new owner's commits must stand), and asked for again
+        (pending) while allocated to this member. Answers the lost queues."""
+        now = time.monotonic()
+        since = None if self._last_renewal is None else now - self._last_renewal
+        held = bool(self._queues)
+        lost = {q for q in asked if q in self._queues and q not in granted}
+        self._last_renewal = now
+        if held and since is not None and since > QUEUE_LEASE_S:
+            log.warning(
+                "consumer of %s renewed its queue leases %.1f s after the previous renewal, longer"
+                " than the broker's queue lease (%.0f s by default): other members may have"
+                " taken its queues meanwhile. %s",
+                self.group,
+                since,
+                QUEUE_LEASE_S,
+                _POLL_MORE_OFTEN,
+            )
+        if lost:
+            log.warning(
+                "consumer of %s lost the lease of %s (%s since it was last renewed; another member"
+                " took it): dropped without committing, its messages fetched but not handed out"
+                " are discarded. %s",
+                self.group,
+                ", ".join(map(str, sorted(lost))),
+                "never" if since is None else f"{since:.1f} s",
+                _POLL_MORE_OFTEN,
+            )
+        for queue in lost:
+            del self._queues[queue]
+            self._paused.discard(queue)
+            self._to_release.pop(queue, None)
+        self._pending_leases |= lost
+        return lost
+
+    def _abandon_all(self) -> set[MessageQueue]:
+        """Drop every queue without committing (closing when the leases could not be renewed:
+        none can be committed safely). Answers them."""
+        dropped = set(self._queues) | set(self._to_release)
+        self._queues.clear()
+        self._to_release.clear()
+        self._paused.clear()
+        return dropped
 
     def _take_releases(self) -> dict[MessageQueue, int | None]:
         released, self._to_release = self._to_release, {}
@@ -382,12 +489,17 @@ class PullCore:
         return bool(messages) or self._closed or (pulled and time.monotonic() >= deadline)
 
     def _wait_ms(self, deadline: float) -> int:
-        """How long the next pull may wait: until the deadline, and no later than the next
-        rebalance is due."""
-        remaining = deadline - time.monotonic()
+        """How long the next pull may wait: until the deadline, no later than the next
+        rebalance or lease renewal is due, and at most ``PENDING_LEASE_WAIT_S`` while a
+        wanted queue's lease is pending (so it is asked for again promptly once freed)."""
+        now = time.monotonic()
+        remaining = deadline - now
         if self._subscription is not None:
-            due = self._last_rebalance + REBALANCE_INTERVAL_S - time.monotonic()
-            remaining = min(remaining, due)
+            remaining = min(remaining, self._last_rebalance + REBALANCE_INTERVAL_S - now)
+        if self._leased and self._queues and self._last_renewal is not None:
+            remaining = min(remaining, self._last_renewal + LEASE_RENEW_INTERVAL_S - now)
+        if self._pending_leases:
+            remaining = min(remaining, PENDING_LEASE_WAIT_S)
         return max(0, int(remaining * 1000))
 
     def _next_batch(self, wait_ms: int) -> PullBatch | None:
@@ -465,6 +577,12 @@ class PullCore:
         positions = self._positions()
         return None if positions == self._last_auto_commit else positions
 
+    def _held_only(self, offsets: Offsets | None) -> Offsets | None:
+        """``offsets`` of the queues still assigned (after a lease check dropped lost ones)."""
+        if offsets is None:
+            return None
+        return {q: o for q, o in offsets.items() if q in self._queues}
+
     def _auto_committed(self, positions: Offsets) -> None:
         """``positions`` were auto-committed: no need to again until they move."""
         self._last_auto_commit = positions
@@ -474,11 +592,16 @@ class PullCore:
         offsets given by hand must not be mistaken for them."""
         self._last_auto_commit = {} if given else offsets
 
-    def _start_close(self) -> Closing | None:
-        """Mark closed; what closing has to do (the positions to commit with auto-commit, the
-        assigned queues, whether to leave the group), or None when already closed."""
+    def _start_close(self) -> bool:
+        """Mark closed (a poll parked in a pull returns ``[]``); False when already closed.
+        The front end then renews the leases (``_renewal_due``) and asks :meth:`_closing`."""
         if self._closed:
-            return None
+            return False
         self._closed = True
+        return True
+
+    def _closing(self) -> Closing:
+        """What closing has to do: the positions to commit (with auto-commit), the assigned
+        queues, whether to leave the group."""
         final = self._positions() if self.auto_commit else None
         return final, sorted(self._queues), self._subscription is not None

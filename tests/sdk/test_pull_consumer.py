@@ -16,6 +16,7 @@ import pytest
 from offsetstore import MessageQueue
 from sdk import (
     AsyncPullConsumer,
+    BrokerOptions,
     ClientClosedError,
     ConsumeFrom,
     EmbeddedBroker,
@@ -25,6 +26,7 @@ from sdk import (
     PullConsumer,
     ReceivedMessage,
 )
+from sdk.consumer import pull_core
 
 GEOMETRY: dict[str, Any] = {
     "commitlog_file_size": 1 << 20,
@@ -569,6 +571,199 @@ def test_async_members_split_the_queues(broker):
 
     got = asyncio.run(main())
     assert sorted(bodies(got)) == sorted(f"m{i}".encode() for i in range(20))
+
+
+# -- queue leases --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def short_lease_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker whose queue leases last 300 ms (30 s by default)."""
+    options = BrokerOptions(queue_lease_ms=300)
+    with EmbeddedBroker(tmp_path / "data", options=options, **GEOMETRY) as embedded:
+        yield embedded
+
+
+def take_over(broker: EmbeddedBroker, q0: MessageQueue, offset: int) -> None:
+    """Member "B" takes ``q0``'s expired lease and commits ``offset`` (it consumed up to it)."""
+    service = broker.service
+    assert service.lock_queues(GROUP, "B", [q0]) == {q0}
+    service.commit_offsets(GROUP, {q0: offset})
+
+
+@pytest.mark.parametrize("comeback", ["poll", "commit", "close"])
+def test_a_member_that_lost_a_lease_drops_the_queue_without_committing(
+    short_lease_broker, caplog, comeback
+):
+    broker = short_lease_broker
+    send(broker, 30, queue_id=0)
+    q0 = queue(broker, 0)
+    with PullConsumer(
+        broker,
+        GROUP,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        max_poll_records=10,
+        auto_commit_interval_s=0.1,
+    ) as consumer:
+        consumer.subscribe([TOPIC])
+        assert len(consumer.poll(1.0)) == 10
+        time.sleep(0.5)  # the application is busy longer than the lease
+        take_over(broker, q0, 25)
+        with caplog.at_level(logging.WARNING, logger="sdk.consumer.pull"):
+            if comeback == "poll":
+                assert consumer.poll(0) == []  # nothing more of q0: it is not ours any more
+            elif comeback == "commit":
+                consumer.commit()
+            else:
+                consumer.close()
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 25  # B's commit stands
+        assert "lost the lease of" in caplog.text and "queueId=0" in caplog.text
+        assert "dropped without committing" in caplog.text
+        assert "poll at least every 10 s" in caplog.text
+        if comeback != "close":
+            assert q0 not in consumer.assignment() and len(consumer.assignment()) == 3
+            broker.service.unlock_queues(GROUP, "B", [q0])  # B lets go: taken back at 25
+            assert bodies(poll_until(consumer, 5)) == [f"m{i}".encode() for i in range(25, 30)]
+    final = 25 if comeback == "close" else 30
+    assert broker.service.query_offset(GROUP, TOPIC, 0) == final
+
+
+class LastTwoWhenShared:
+    """Every queue alone; only the last two when the group has another member."""
+
+    name = "TEST"
+
+    def allocate(
+        self, consumer_group: str, current_cid: str, all_queues: Any, all_cids: Any
+    ) -> list[MessageQueue]:
+        queues = sorted(set(all_queues))
+        return queues if len(set(all_cids)) == 1 else queues[2:]
+
+
+def test_a_queue_taken_away_after_its_lease_was_lost_is_released_without_a_commit(
+    short_lease_broker, monkeypatch
+):
+    monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)  # lease / 3
+    broker = short_lease_broker
+    service = broker.service
+    send(broker, 30, queue_id=0)
+    send(broker, 30, queue_id=1)
+    q0, q2, q3 = (queue(broker, q) for q in (0, 2, 3))
+    with PullConsumer(
+        broker,
+        GROUP,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        auto_commit_interval_s=60,  # only the release commits
+        allocate_strategy=LastTwoWhenShared(),
+    ) as consumer:
+        consumer.subscribe([TOPIC])
+        assert len(poll_until(consumer, 60)) == 60
+        time.sleep(0.5)  # the application is busy longer than the lease
+        service.heartbeat(GROUP, "B", {TOPIC: "*"}, "CLUSTERING")  # B joins: q0 and q1 go
+        take_over(broker, q0, 25)
+        assert consumer.poll(0) == []  # sees the new generation: releases q1, drops q0
+        assert consumer.assignment() == [q2, q3]
+        assert service.query_offset(GROUP, TOPIC, 0) == 25  # B's commit stands
+        assert service.query_offset(GROUP, TOPIC, 1) == 30  # released with a commit
+        owners = service.group_view(GROUP).owners
+        assert owners == {q0: "B", q2: consumer.client_id, q3: consumer.client_id}
+
+
+def test_polling_renews_the_leases_during_a_long_poll_and_between_short_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)
+    options = BrokerOptions(queue_lease_ms=1000)
+    with (
+        EmbeddedBroker(tmp_path / "data", options=options, **GEOMETRY) as broker,
+        PullConsumer(broker, GROUP) as consumer,
+    ):
+        service = broker.service
+        consumer.subscribe([TOPIC])
+        mine = consumer.assignment()
+        assert len(mine) == 4
+        assert consumer.poll(1.5) == []  # longer than the lease
+        assert service.group_view(GROUP).owners == dict.fromkeys(mine, consumer.client_id)
+        for _ in range(15):  # short polls, 100 ms apart
+            consumer.poll(0)
+            time.sleep(0.1)
+        assert service.lock_queues(GROUP, "B", mine) == set()
+        assert consumer.assignment() == mine
+
+
+def test_polling_less_often_than_the_lease_is_warned_about(broker, monkeypatch, caplog):
+    monkeypatch.setattr(pull_core, "QUEUE_LEASE_S", 0.5, raising=False)
+    monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.subscribe([TOPIC])
+        with caplog.at_level(logging.WARNING, logger="sdk.consumer.pull"):
+            consumer.poll(0)
+            assert "longer than the broker's queue lease" not in caplog.text
+            time.sleep(0.7)
+            consumer.poll(0)
+        assert "longer than the broker's queue lease" in caplog.text
+        assert "poll at least every" in caplog.text
+        assert len(consumer.assignment()) == 4  # nobody took them (the real lease is 30 s)
+
+
+def test_a_member_waiting_for_a_lease_asks_again_at_least_every_50_ms(broker, monkeypatch):
+    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    with first, second:
+        first.subscribe([TOPIC])
+        second.subscribe([TOPIC])
+        assert second.assignment() == []  # first holds every queue: two are pending
+        waits: list[int] = []
+        real_pull = second._transport.pull
+
+        def recording_pull(batch: Any) -> Any:
+            waits.append(batch.wait_ms)
+            return real_pull(batch)
+
+        monkeypatch.setattr(second._transport, "pull", recording_pull)
+        assert second.poll(0.5) == []
+        assert len(waits) >= 5 and max(waits) <= 50
+        first.poll(0)  # sees the new generation: lets two queues go
+        deadline = time.monotonic() + 10
+        while len(second.assignment()) < 2 and time.monotonic() < deadline:
+            second.poll(0.5)
+        assert len(second.assignment()) == 2
+        assert set(first.assignment()).isdisjoint(second.assignment())
+
+
+def test_a_clustering_consumer_runs_no_periodic_offset_persist(broker):
+    """A periodic persist would send the last commit of a queue again after its lease was lost
+    (between two polls of a busy application), over the new owner's commits."""
+    with PullConsumer(broker, GROUP) as consumer:
+        consumer.subscribe([TOPIC])
+        assert not [t for t in threading.enumerate() if t.name == f"offsets-{GROUP}"]
+
+
+def test_async_member_that_lost_a_lease_drops_the_queue_without_committing(
+    short_lease_broker, caplog
+):
+    broker = short_lease_broker
+    send(broker, 30, queue_id=0)
+    q0 = queue(broker, 0)
+
+    async def main() -> list[MessageQueue]:
+        async with AsyncPullConsumer(
+            broker,
+            GROUP,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            max_poll_records=10,
+            auto_commit_interval_s=0.1,
+        ) as consumer:
+            consumer.subscribe([TOPIC])
+            assert len(await consumer.poll(1.0)) == 10
+            await asyncio.sleep(0.5)
+            take_over(broker, q0, 25)
+            assert await consumer.poll(0) == []
+            return consumer.assignment()
+
+    with caplog.at_level(logging.WARNING, logger="sdk.consumer.pull"):
+        assignment = asyncio.run(main())
+    assert q0 not in assignment and len(assignment) == 3
+    assert broker.service.query_offset(GROUP, TOPIC, 0) == 25
+    assert "lost the lease of" in caplog.text
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+import sdk.transaction as transaction_module
 from localstore import NewMessage
 from localstore.codec import (
     SYSFLAG_TRANSACTION_COMMIT,
@@ -33,6 +35,7 @@ from localstore.codec import (
 from sdk import (
     AsyncTransactionalProducer,
     BrokerOptions,
+    ClientClosedError,
     ConsumeFrom,
     EmbeddedBroker,
     InvalidMessageError,
@@ -626,6 +629,160 @@ def test_async_producer_commits_and_answers_checks(broker: EmbeddedBroker, colle
         _, unknown_id = asyncio.run(main())
         wait_until(lambda: collected.bodies() == [b"a", b"b"])
     assert asked == [unknown_id]
+
+
+# -- the check thread never dies ---------------------------------------------------------------
+
+
+class FailOnce:
+    """Wraps ``real``: the first call raises RuntimeError (not a QuiverError), the others pass."""
+
+    def __init__(self, real: Callable[..., Any]) -> None:
+        self.real = real
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("boom (test)")
+        return self.real(*args, **kwargs)
+
+
+@pytest.mark.parametrize("failing", ["end_transaction", "decode_records"])
+def test_the_check_thread_survives_a_failure_and_answers_the_next_check(
+    tmp_path: Path,
+    collected: Collected,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failing: str,
+):
+    checker = Checker(COMMIT)
+    with (
+        open_broker(tmp_path / "b", fast_options(max_checks=10)) as broker,
+        consume(broker, collected),
+        TransactionalProducer(broker, GROUP, checker, check_wait_ms=100) as producer,
+    ):
+        if failing == "end_transaction":
+            failure = FailOnce(producer.transport.end_transaction)
+            monkeypatch.setattr(producer.transport, "end_transaction", failure)
+        else:
+            failure = FailOnce(transaction_module.decode_records)
+            monkeypatch.setattr(transaction_module, "decode_records", failure)
+        receipt = producer.send_in_transaction(Message(TOPIC, b"late"), lambda m: UNKNOWN)
+        wait_until(lambda: collected.bodies() == [b"late"])
+        assert failure.calls >= 2 and producer._check_thread.is_alive()
+    assert set(checker.ids()) == {receipt.transaction_id}
+    assert "boom (test)" in caplog.text  # logged with its traceback
+
+
+def test_checks_that_arrive_while_closing_are_not_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    checker = Checker(COMMIT)
+    with open_broker(tmp_path / "b", manual_options(max_checks=5)) as broker:
+        producer = TransactionalProducer(broker, GROUP, checker, check_wait_ms=100)
+        real_fetch = producer.transport.fetch_transaction_checks
+        waiting, go = threading.Event(), threading.Event()
+        fetches: list[int] = []
+
+        def held_fetch(group: str, client_id: str, wait_ms: int) -> Any:
+            fetches.append(wait_ms)
+            waiting.set()
+            go.wait(10)  # the request is out at the broker while close() begins
+            return real_fetch(group, client_id, 1000)
+
+        monkeypatch.setattr(producer.transport, "fetch_transaction_checks", held_fetch)
+        producer.send_in_transaction(Message(TOPIC, b"?"), lambda m: UNKNOWN)
+        assert waiting.wait(10)
+        transactions = broker.service.transactions
+        assert transactions.run_once(time.time_ns() // 1_000_000 + 10_000) == 1
+        with caplog.at_level(logging.DEBUG, logger="sdk.transaction"):
+            producer.close()
+            go.set()
+            producer._check_thread.join(10)
+        assert not producer._check_thread.is_alive()
+        assert checker.asked == [] and len(fetches) == 1  # no request after close() began
+        assert "arrived while closing: not answered" in caplog.text
+        assert transactions.check_count(0) == 1  # the broker asks again at its next round
+
+
+def test_async_check_task_survives_a_failure_and_answers_the_next_check(
+    broker: EmbeddedBroker, collected: Collected, monkeypatch: pytest.MonkeyPatch
+):
+    asked: list[str | None] = []
+
+    async def checker(message: ReceivedMessage) -> TransactionState:
+        asked.append(message.msg_id)
+        return COMMIT
+
+    async def unknown(message: Message) -> TransactionState:
+        return UNKNOWN
+
+    async def main() -> str:
+        async with AsyncTransactionalProducer(
+            broker, GROUP, checker, check_wait_ms=100
+        ) as producer:
+            failure = FailOnce(producer.transport.end_transaction)
+            monkeypatch.setattr(producer.transport, "end_transaction", failure)
+            receipt = await producer.send_in_transaction(Message(TOPIC, b"late"), unknown)
+            for _ in range(1000):
+                if failure.calls >= 2:
+                    break
+                await asyncio.sleep(0.01)
+            task = producer._check_task
+            assert failure.calls >= 2 and task is not None and not task.done()
+            return receipt.transaction_id
+
+    with consume(broker, collected):
+        transaction_id = asyncio.run(main())
+        wait_until(lambda: collected.bodies() == [b"late"])
+    assert set(asked) == {transaction_id} and len(asked) >= 2
+
+
+def test_async_close_closes_even_when_the_check_task_died(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+):
+    async def checker(message: ReceivedMessage) -> TransactionState:
+        return COMMIT
+
+    async def main() -> None:
+        producer = AsyncTransactionalProducer(broker, GROUP, checker, check_wait_ms=100)
+
+        async def dead() -> None:
+            raise RuntimeError("boom (test)")
+
+        monkeypatch.setattr(producer, "_collect_checks", dead)
+        await producer.start()
+        await asyncio.sleep(0.05)  # the task is done, with an exception
+        await producer.close()  # does not raise it, and closes
+        with pytest.raises(ClientClosedError):
+            await producer.send(Message(TOPIC, b"after close"))
+
+    asyncio.run(main())
+
+
+def test_async_close_lets_a_check_being_answered_finish(
+    broker: EmbeddedBroker, collected: Collected
+):
+    async def main() -> None:
+        answering = asyncio.Event()
+
+        async def slow_checker(message: ReceivedMessage) -> TransactionState:
+            answering.set()
+            await asyncio.sleep(0.2)
+            return COMMIT
+
+        async def unknown(message: Message) -> TransactionState:
+            return UNKNOWN
+
+        producer = AsyncTransactionalProducer(broker, GROUP, slow_checker, check_wait_ms=100)
+        await producer.send_in_transaction(Message(TOPIC, b"slow"), unknown)
+        await asyncio.wait_for(answering.wait(), 10)
+        await producer.close()  # the checker call in progress is not cancelled
+
+    with consume(broker, collected):
+        asyncio.run(main())
+        wait_until(lambda: collected.bodies() == [b"slow"])
 
 
 # -- helpers -------------------------------------------------------------------------------------
