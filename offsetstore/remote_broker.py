@@ -139,6 +139,13 @@ class RemoteBrokerOffsetStore:
     def remove_offset(self, queue: MessageQueue) -> None:
         self._memory.remove(queue)
 
+    def discard(self, queue: MessageQueue) -> None:
+        """Forget a queue *and* any failed commit of it waiting to be retried: for a queue this
+        consumer lost to another member, whose progress a late retry would overwrite."""
+        self._memory.remove(queue)
+        with self._lock:
+            self._pending.pop(queue, None)
+
     def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
         return self._memory.of_topic(topic)
 

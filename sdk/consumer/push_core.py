@@ -39,6 +39,7 @@ from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
     assigned_queues,
+    forget_lost,
     make_offset_store,
     start_offset,
 )
@@ -122,7 +123,6 @@ class QueueState:
 # A listener batch, with the process queue it was cut from (a queue taken back later gets a
 # new one: stale batches of the old one are recognised and not consumed).
 Work = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
-
 
 
 class PushCore:
@@ -244,7 +244,7 @@ class PushCore:
                 with state.commit_lock:
                     state.process_queue.seal_if_idle(force=True)
                     state.process_queue.dropped = True
-            self.offsets.remove_offset(queue)
+            forget_lost(self.offsets, queue)
         if lost:
             self._tell("on_revoked", sorted(lost))
         taken = [queue for queue in sorted(started) if self._take(queue)]

@@ -258,3 +258,15 @@ def test_the_contract_with_a_young_queue_rule_and_a_flaky_broker(tmp_path: Path)
         lambda: RemoteBrokerOffsetStore("g", Flaky(table), retry=FAST, drop_unlisted=False),
         zero_if_not_found=True,
     )
+
+
+def test_discard_forgets_a_failed_commit_of_a_lost_queue(tmp_path: Path) -> None:
+    backend = MultiBroker(tmp_path, failures=1, error=RefusedError("no"))
+    store = RemoteBrokerOffsetStore("g", backend, retry=FAST)
+    store.update_offset(A0, 7, increase_only=True)
+    store.persist(A0)  # fails: 7 waits for the next persist
+    assert store.pending() == {A0: 7}
+    backend.tables["broker-a"].commit("g", "T", 0, 25)  # meanwhile the new owner committed 25
+    store.discard(A0)  # we lost the queue
+    store.close()
+    assert backend.tables["broker-a"].offsets("g", "T") == {0: 25}
