@@ -155,6 +155,7 @@ class IndexService:
         offsets: list[int] = []
         uniq_prefix = ""
         uniq_prefix_hash = 0
+        shared = len(messages) > 1  # a single message has no batch-mate to share a prefix with
         for message, phys in zip(messages, phys_offsets, strict=True):
             properties = message.properties
             if not properties or message.sys_flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
@@ -176,7 +177,7 @@ class IndexService:
                     continue
                 candidates: Sequence[str | None] = keys.split(" ")
             else:
-                if uniq and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
+                if shared and uniq and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
                     uniq_prefix = uniq[:_UNIQ_PREFIX]
                     raw_prefix = uniq_prefix.encode()
                     uniq_prefix_hash = (

@@ -141,17 +141,25 @@ def _check_properties_size(properties: dict[str, str], topic: str) -> None:
 def _check_stored_properties(message: Message) -> None:
     """Refuse a message whose properties will not fit once stored: its own, TAGS and KEYS, the
     UNIQ_KEY added here and, for a delayed message, what the broker adds to schedule it."""
+    delayed = bool(message.delay_level) or message.deliver_at_ms is not None
+    keys = message.keys
+    budget = len(message.tags or "") + (
+        len(keys) if isinstance(keys, str) else sum(map(len, keys)) + len(keys)
+    )
+    if message.properties:
+        budget += sum(len(k) + len(v) + 2 for k, v in message.properties.items())
+    budget += 64 + (len(message.topic) + 64 if delayed else 0)  # UNIQ_KEY, names, schedule
+    if budget * 4 <= MAX_PROPERTIES_BYTES:  # UTF-8 takes at most 4 bytes a character
+        return
     properties = {**message.properties, **message.system_properties()}
     properties[PROPERTY_UNIQ_KEY] = "0" * 32
-    if message.delay_level or message.deliver_at_ms is not None:
+    if delayed:
         properties[PROPERTY_DELAY] = str(MAX_DELAY_LEVEL)
         if message.deliver_at_ms is not None:
             properties[PROPERTY_DELIVER_AT] = str(int(message.deliver_at_ms))
         properties[PROPERTY_REAL_TOPIC] = message.topic
         properties[PROPERTY_REAL_QUEUE_ID] = "99999"
-    # UTF-8 takes at most 4 bytes a character: only a message near the limit is encoded.
-    if sum(len(k) + len(v) + 2 for k, v in properties.items()) * 4 > MAX_PROPERTIES_BYTES:
-        _check_properties_size(properties, message.topic)
+    _check_properties_size(properties, message.topic)
 
 
 class MessageBuilder:
@@ -201,9 +209,11 @@ class MessageBuilder:
             )
         return body
 
-    def build(self, message: Message, queue_id: int) -> NewMessage:
-        """The message as the broker stores it, with a fresh ``UNIQ_KEY``."""
-        self.check(message)
+    def build(self, message: Message, queue_id: int, *, checked: bool = False) -> NewMessage:
+        """The message as the broker stores it, with a fresh ``UNIQ_KEY`` (``checked``: the
+        caller already ran :meth:`check` on it)."""
+        if not checked:
+            self.check(message)
         built = self._build(message, queue_id, self._ids.next(), time.time_ns() // 1_000_000)
         if message.delay_level:
             built.properties[PROPERTY_DELAY] = str(message.delay_level)
