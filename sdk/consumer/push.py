@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Self
 
 from localstore.codec import StoredMessage
+from localstore.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from sdk.consumer.membership import check_group, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
@@ -46,7 +47,10 @@ Listener = Callable[[list[StoredMessage]], ConsumeResult | None]
 AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
 
 _ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
-_LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
+_LOCAL_RETRY_S = 5.0
+# A lone batch runs on the pull thread when the pool is idle and listener calls lately took
+# less than this (pulling pauses meanwhile, so only for listeners this quick).
+_INLINE_LISTENER_S = 0.0005  # a message whose send-back failed is re-consumed locally after 5 s
 _EXPIRY_CHECK_S = 60.0  # at most; a shorter consume timeout is checked twice per timeout
 
 
@@ -59,6 +63,12 @@ def _hold_ms(settings: PushSettings) -> int:
     """How long a pull may be held: no longer than until the next rebalance or expiry check."""
     due_s = min(settings.rebalance_interval_s, _expiry_check_s(settings))
     return max(0, min(settings.pull_wait_ms, int(due_s * 1000)))
+
+
+def _start_lease_keeper(core: PushCore, group: str) -> PeriodicTask:
+    """A thread renewing the consumer's queue leases every ``lease_renew_interval_s``."""
+    interval = core.settings.lease_renew_interval_s
+    return PeriodicTask(f"quiver-leases-{group}", core.renew_leases, interval, interval)
 
 
 def _outcome(answer: object, group: str) -> ConsumeResult:
@@ -108,6 +118,12 @@ class PushConsumer:
         self._stop = threading.Event()
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
+        self._lease_keeper: PeriodicTask | None = None
+        self._in_flight = 0  # listener batches submitted to the pool and not finished
+        self._in_flight_lock = threading.Lock()
+        # A moving average of the listener's call time; it starts slow, so a listener runs on
+        # the pull thread only after a run of quick calls.
+        self._listener_ewma_s = _INLINE_LISTENER_S * 20
         self._orderly_lock = threading.Lock()
         self._orderly_running: set[MessageQueue] = set()
         self._closed = False
@@ -134,6 +150,7 @@ class PushConsumer:
             core.shutdown()  # stop the offset persister, leave the group
             raise
         self._core = core
+        self._lease_keeper = _start_lease_keeper(core, self.group)
         self._pool = ThreadPoolExecutor(
             self._consume_threads, thread_name_prefix=f"quiver-consume-{self.group}"
         )
@@ -167,10 +184,11 @@ class PushConsumer:
                 if self.settings.orderly:
                     for queue in {work[0] for work in works}:
                         self._kick_orderly(queue)
+                elif len(works) == 1 and self._in_flight == 0 and self._quick_listener():
+                    self._consume(*works[0])  # nothing else runs: spare a thread hand-off
                 else:
                     for work in works:
                         self._submit(work)
-                if works:
                     time.sleep(0)  # let a listener thread take the GIL now, not at our next wait
                 if result.generation != core.generation:
                     core.rebalance()
@@ -190,8 +208,30 @@ class PushConsumer:
         pool = self._pool
         if pool is None:
             return
-        with contextlib.suppress(RuntimeError):  # the pool is shutting down: offsets stay put
-            pool.submit(self._consume, *work)
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            pool.submit(self._consume_counted, *work)
+        except RuntimeError:  # the pool is shutting down: offsets stay put
+            with self._in_flight_lock:
+                self._in_flight -= 1
+
+    def _consume_counted(
+        self,
+        queue: MessageQueue,
+        process_queue: ProcessQueue[StoredMessage],
+        messages: list[StoredMessage],
+    ) -> None:
+        try:
+            self._consume(queue, process_queue, messages)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+
+    def _quick_listener(self) -> bool:
+        """Whether recent listener calls were short enough to run one on the pull thread (a
+        lone batch while the pool is idle: one thread hand-off less per message)."""
+        return self._listener_ewma_s < _INLINE_LISTENER_S
 
     def _consume(
         self,
@@ -203,12 +243,15 @@ class PushConsumer:
         state = core.try_start(queue, process_queue, messages)
         if state is None:  # being handed over (its next owner consumes these) or taken back
             return
+        started = time.perf_counter()
         try:
             answer = self.listener(core.prepare(messages))
             result = _outcome(answer, self.group)
         except Exception:
             log.exception("listener of %s raised; reconsuming later", self.group)
             result = ConsumeResult.RECONSUME_LATER
+        took = time.perf_counter() - started
+        self._listener_ewma_s += (took - self._listener_ewma_s) * 0.2
         core.finish(queue, state, messages, result)
 
     def _kick_orderly(self, queue: MessageQueue) -> None:
@@ -288,6 +331,8 @@ class PushConsumer:
         core = self._core
         if core is not None:
             core.shutdown()  # persist, then leave the group: this also wakes the parked pull
+        if self._lease_keeper is not None:
+            self._lease_keeper.close()
         if self._thread is not None:
             self._thread.join()
 
@@ -335,6 +380,7 @@ class AsyncPushConsumer:
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._orderly_running: set[MessageQueue] = set()
+        self._lease_keeper: PeriodicTask | None = None
         self._closed = False
 
     @property
@@ -369,6 +415,7 @@ class AsyncPushConsumer:
             await asyncio.to_thread(core.shutdown)  # stop the offset persister, leave the group
             raise
         self._core = core
+        self._lease_keeper = _start_lease_keeper(core, self.group)
         self._slots = asyncio.Semaphore(self._max_concurrency)
         self._task = loop.create_task(self._pull_loop(), name=f"quiver-pull-{self.group}")
 
@@ -504,6 +551,8 @@ class AsyncPushConsumer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if core is not None:
             await asyncio.to_thread(core.shutdown)
+        if self._lease_keeper is not None:
+            await asyncio.to_thread(self._lease_keeper.close)
 
     async def __aenter__(self) -> Self:
         await self.start()

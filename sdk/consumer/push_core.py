@@ -191,13 +191,11 @@ class PushCore:
             self._last_rebalance + settings.rebalance_interval_s,
             self._last_heartbeat + settings.heartbeat_interval_s,
         )
-        if self.ownership.leased and (self.ownership.owned or self.ownership.releasing):
-            due = min(due, self.ownership.renewed_at + settings.lease_renew_interval_s)
         return due - now
 
     def hold_ms(self, limit_ms: int) -> int:
         """How long the next pull may wait: at most ``limit_ms``, and never past the next
-        rebalance, heartbeat or lease renewal (leases must not lapse while a pull is parked)."""
+        rebalance or heartbeat (leases are renewed by the lease keeper meanwhile)."""
         return max(0, min(limit_ms, int(self._due_in_s() * 1000)))
 
     def rebalance(self) -> None:
@@ -219,6 +217,18 @@ class PushCore:
         )
         self._apply(*self.ownership.update(self._wanted))
         self._last_rebalance = time.monotonic()
+
+    def renew_leases(self) -> bool:
+        """Renew every lease held (owned and releasing queues), from the consumer's lease
+        keeper thread every ``lease_renew_interval_s``: a pull thread busy with a long listener
+        call or parked in a long poll never lets a lease lapse. False once closed."""
+        with self._membership_lock:
+            if self._closed:
+                return False
+            ownership = self.ownership
+            if ownership.leased and (ownership.owned or ownership.releasing):
+                self._apply(*ownership.update(self._wanted))
+            return True
 
     def settle(self) -> None:
         """While queues change hands: let go of drained releasing queues, ask again for the
@@ -329,7 +339,7 @@ class PushCore:
         releasing = self.ownership.releasing
         pulls = tuple(
             QueuePull(q.topic, q.queue_id, s.next_offset, s.tags)
-            for q, s in self.states.items()
+            for q, s in list(self.states.items())  # a snapshot: the lease keeper may drop one
             if q not in releasing
             and not s.process_queue.should_throttle(limits, orderly=self.settings.orderly)
         )

@@ -114,11 +114,11 @@ def test_a_late_finish_after_a_forced_release_commits_nothing(broker: EmbeddedBr
         "release_timeout_s": 0.2,
         "lease_renew_interval_s": 0.1,  # the fixture's lease is 600 ms
     }
-    with PushConsumer(broker, "g", {"orders": None}, stuck, **options) as a:
+    with PushConsumer(broker, "g", {"orders": None}, stuck, instance_name="a", **options) as a:
         wait_until(lambda: q3 in a.core.states and a.core.states[q3].process_queue.started_count)
         got: list[bytes] = []
         with PushConsumer(broker, "g", {"orders": None}, lambda ms: got.extend(m.body for m in ms),
-                          **options) as b:  # fmt: skip
+                          instance_name="b", **options) as b:  # fmt: skip
             wait_until(lambda: q3 not in a.assignment() and q3 in b.assignment())
             wait_until(lambda: got == [b"stuck"])  # the new owner consumes it again
             b.core.offsets.persist_all(list(b.core.states))

@@ -244,3 +244,29 @@ def test_sticky_allocation_moves_only_what_it_must(broker):
         with PushConsumer(broker, "g", {"orders": None}, lambda m: None, **sticky) as c:
             wait_until(lambda: (len(orders(a)), len(orders(b)), len(orders(c))) == (4, 4, 4))
             assert orders(a) <= before_a and orders(b) <= before_b  # nothing else moved
+
+
+@pytest.mark.parametrize(("pause_s", "inline_expected"), [(0.0, True), (0.003, False)])
+def test_a_quick_listener_runs_lone_batches_on_the_pull_thread(broker, pause_s, inline_expected):
+    """One message at a time and a quick listener: after a run of quick calls, lone batches
+    skip the thread hand-off; a listener slower than 0.5 ms always runs on the pool."""
+    threads: list[str] = []
+    arrived = threading.Event()
+
+    def listener(messages):
+        time.sleep(pause_s)
+        threads.append(threading.current_thread().name)
+        arrived.set()
+
+    with (
+        PushConsumer(broker, "g", {"orders": None}, listener) as consumer,
+        Producer(broker) as producer,
+    ):
+        for _ in range(40):
+            arrived.clear()
+            producer.send(Message("orders", b"x"))
+            assert arrived.wait(5)
+        on_pull_thread = [name for name in threads if name.startswith("quiver-pull")]
+        assert bool(on_pull_thread) is inline_expected
+        assert threads[0].startswith("quiver-consume")  # it starts on the pool either way
+        assert consumer.core.offsets.clone_offset_table("orders")
