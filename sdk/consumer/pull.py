@@ -301,17 +301,17 @@ class PullConsumer(_PullConsumerBase):
         if subscription is not None:
             joined = self._membership_io(subscription, sorted(self._queues))
             self._forget_io(self._rebalanced(*joined))
-        elif self._renewal_due(committing=bool(due) or bool(self._unknown_starts())):
+        elif self._renewal_due(committing=bool(due) or bool(self._queues.unknown_starts())):
             self._renew_leases()
-        due = self._held_only(due)
+        due = self._queues.held_only(due)
         if due and self._auto_commit_io(due, sorted(self._queues)):
             self._auto_committed(due)
-        released = self._take_releases()
+        released = self._queues.take_releases()
         if released:
             self._release_io(released)
-        unknown = self._unknown_starts()
+        unknown = self._queues.unknown_starts()
         if unknown:
-            self._apply_starts(self._starts_io(unknown, sorted(self._queues)))
+            self._queues.apply_starts(self._starts_io(unknown, sorted(self._queues)))
 
     def _renew_leases(self) -> None:
         held = sorted(self._queues)
@@ -349,10 +349,10 @@ class PullConsumer(_PullConsumerBase):
         renews its leases first: a queue whose lease it lost (another member took it) is not
         committed but dropped from the assignment, with a warning."""
         self._check_open()
-        chosen = self._checked_offsets(offsets)
+        chosen = self._queues.checked_offsets(offsets)
         if self._renewal_due(committing=True):
             self._renew_leases()
-            chosen = self._held_only(chosen) or {}
+            chosen = self._queues.held_only(chosen) or {}
         self._commit_io(chosen, sorted(self._queues))
         self._note_commit(chosen, given=offsets is not None)
 
@@ -365,13 +365,13 @@ class PullConsumer(_PullConsumerBase):
     def seek_to_beginning(self, *queues: MessageQueue) -> None:
         """Move ``queues`` (default: every assigned queue) to their first readable message."""
         self._check_open()
-        self._seek_to(self._bounds_io(self._chosen(queues), end=False))
+        self._queues.seek_to(self._bounds_io(self._queues.chosen(queues), end=False))
 
     def seek_to_end(self, *queues: MessageQueue) -> None:
         """Move ``queues`` (default: every assigned queue) past their last message: only
         messages sent from now on are polled."""
         self._check_open()
-        self._seek_to(self._bounds_io(self._chosen(queues), end=True))
+        self._queues.seek_to(self._bounds_io(self._queues.chosen(queues), end=True))
 
     def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         """For each queue, the offset of its first message stored at or after the timestamp
@@ -389,7 +389,7 @@ class PullConsumer(_PullConsumerBase):
             try:
                 self._renew_leases()
             except Exception as exc:
-                self._forget_io(self._abandon_all())
+                self._forget_io(self._queues.abandon_all())
                 log.warning(_CLOSE_UNRENEWED, self.group, exc)
         self._close_io(*self._closing())
 
@@ -435,20 +435,20 @@ class AsyncPullConsumer(_PullConsumerBase):
             held = sorted(self._queues)
             joined = await asyncio.to_thread(self._membership_io, subscription, held)
             self._forget_io(self._rebalanced(*joined))
-        elif self._renewal_due(committing=bool(due) or bool(self._unknown_starts())):
+        elif self._renewal_due(committing=bool(due) or bool(self._queues.unknown_starts())):
             await self._renew_leases()
-        due = self._held_only(due)
+        due = self._queues.held_only(due)
         if due:
             done = await asyncio.to_thread(self._auto_commit_io, due, sorted(self._queues))
             if done:
                 self._auto_committed(due)
-        released = self._take_releases()
+        released = self._queues.take_releases()
         if released:
             await asyncio.to_thread(self._release_io, released)
-        unknown = self._unknown_starts()
+        unknown = self._queues.unknown_starts()
         if unknown:
             starts = await asyncio.to_thread(self._starts_io, unknown, sorted(self._queues))
-            self._apply_starts(starts)
+            self._queues.apply_starts(starts)
 
     async def _renew_leases(self) -> None:
         held = sorted(self._queues)
@@ -487,10 +487,10 @@ class AsyncPullConsumer(_PullConsumerBase):
         renews its leases first: a queue whose lease it lost (another member took it) is not
         committed but dropped from the assignment, with a warning."""
         self._check_open()
-        chosen = self._checked_offsets(offsets)
+        chosen = self._queues.checked_offsets(offsets)
         if self._renewal_due(committing=True):
             await self._renew_leases()
-            chosen = self._held_only(chosen) or {}
+            chosen = self._queues.held_only(chosen) or {}
         await asyncio.to_thread(self._commit_io, chosen, sorted(self._queues))
         self._note_commit(chosen, given=offsets is not None)
 
@@ -510,7 +510,9 @@ class AsyncPullConsumer(_PullConsumerBase):
 
     async def _seek_to_bound(self, queues: tuple[MessageQueue, ...], end: bool) -> None:
         self._check_open()
-        self._seek_to(await asyncio.to_thread(self._bounds_io, self._chosen(queues), end))
+        self._queues.seek_to(
+            await asyncio.to_thread(self._bounds_io, self._queues.chosen(queues), end)
+        )
 
     async def offsets_for_times(
         self, timestamps: Mapping[MessageQueue, int]
@@ -529,7 +531,7 @@ class AsyncPullConsumer(_PullConsumerBase):
             try:
                 await self._renew_leases()
             except Exception as exc:
-                self._forget_io(self._abandon_all())
+                self._forget_io(self._queues.abandon_all())
                 log.warning(_CLOSE_UNRENEWED, self.group, exc)
         await asyncio.to_thread(self._close_io, *self._closing())
 

@@ -2,14 +2,17 @@
 
 :class:`PullCore` owns what a lite pull consumer knows and decides (assignment, positions, paused
 queues, tag filters, auto-commit bookkeeping) and does no I/O: the front ends in
-:mod:`sdk.consumer.pull` talk to the broker and the offset store, and hand the answers back.
+:mod:`sdk.consumer.pull` talk to the broker and the offset store, and hand the answers back. Its
+per-queue bookkeeping (positions, fetched messages, paused queues, queues to release) is a
+:class:`sdk.consumer.pull_state.QueueTable`; the decisions (membership, leases, timing,
+commits) are made here.
 
 Two numbers per queue, both "next to consume":
 
 * its **position**: the offset of the next message ``poll`` hands out. It advances as polls
   return messages, and past messages the tag expression or the broker skipped; ``seek`` moves it.
-  It lives in this consumer only (here: the first buffered message's offset, else the queue's
-  fetch offset; None while the start is not known).
+  It lives in this consumer only (see :mod:`sdk.consumer.pull_state`; None while the start is
+  not known).
 * its **committed offset**: where the group resumes after a restart or a rebalance. It moves only
   on a commit (``commit``, auto-commit, ``close`` with auto-commit), and is persisted at once:
   the broker's offset table (clustering) or a local file in ``offsets_dir`` (broadcasting). A
@@ -42,35 +45,31 @@ whose start is not known yet; else a lease renewal when due or before committing
 if due, of the queues whose lease was just confirmed; (3) messages already fetched are handed out
 at once; otherwise one long-polling :class:`PullBatch` over every assigned, unpaused queue with a
 known start, waiting no longer than the poll's deadline, the next rebalance or lease renewal (or
-``PENDING_LEASE_WAIT_S`` while a lease is pending); (4) answers are decoded, re-checked
-against the tag expression (the store filters by tag hash; a collision stops here), buffered per
-queue and handed out, at most ``max_poll_records``, the queue served first rotating so none
-starves. An answer for a queue sought or revoked while the pull was out is ignored. A queue whose
-offset is out of range (``OFFSET_TOO_SMALL``, ``OFFSET_OVERFLOW_BADLY``, ...) moves to the offset
-the broker names, with a logged warning. Fetched messages of a paused queue stay buffered until
-it is resumed; ``seek`` drops them.
+``PENDING_LEASE_WAIT_S`` while a lease is pending); (4) the answers are applied by the queue
+table (re-checked against the tag expression, buffered per queue; an answer for a queue sought or
+revoked while the pull was out is ignored; an offset out of range moves to the one the broker
+names, logged) and handed out, at most ``max_poll_records``, the queue served first rotating so
+none starves. Fetched messages of a paused queue stay buffered until it is resumed; ``seek`` drops
+them.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage
 from localstore.tags import TagFilter
 from localstore.validation import topic_error
 from offsetstore import MessageQueue
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
 from sdk.consumer.membership import ConsumeFrom, MessageModel, check_group, new_client_id
+from sdk.consumer.pull_state import Offsets, QueueTable
 from sdk.errors import ClientClosedError
 from sdk.message import ReceivedMessage
-from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_records
+from sdk.transport.models import PullBatch, PullBatchResult
 
 __all__ = [
     "DEFAULT_MAX_POLL_RECORDS",
@@ -93,36 +92,7 @@ QUEUE_LEASE_S = 30.0
 LEASE_RENEW_INTERVAL_S = 10.0  # a third of the lease: two renewals may fail before it runs out
 PENDING_LEASE_WAIT_S = 0.05  # how long a pull waits while a wanted queue's lease is pending
 DEFAULT_MAX_POLL_RECORDS = 500
-_OFFSET_MOVED = frozenset(
-    {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
-)
-Offsets = dict[MessageQueue, int]
 Closing = tuple[Offsets | None, list[MessageQueue], bool]
-
-
-@dataclass(slots=True)
-class _QueueState:
-    """One assigned queue: where the next pull starts (None: not known yet) and what was
-    fetched but not handed out yet."""
-
-    fetch_offset: int | None
-    tags: str | None
-    tag_filter: TagFilter
-    buffer: deque[StoredMessage] = field(default_factory=deque)
-
-    @property
-    def position(self) -> int | None:
-        return self.buffer[0].queue_offset if self.buffer else self.fetch_offset
-
-    def seek(self, offset: int | None) -> None:
-        self.buffer.clear()
-        self.fetch_offset = offset
-
-
-def _check_offset(what: object, offset: object) -> int:
-    if type(offset) is not int or offset < 0:
-        raise ValueError(f"an offset is an int >= 0; got {offset!r} for {what}")
-    return offset
 
 
 def _topics(topics: Mapping[str, str | None] | Iterable[str]) -> dict[str, str | None]:
@@ -199,11 +169,10 @@ class PullCore:
         self.pull_batch_size = pull_batch_size
         self.allocate_strategy = allocate_strategy or AllocateAveragely()
         self.client_id = new_client_id(instance_name)
-        self._queues: dict[MessageQueue, _QueueState] = {}
-        self._paused: set[MessageQueue] = set()
+        # The assigned queues (positions, fetched messages), the paused ones, those to release.
+        self._queues = QueueTable(self.group)
         self._subscription: dict[str, str | None] | None = None  # None: not subscribed
         self._manual = False
-        self._to_release: dict[MessageQueue, int | None] = {}
         self._generation = -1
         self._rejoin = False
         # Wanted queues whose lease another member still holds (it is releasing them): asked
@@ -213,7 +182,6 @@ class PullCore:
         self._last_renewal: float | None = None  # when the broker last confirmed our leases
         self._last_commit = time.monotonic()
         self._last_auto_commit: Offsets = {}
-        self._drain_turn = itertools.count()
         self._poll_lock = threading.Lock()
         self._closed = False
 
@@ -227,26 +195,11 @@ class PullCore:
         if self._closed:
             raise ClientClosedError(f"pull consumer of {self.group} is closed")
 
-    def _assigned(self, queue: object) -> MessageQueue:
-        if not isinstance(queue, MessageQueue) or queue not in self._queues:
-            raise ValueError(f"{queue} is not assigned to this consumer of {self.group}")
-        return queue
-
-    def _chosen(self, queues: tuple[MessageQueue, ...]) -> list[MessageQueue]:
-        """``queues`` checked to be assigned; every assigned queue when none is given."""
-        return [self._assigned(q) for q in queues] if queues else sorted(self._queues)
-
     def _is_assigned(self, queue: object) -> bool:
         """Whether ``queue`` (any queue, for ``committed``) is assigned to this consumer."""
         if not isinstance(queue, MessageQueue):
             raise ValueError(f"committed takes a MessageQueue, got {queue!r}")
         return queue in self._queues
-
-    def _checked_offsets(self, offsets: Mapping[MessageQueue, int] | None) -> Offsets:
-        """What ``commit`` commits: ``offsets`` of assigned queues, or every position."""
-        if offsets is None:
-            return self._positions()
-        return {self._assigned(q): _check_offset(q, o) for q, o in offsets.items()}
 
     def _checked_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         broker = self._broker_name
@@ -293,7 +246,7 @@ class PullCore:
             if problem := topic_error(queue.topic, system=True):
                 raise ValueError(f"cannot assign {queue}: {problem}")
         self._manual = True
-        self._set_assignment(set(wanted), {})
+        self._queues.set_assignment(set(wanted), {}, commit_released=self.auto_commit)
 
     def assignment(self) -> list[MessageQueue]:
         """The queues this consumer consumes now, sorted."""
@@ -310,49 +263,31 @@ class PullCore:
         its start is not known (before the first poll of an :class:`AsyncPullConsumer`, or when
         the committed offset could not be read)."""
         self._check_open()
-        return self._queues[self._assigned(queue)].position
+        return self._queues.position(queue)
 
     def seek(self, queue: MessageQueue, offset: int) -> None:
         """Move ``queue``'s position to ``offset``: the next poll reads from there (messages
         fetched but not handed out yet are dropped). An offset out of the queue's range is moved
         to its nearest end by the next pull (logged)."""
         self._check_open()
-        self._queues[self._assigned(queue)].seek(_check_offset(queue, offset))
+        self._queues.seek(queue, offset)
 
     def pause(self, *queues: MessageQueue) -> None:
         """Stop fetching and handing out messages of ``queues`` until :meth:`resume`."""
         self._check_open()
-        self._paused.update(self._assigned(q) for q in queues)
+        self._queues.pause(queues)
 
     def resume(self, *queues: MessageQueue) -> None:
         """Fetch and hand out ``queues`` again."""
         self._check_open()
-        self._paused.difference_update([self._assigned(q) for q in queues])
+        self._queues.resume(queues)
 
     def paused(self) -> list[MessageQueue]:
         """The paused queues, sorted."""
         self._check_open()
-        return sorted(self._paused)
+        return self._queues.paused()
 
-    # -- assignment --------------------------------------------------------------------------
-    def _set_assignment(self, wanted: set[MessageQueue], tags: Mapping[str, str | None]) -> None:
-        """Keep the queues of ``wanted``, add the new ones (start not known yet), and queue the
-        others for release (committed with auto-commit, then forgotten)."""
-        for queue in [q for q in self._queues if q not in wanted]:
-            state = self._queues.pop(queue)
-            self._paused.discard(queue)
-            self._to_release[queue] = state.position if self.auto_commit else None
-        for queue in sorted(wanted):
-            expression = tags.get(queue.topic)
-            state_or_none = self._queues.get(queue)
-            if state_or_none is None:
-                self._to_release.pop(queue, None)
-                self._queues[queue] = _QueueState(None, expression, TagFilter.parse(expression))
-            elif state_or_none.tags != expression:  # a new tag expression: re-read from position
-                state_or_none.seek(state_or_none.position)
-                state_or_none.tags = expression
-                state_or_none.tag_filter = TagFilter.parse(expression)
-
+    # -- membership and leases ---------------------------------------------------------------
     def _membership_due(self) -> dict[str, str | None] | None:
         """The subscription to heartbeat and rebalance with, when that is due; else None."""
         if self._subscription is None:
@@ -383,12 +318,14 @@ class PullCore:
         self._last_rebalance = time.monotonic()
         lost: set[MessageQueue] = set()
         if self._leased:
-            lost = self._leases_renewed(self._queues.keys() | wanted, granted)
+            lost = self._leases_renewed(set(self._queues) | wanted, granted)
             self._pending_leases = wanted - granted
             wanted = wanted & granted
         else:
             self._pending_leases = set()
-        self._set_assignment(wanted, self._subscription or {})
+        self._queues.set_assignment(
+            wanted, self._subscription or {}, commit_released=self.auto_commit
+        )
         return lost
 
     def _renewal_due(self, committing: bool) -> bool:
@@ -432,41 +369,9 @@ class PullCore:
                 "never" if since is None else f"{since:.1f} s",
                 _POLL_MORE_OFTEN,
             )
-        for queue in lost:
-            del self._queues[queue]
-            self._paused.discard(queue)
-            self._to_release.pop(queue, None)
+        self._queues.drop(lost)
         self._pending_leases |= lost
         return lost
-
-    def _abandon_all(self) -> set[MessageQueue]:
-        """Drop every queue without committing (closing when the leases could not be renewed:
-        none can be committed safely). Answers them."""
-        dropped = set(self._queues) | set(self._to_release)
-        self._queues.clear()
-        self._to_release.clear()
-        self._paused.clear()
-        return dropped
-
-    def _take_releases(self) -> dict[MessageQueue, int | None]:
-        released, self._to_release = self._to_release, {}
-        return released
-
-    def _unknown_starts(self) -> list[MessageQueue]:
-        return sorted(q for q, s in self._queues.items() if s.fetch_offset is None)
-
-    def _apply_starts(self, starts: Offsets) -> None:
-        for queue, offset in starts.items():
-            state = self._queues.get(queue)
-            if state is not None and state.fetch_offset is None:
-                state.fetch_offset = offset
-
-    def _seek_to(self, offsets: Offsets) -> None:
-        """Move each queue still assigned to its offset (``seek_to_beginning``/``_end``)."""
-        for queue, offset in offsets.items():
-            state = self._queues.get(queue)
-            if state is not None:
-                state.seek(offset)
 
     # -- fetching and handing out ------------------------------------------------------------
     def _begin_poll(self, timeout_s: float) -> float:
@@ -505,11 +410,7 @@ class PullCore:
     def _next_batch(self, wait_ms: int) -> PullBatch | None:
         """A pull over every unpaused queue with a known start; None when there is none and
         no group to watch (a subscribed member still pulls, to learn the group's generation)."""
-        pulls = tuple(
-            QueuePull(q.topic, q.queue_id, s.fetch_offset, s.tags)
-            for q, s in sorted(self._queues.items())
-            if s.fetch_offset is not None and q not in self._paused
-        )
+        pulls = self._queues.pulls()
         if not pulls and self._subscription is None:
             return None
         return PullBatch(self.group, pulls, max_count=self.pull_batch_size, wait_ms=wait_ms)
@@ -517,56 +418,16 @@ class PullCore:
     def _absorb(self, batch: PullBatch, result: PullBatchResult) -> None:
         """Record a pull's answers: buffer what matches, move fetch offsets; a queue sought
         (or revoked) while the pull was out ignores its answer."""
-        asked = {(p.topic, p.queue_id): p.queue_offset for p in batch.pulls}
-        broker = self._broker_name
-        for answer in result.results:
-            queue = MessageQueue(answer.topic, broker, answer.queue_id)
-            state = self._queues.get(queue)
-            if (
-                state is None
-                or state.buffer
-                or state.fetch_offset != asked.get((answer.topic, answer.queue_id))
-            ):
-                continue
-            if answer.found:
-                messages = decode_records(answer.raw)
-                tag_filter = state.tag_filter
-                if not tag_filter.matches_all:
-                    messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
-                state.buffer.extend(messages)
-                state.fetch_offset = answer.next_offset
-            elif answer.status == "NO_MATCHED_MESSAGE":
-                state.fetch_offset = answer.next_offset
-            elif answer.status in _OFFSET_MOVED:
-                log.warning(
-                    "%s: offset %d is out of range (%s); moving to %d",
-                    queue,
-                    state.fetch_offset,
-                    answer.status,
-                    answer.next_offset,
-                )
-                state.fetch_offset = answer.next_offset
+        self._queues.absorb(batch, result, self._broker_name)
         if self._subscription is not None and result.generation != self._generation:
             self._rejoin = True
 
     def _drain(self) -> list[ReceivedMessage]:
         """Up to ``max_poll_records`` fetched messages of unpaused queues, each queue's in
         order; the queue served first rotates, so none starves."""
-        ready = [q for q, s in sorted(self._queues.items()) if s.buffer and q not in self._paused]
-        if not ready:
-            return []
-        turn = next(self._drain_turn) % len(ready)
-        out: list[ReceivedMessage] = []
-        for queue in ready[turn:] + ready[:turn]:
-            buffer = self._queues[queue].buffer
-            while buffer and len(out) < self.max_poll_records:
-                out.append(buffer.popleft())
-        return out
+        return self._queues.drain(self.max_poll_records)
 
     # -- committing --------------------------------------------------------------------------
-    def _positions(self) -> Offsets:
-        return {q: s.position for q, s in self._queues.items() if s.position is not None}
-
     def _auto_commit_due(self) -> Offsets | None:
         """The positions to auto-commit now, or None (off, not due, or nothing moved since the
         last commit of positions)."""
@@ -574,14 +435,8 @@ class PullCore:
         if not self.auto_commit or now - self._last_commit < self.auto_commit_interval_s:
             return None
         self._last_commit = now
-        positions = self._positions()
+        positions = self._queues.positions()
         return None if positions == self._last_auto_commit else positions
-
-    def _held_only(self, offsets: Offsets | None) -> Offsets | None:
-        """``offsets`` of the queues still assigned (after a lease check dropped lost ones)."""
-        if offsets is None:
-            return None
-        return {q: o for q, o in offsets.items() if q in self._queues}
 
     def _auto_committed(self, positions: Offsets) -> None:
         """``positions`` were auto-committed: no need to again until they move."""
@@ -603,5 +458,5 @@ class PullCore:
     def _closing(self) -> Closing:
         """What closing has to do: the positions to commit (with auto-commit), the assigned
         queues, whether to leave the group."""
-        final = self._positions() if self.auto_commit else None
+        final = self._queues.positions() if self.auto_commit else None
         return final, sorted(self._queues), self._subscription is not None
