@@ -17,7 +17,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-SCRIPTS = ["quickstart", "retry_and_dlq", "delayed", "broadcast", "idempotent_consumer", "ordered"]
+SCRIPTS = [
+    "quickstart", "retry_and_dlq", "delayed", "broadcast", "idempotent_consumer", "ordered",
+    "pull_consumer", "transactions",
+]  # fmt: skip
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +152,52 @@ def test_the_default_directory_is_temporary(tmp_path: Path, name: str):
     done = run_example(name, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_pull_consumer_example_polls_commits_and_seeks_by_time(tmp_path: Path):
+    data = tmp_path / "data"
+    done = run_example("pull_consumer", data, cwd=tmp_path)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "pull consumer: OK"
+    assert "4. polled 6 messages:" in lines
+    polled = [line for line in lines if re.fullmatch(r" +readings/\d offset \d+ +body=.*", line)]
+    assert len(polled) == 6 + 3  # the first round, then the three found by time
+    assert "5. committed (queue -> next offset): {0: 2, 1: 2, 2: 1, 3: 1}" in lines
+    assert any(line.startswith("7. polled 3 more (not committed)") for line in lines)
+    assert any(
+        re.fullmatch(r"8\. seek by time to \d+: offsets \{0: 2, 1: 2, 2: 1, 3: 1\}; .*", line)
+        for line in lines
+    )
+    resumed = lines[lines.index(next(line for line in lines if line.startswith("9. "))) + 1]
+    assert resumed.strip() == "['reading 7: 20.7 C', 'reading 8: 20.8 C', 'reading 9: 20.9 C']"
+    assert (data / "store" / "config" / "store.json").exists()
+
+    again = run_example(
+        "pull_consumer", data, cwd=tmp_path
+    )  # a store from an earlier run is replaced
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == "pull consumer: OK"
+
+
+def test_transactions_example_commits_rolls_back_and_resolves_by_check(tmp_path: Path):
+    data = tmp_path / "data"
+    done = run_example("transactions", data, cwd=tmp_path)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "transactions: OK (order-2 rolled back, never delivered)"
+    text = "\n".join(lines)
+    assert "order-1: local transaction succeeds -> COMMIT   broker: COMMITTED" in text
+    assert "order-2: local transaction fails    -> ROLLBACK broker: ROLLED_BACK" in text
+    assert "order-3: local transaction in doubt -> UNKNOWN  broker: UNKNOWN" in text
+    checks = [line for line in lines if line.startswith("3. checker asked about")]
+    assert checks and re.fullmatch(
+        r"3\. checker asked about order-3 \(transaction \w{32}\): COMMIT", checks[-1]
+    )
+    received = [line.strip() for line in lines if line.startswith("     ledger received")]
+    assert received == [
+        "ledger received order-1: order-1 paid",
+        "ledger received order-3: order-3 paid",
+    ]
+    assert "4. the ledger received order-1, order-3" in lines
+    assert (data / "config" / "store.json").exists()
