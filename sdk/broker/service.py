@@ -364,6 +364,8 @@ class BrokerService:
         result = self.pull(batch)
         if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
             return result
+        if 0 <= batch.generation != result.generation:
+            return result  # the group changed since the consumer last looked: it rebalances
         deadline = time.monotonic() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
         generation = result.generation
@@ -390,6 +392,8 @@ class BrokerService:
         result = self.pull(batch)
         if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
             return result
+        if 0 <= batch.generation != result.generation:
+            return result  # the group changed since the consumer last looked: it rebalances
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
         keys = _watched_keys(batch)

@@ -413,7 +413,13 @@ class PullCore:
         pulls = self._queues.pulls()
         if not pulls and self._subscription is None:
             return None
-        return PullBatch(self.group, pulls, max_count=self.pull_batch_size, wait_ms=wait_ms)
+        return PullBatch(
+            self.group,
+            pulls,
+            max_count=self.pull_batch_size,
+            wait_ms=wait_ms,
+            generation=self._generation if self._subscription is not None else -1,
+        )
 
     def _absorb(self, batch: PullBatch, result: PullBatchResult) -> None:
         """Record a pull's answers: buffer what matches, move fetch offsets; a queue sought

@@ -348,7 +348,11 @@ class PushCore:
             # a throttled queue is looked at again in 50 ms; a hand-over is watched as closely
             hold_ms = min(hold_ms, THROTTLED_RECHECK_MS)
         return PullBatch(
-            self.group, pulls, max_count=self.settings.pull_batch_size, wait_ms=hold_ms
+            self.group,
+            pulls,
+            max_count=self.settings.pull_batch_size,
+            wait_ms=hold_ms,
+            generation=self.generation,
         )
 
     def on_pulled(self, result: PullBatchResult) -> list[Work]:

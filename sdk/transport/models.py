@@ -84,6 +84,8 @@ class QueuePull:
 class PullBatch:
     """One long-polling pull over several queues on behalf of ``group``.
 
+    ``generation`` is the group's membership generation the consumer last saw: a pull never
+    waits once the group moved past it (a member joined or left between two pulls).
     ``max_count``/``max_bytes`` bound each queue's answer. ``wait_ms`` is how long the broker may
     hold the request when no queue has anything new (0: answer at once).
     """
@@ -93,6 +95,7 @@ class PullBatch:
     max_count: int = 32
     max_bytes: int = 4 * 1024 * 1024
     wait_ms: int = 0
+    generation: int = -1  # the group generation the consumer knows (-1: none)
 
 
 @dataclass(slots=True)

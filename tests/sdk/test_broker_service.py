@@ -184,3 +184,16 @@ def test_a_failed_start_stops_what_already_started(tmp_path: Path):
     assert not {name for name in leftover if name.startswith("quiver")}
     with BrokerService(tmp_path / "b", BrokerOptions(geometry={"commitlog_file_size": 1 << 20})):
         pass  # the store was released
+
+
+def test_a_pull_from_a_consumer_behind_the_group_generation_does_not_wait(service: BrokerService):
+    """A member that joined between the consumer's last look and this pull: the pull answers at
+    once, so the consumer rebalances instead of parking on a stale view of the group."""
+    known = service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
+    service.heartbeat("g", "b", {"orders": "*"}, "CLUSTERING")  # the consumer has not seen this
+    started = time.monotonic()
+    answer = service.pull_wait(
+        PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=10_000, generation=known)
+    )
+    assert time.monotonic() - started < 2
+    assert answer.generation == known + 1
