@@ -35,6 +35,15 @@ from sdk import (
     ReceivedMessage,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "price-changes"
 GROUP = "cache-invalidator"
 INSTANCES = ["node-a", "node-b"]
@@ -75,7 +84,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "broadcast"
         if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            say(f"{data} is not empty and holds no Quiver store: not deleting it")
             return 2
         return run(data)
 
@@ -85,7 +94,7 @@ def run(data: Path) -> int:
     nodes = [Node(name) for name in INSTANCES]
     offsets_dir = data / "offsets"
     with EmbeddedBroker(data / "store") as broker:
-        print(f"1. embedded broker over {data / 'store'}/")
+        say(f"1. embedded broker over {data / 'store'}/")
         consumers = [
             PushConsumer(
                 broker,
@@ -101,10 +110,10 @@ def run(data: Path) -> int:
         ]
         for consumer in consumers:
             consumer.start()
-        print(f"2. started {len(consumers)} BROADCASTING consumers of group {GROUP!r}:")
+        say(f"2. started {len(consumers)} BROADCASTING consumers of group {GROUP!r}:")
         for node, consumer in zip(nodes, consumers, strict=True):
             queues = [q.queue_id for q in consumer.assignment()]
-            print(f"     {node.name}: client id {consumer.client_id}, queues {queues}")
+            say(f"     {node.name}: client id {consumer.client_id}, queues {queues}")
         try:
             with Producer(broker) as producer:
                 receipts = [
@@ -112,23 +121,23 @@ def run(data: Path) -> int:
                     for n in range(1, COUNT + 1)
                 ]
             spread = sorted({r.queue_id for r in receipts})
-            print(f"3. sent {COUNT} messages to {TOPIC} (round-robin over queues {spread})")
+            say(f"3. sent {COUNT} messages to {TOPIC} (round-robin over queues {spread})")
             for node in nodes:
                 node.done.wait(WAIT_S)
         finally:
             for consumer in consumers:
                 consumer.close()  # persists each consumer's offsets to its own file
-    print("4. each consumer received:")
+    say("4. each consumer received:")
     for node in nodes:
-        print(f"     {node.name}: {len(node.bodies)} of {COUNT}: {sorted(node.bodies)}")
-    print(f"5. offsets, one file per instance (under {offsets_dir}):")
+        say(f"     {node.name}: {len(node.bodies)} of {COUNT}: {sorted(node.bodies)}")
+    say(f"5. offsets, one file per instance (under {offsets_dir}):")
     for node in nodes:
         for path in sorted(offsets_dir.glob(f"*@{node.name}/{GROUP}/offsets.json")):
             table = json.loads(path.read_text())["offsetTable"]
             saved = ", ".join(f"{e['queueId']}->{e['offset']}" for e in table)
-            print(f"     {node.name}: {path.relative_to(offsets_dir)} (queue->offset: {saved})")
+            say(f"     {node.name}: {path.relative_to(offsets_dir)} (queue->offset: {saved})")
     ok = all(len(node.bodies) == len(set(node.bodies)) == COUNT for node in nodes)
-    print(f"broadcasting: {'OK' if ok else 'FAILED'} (every consumer got every message once)")
+    say(f"broadcasting: {'OK' if ok else 'FAILED'} (every consumer got every message once)")
     return 0 if ok else 1
 
 

@@ -33,6 +33,15 @@ from sdk import (
     ReceivedMessage,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "reminders"
 GROUP = "reminder-service"
 DELAYS_MS = [250, 500, 1000, 2000]  # delay levels 1-4
@@ -78,7 +87,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
         if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            say(f"{data} is not empty and holds no Quiver store: not deleting it")
             return 2
         return run(data)
 
@@ -104,7 +113,7 @@ def run(data: Path) -> int:
     options = BrokerOptions(delay_levels=DELAYS_MS)
     sent: list[tuple[str, str, int, int]] = []  # label, msg_id, sent at, delay asked for
     with EmbeddedBroker(data, options=options) as broker:
-        print(f"1. embedded broker over {data}/, delay levels 1-4 = {DELAYS_MS} ms")
+        say(f"1. embedded broker over {data}/, delay levels 1-4 = {DELAYS_MS} ms")
         with (
             PushConsumer(
                 broker,
@@ -115,26 +124,24 @@ def run(data: Path) -> int:
             ),
             Producer(broker) as producer,
         ):
-            print("2. sent (a delayed message has no queue offset until it is delivered):")
+            say("2. sent (a delayed message has no queue offset until it is delivered):")
             for index in range(count):
                 sent_at = now_ms()
                 label, message, delay_ms = plans(sent_at)[index]
                 receipt = producer.send(message)
                 sent.append((label, receipt.msg_id, sent_at, delay_ms))
-                print(
-                    f"     {label:<24} queue offset {receipt.queue_offset:>2}  ({receipt.msg_id})"
-                )
+                say(f"     {label:<24} queue offset {receipt.queue_offset:>2}  ({receipt.msg_id})")
             if not arrivals.done.wait(WAIT_S):
-                print(f"only {len(arrivals.received_ms)} of {count} arrived in {WAIT_S} s")
+                say(f"only {len(arrivals.received_ms)} of {count} arrived in {WAIT_S} s")
                 return 1
-    print("3. received (ms after its send):")
+    say("3. received (ms after its send):")
     early = 0
     for label, msg_id, sent_at, delay_ms in sent:
         waited = arrivals.received_ms[msg_id] - sent_at
         early += waited < delay_ms
         verdict = "EARLY" if waited < delay_ms else "not early"
-        print(f"     {label:<24} after {waited:>5} ms, asked {delay_ms:>5} ms: {verdict}")
-    print(f"delays: {'OK' if not early else 'FAILED'} ({len(sent) - early} of {len(sent)} on time)")
+        say(f"     {label:<24} after {waited:>5} ms, asked {delay_ms:>5} ms: {verdict}")
+    say(f"delays: {'OK' if not early else 'FAILED'} ({len(sent) - early} of {len(sent)} on time)")
     return 0 if not early else 1
 
 

@@ -56,6 +56,15 @@ from sdk.idempotency import (
     idempotent_in_transaction,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "deposits"
 DEPOSITS = [("alice", 100), ("bob", 50), ("alice", 25), ("carol", 10)]
 EXPECTED = {"alice": 125, "bob": 50, "carol": 10}
@@ -155,7 +164,7 @@ class Deliveries:
             result = self.handle(messages)
         except RuntimeError as exc:
             first = messages[0]
-            print(
+            say(
                 f"   {self.label}: batch at {first.topic}/{first.queue_id} offset "
                 f"{first.queue_offset} failed ({exc}): rolled back, retrying"
             )
@@ -198,7 +207,7 @@ def reset_offsets(store: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"quiver {' '.join(arguments)} failed: {done.stderr.strip()}")
-    print(f"   rewound group bank: quiver {' '.join(arguments)}")
+    say(f"   rewound group bank: quiver {' '.join(arguments)}")
 
 
 def main(argv: list[str]) -> int:
@@ -206,7 +215,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "demo"
         if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            say(f"{data} is not empty and holds no Quiver store: not deleting it")
             return 2
         data.mkdir(parents=True)
         return run(data)
@@ -236,7 +245,7 @@ def run(data: Path) -> int:
 
         with EmbeddedBroker(data / "store", options=options) as broker:
             count = produce(broker)
-            print(
+            say(
                 f"1. produced {count} messages: {len(DEPOSITS)} deposits, "
                 f"{count - len(DEPOSITS)} re-sent (same UNIQ_KEY)"
             )
@@ -253,11 +262,11 @@ def run(data: Path) -> int:
             ):
                 first.wait(lambda: bank.credited >= len(DEPOSITS))
                 notifier.wait(lambda: notifier.delivered >= count)
-        print(
+        say(
             f"2. first pass: {first.delivered} deliveries, {bank.credited} credited, "
             f"{len(first.skipped)} skipped as duplicates ({', '.join(first.skipped)})"
         )
-        print(
+        say(
             f"   notifier (idempotent, in-memory, key=first_key): {notifier.delivered} "
             f"deliveries, {len(notified)} notifications, {len(notifier.skipped)} skipped"
         )
@@ -271,18 +280,18 @@ def run(data: Path) -> int:
             bank_consumer(broker, again),
         ):
             again.wait(lambda: again.delivered >= count)
-        print(
+        say(
             f"3. restart from offset 0: {again.delivered} deliveries, "
             f"{bank.credited - credited_before} credited, "
             f"{len(again.skipped)} skipped as duplicates"
         )
         with dedup.transaction() as conn:
             final = balances(conn)
-        print("4. balances: " + ", ".join(f"{name}={amount}" for name, amount in final.items()))
+        say("4. balances: " + ", ".join(f"{name}={amount}" for name, amount in final.items()))
     if final != EXPECTED or bank.credited != len(DEPOSITS) or len(notified) != len(DEPOSITS):
-        print(f"exactly-once: FAILED (expected {EXPECTED}, {len(DEPOSITS)} credits)")
+        say(f"exactly-once: FAILED (expected {EXPECTED}, {len(DEPOSITS)} credits)")
         return 1
-    print(f"exactly-once: OK ({len(DEPOSITS)} deposits credited once each)")
+    say(f"exactly-once: OK ({len(DEPOSITS)} deposits credited once each)")
     return 0
 
 

@@ -33,6 +33,15 @@ from sdk import (
     ReceivedMessage,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "order-events"
 GROUP = "fulfilment"
 STEPS = ["created", "paid", "shipped", "delivered"]
@@ -65,7 +74,7 @@ class Fulfilment:
             order, step = message.body.decode().split(":")
             if order == "order-3" and step == "shipped" and order not in self.failed_once:
                 self.failed_once.add(order)  # the carrier is down: try again shortly
-                print(f"     {order}: '{step}' failed once; retried in place")
+                say(f"     {order}: '{step}' failed once; retried in place")
                 return ConsumeResult.RECONSUME_LATER
             with self.lock:
                 expected = STEPS[len(self.history[order])]
@@ -81,7 +90,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
         if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            say(f"{data} is not empty and holds no Quiver store: not deleting it")
             return 2
         return run(data)
 
@@ -90,7 +99,7 @@ def run(data: Path) -> int:
     """Two orderly members share the queues; every order's events are sent, interleaved."""
     fulfilment = Fulfilment()
     with EmbeddedBroker(data) as broker:
-        print(f"1. embedded broker over {data}/")
+        say(f"1. embedded broker over {data}/")
         members = [
             PushConsumer(
                 broker,
@@ -108,9 +117,9 @@ def run(data: Path) -> int:
         deadline = time.monotonic() + WAIT_S
         while any(not owned_queues(m) for m in members) and time.monotonic() < deadline:
             time.sleep(0.01)  # the second member's queues are handed over under their leases
-        print("2. two orderly consumers share the queues:")
+        say("2. two orderly consumers share the queues:")
         for member in members:
-            print(f"     {member.client_id} owns queues {owned_queues(member)}")
+            say(f"     {member.client_id} owns queues {owned_queues(member)}")
         with Producer(broker) as producer:
             queues: dict[str, int] = {}
             for step in STEPS:
@@ -118,18 +127,18 @@ def run(data: Path) -> int:
                     body = f"{order}:{step}".encode()
                     receipt = producer.send(Message(TOPIC, body, keys=order), sharding_key=order)
                     queues[order] = receipt.queue_id
-        print(f"3. sent {len(ORDERS) * len(STEPS)} events; queue of each order: {queues}")
+        say(f"3. sent {len(ORDERS) * len(STEPS)} events; queue of each order: {queues}")
         arrived = fulfilment.done.wait(WAIT_S)
         for member in members:
             member.close()
     if not arrived:
-        print(f"not every event arrived within {WAIT_S} s")
+        say(f"not every event arrived within {WAIT_S} s")
         return 1
-    print("4. what each order went through:")
+    say("4. what each order went through:")
     for order in ORDERS:
-        print(f"     {order}: {' -> '.join(fulfilment.history[order])}")
+        say(f"     {order}: {' -> '.join(fulfilment.history[order])}")
     verdict = "OK" if not fulfilment.out_of_order else "FAILED"
-    print(f"order: {verdict} ({fulfilment.out_of_order} event(s) out of order)")
+    say(f"order: {verdict} ({fulfilment.out_of_order} event(s) out of order)")
     return 0 if not fulfilment.out_of_order else 1
 
 

@@ -32,6 +32,15 @@ from sdk import (
     SendReceipt,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "orders"
 GROUP = "billing"
 EXPRESSION = "paid || refunded"
@@ -81,7 +90,7 @@ def main(argv: list[str]) -> int:
     """Run the demo in ``argv[1]`` (default ``./quickstart-data``)."""
     data = Path(argv[1]) if len(argv) > 1 else Path("quickstart-data")
     if not fresh_directory(data):
-        print(f"{data} is not empty and holds no Quiver store: not deleting it")
+        say(f"{data} is not empty and holds no Quiver store: not deleting it")
         return 2
 
     first = order(1, "paid")
@@ -93,7 +102,7 @@ def main(argv: list[str]) -> int:
     # Small segments (1 MiB commitlog files) keep the demo's files small; the defaults are
     # RocketMQ's (1 GiB). The geometry is recorded and must match on every later open.
     with EmbeddedBroker(data, commitlog_file_size=1 << 20, cq_entries_per_file=1000) as broker:
-        print(f"1. opened an embedded broker over a new store in {data}/")
+        say(f"1. opened an embedded broker over a new store in {data}/")
         with (
             PushConsumer(
                 broker,
@@ -105,34 +114,32 @@ def main(argv: list[str]) -> int:
             Producer(broker) as producer,
         ):
             queues = sorted(q.queue_id for q in consumer.assignment() if q.topic == TOPIC)
-            print(
+            say(
                 f"2. push consumer of group {GROUP!r} started: {TOPIC} with "
                 f"{EXPRESSION!r}, queues {queues}"
             )
 
             receipt = producer.send(first)
-            print(f"3. sent one message (tags {first.tags}, keys {list(first.keys)}):")
-            print(f"     {show(receipt)}")
+            say(f"3. sent one message (tags {first.tags}, keys {list(first.keys)}):")
+            say(f"     {show(receipt)}")
 
             receipts = producer.send_batch(batch)  # one request, one append, one queue
-            print(f"4. sent a batch of {len(receipts)} (one append, one queue):")
+            say(f"4. sent a batch of {len(receipts)} (one append, one queue):")
             for message, receipt in zip(batch, receipts, strict=True):
-                print(f"     {show(receipt)}  tags={message.tags}")
+                say(f"     {show(receipt)}  tags={message.tags}")
 
             if not received.done.wait(WAIT_S):
-                print(f"only {len(received.messages)} of {len(wanted)} arrived in {WAIT_S} s")
+                say(f"only {len(received.messages)} of {len(wanted)} arrived in {WAIT_S} s")
                 return 1
         got = sorted(received.messages, key=lambda m: (m.queue_id, m.queue_offset))
-        print(f"5. consumed {len(got)} of {len(wanted)} expected ({EXPRESSION}):")
+        say(f"5. consumed {len(got)} of {len(wanted)} expected ({EXPRESSION}):")
         for stored in got:
-            print(
+            say(
                 f"     {stored.topic}/{stored.queue_id} offset {stored.queue_offset}  "
                 f"tags={stored.tags}  keys={stored.keys}  body={stored.body.decode()}"
             )
-    print("6. closed the consumer (offsets committed), the producer and the broker")
-    print(
-        f"   inspect: quiver store info {data}; quiver offsets show --data {data} --group {GROUP}"
-    )
+    say("6. closed the consumer (offsets committed), the producer and the broker")
+    say(f"   inspect: quiver store info {data}; quiver offsets show --data {data} --group {GROUP}")
     return 0
 
 

@@ -39,6 +39,15 @@ from sdk import (
     retry_topic,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "orders"
 GROUP = "billing"
 DLQ_READER = "billing-dlq-reader"
@@ -74,7 +83,7 @@ class Billing:
             self.deliveries.append((key, message.reconsume_times))
         failing = key == POISON or (key == FAIL_ONCE and message.reconsume_times == 0)
         elapsed_ms = (time.monotonic() - self.started) * 1000
-        print(
+        say(
             f"   +{elapsed_ms:5.0f} ms  {GROUP} got {key} ({message.topic}, "
             f"reconsume_times={message.reconsume_times}): "
             + ("fails -> RECONSUME_LATER" if failing else "SUCCESS")
@@ -104,7 +113,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
         if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            say(f"{data} is not empty and holds no Quiver store: not deleting it")
             return 2
         return run(data)
 
@@ -115,7 +124,7 @@ def run(data: Path) -> int:
     sent: dict[str, str] = {}  # key -> msg_id
     options = BrokerOptions(delay_levels=[100] * 18)  # every delay level is 100 ms
     with EmbeddedBroker(data, options=options) as broker:
-        print(f"1. embedded broker over {data}/, every delay level 100 ms")
+        say(f"1. embedded broker over {data}/, every delay level 100 ms")
         with (
             Producer(broker) as producer,
             PushConsumer(
@@ -134,7 +143,7 @@ def run(data: Path) -> int:
                 consume_from=ConsumeFrom.FIRST_OFFSET,
             ),
         ):
-            print(
+            say(
                 f"2. sending order-1..order-4 to {TOPIC}; {GROUP} fails {FAIL_ONCE} once and "
                 f"{POISON} always (max_reconsume_times={MAX_RECONSUME_TIMES}); retries come "
                 f"back through {retry_topic(GROUP)}:"
@@ -149,15 +158,15 @@ def run(data: Path) -> int:
                 time.sleep(0.05)
         # leaving ``with`` closed both consumers (offsets committed) and the producer
     poison_tries = [times for key, times in billing.deliveries if key == POISON]
-    print(
+    say(
         f"3. {POISON} was delivered {len(poison_tries)} times (reconsume_times "
         f"{poison_tries}), then dead-lettered; succeeded: {sorted(billing.succeeded)}"
     )
     if not arrived or not dead.messages:
-        print(f"dead letter: NOT FOUND in {dlq_topic(GROUP)} after {WAIT_S} s")
+        say(f"dead letter: NOT FOUND in {dlq_topic(GROUP)} after {WAIT_S} s")
         return 1
     letter = dead.messages[0]
-    print(
+    say(
         f"4. {DLQ_READER} read {len(dead.messages)} message(s) from {letter.topic}: "
         f"keys={letter.keys}, body={letter.body.decode()!r}, "
         f"reconsume_times={letter.reconsume_times}, "
@@ -169,7 +178,7 @@ def run(data: Path) -> int:
         and poison_tries == list(range(MAX_RECONSUME_TIMES + 1))
         and billing.succeeded == {"order-1", "order-2", "order-4"}
     )
-    print(f"retry and DLQ: {'OK' if ok else 'FAILED'}")
+    say(f"retry and DLQ: {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
 
 

@@ -41,6 +41,15 @@ from sdk import (
     TransactionState,
 )
 
+_PRINT_LOCK = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
+    with _PRINT_LOCK:
+        print(text, flush=True)
+
+
 TOPIC = "payments"
 PRODUCER_GROUP = "payments-tx"
 CONSUMER_GROUP = "ledger"
@@ -85,7 +94,7 @@ class Ledger:
         with self.changed:
             for message in messages:
                 self.received.append(message.keys[0])
-                print(f"     ledger received {message.keys[0]}: {message.body.decode()}")
+                say(f"     ledger received {message.keys[0]}: {message.body.decode()}")
             self.changed.notify_all()
 
     def wait_for(self, count: int, timeout_s: float) -> bool:
@@ -98,7 +107,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
         if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
+            say(f"{data} is not empty and holds no Quiver store: not deleting it")
             return 2
         return run(data)
 
@@ -114,7 +123,7 @@ def run(data: Path) -> int:
         order = message.keys[0]
         verdict = TransactionState.COMMIT if orders.is_paid(order) else TransactionState.UNKNOWN
         asked.append(order)
-        print(f"3. checker asked about {order} (transaction {message.msg_id}): {verdict.value}")
+        say(f"3. checker asked about {order} (transaction {message.msg_id}): {verdict.value}")
         return verdict
 
     def pay(message: Message, outcome: str) -> TransactionState:
@@ -130,7 +139,7 @@ def run(data: Path) -> int:
 
     options = BrokerOptions(transaction_timeout_ms=300, transaction_check_interval_ms=100)
     with EmbeddedBroker(data, options=options) as broker:
-        print(f"1. embedded broker over {data}/, transaction timeout 300 ms, checks every 100 ms")
+        say(f"1. embedded broker over {data}/, transaction timeout 300 ms, checks every 100 ms")
         with (
             PushConsumer(
                 broker,
@@ -141,7 +150,7 @@ def run(data: Path) -> int:
             ),
             TransactionalProducer(broker, PRODUCER_GROUP, checker, check_wait_ms=200) as producer,
         ):
-            print("2. sent in transactions:")
+            say("2. sent in transactions:")
             for order, outcome in (
                 ("order-1", "succeeds"),
                 ("order-2", "fails"),
@@ -150,17 +159,17 @@ def run(data: Path) -> int:
                 message = Message(TOPIC, f"{order} paid".encode(), keys=[order])
                 local = functools.partial(pay, outcome=outcome)
                 receipt = producer.send_in_transaction(message, local)
-                print(
+                say(
                     f"     {order}: local transaction {outcome:<8} -> {receipt.state.value:<8} "
                     f"broker: {receipt.end_status}"
                 )
             if not ledger.wait_for(2, WAIT_S):
-                print(f"only {ledger.received} arrived in {WAIT_S} s")
+                say(f"only {ledger.received} arrived in {WAIT_S} s")
                 return 1
             time.sleep(0.5)  # a few more check rounds: nothing else may arrive
-    print(f"4. the ledger received {', '.join(ledger.received)}")
+    say(f"4. the ledger received {', '.join(ledger.received)}")
     ok = ledger.received == ["order-1", "order-3"] and set(asked) == {"order-3"}
-    print(f"transactions: {'OK' if ok else 'FAILED'} (order-2 rolled back, never delivered)")
+    say(f"transactions: {'OK' if ok else 'FAILED'} (order-2 rolled back, never delivered)")
     return 0 if ok else 1
 
 
