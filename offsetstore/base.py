@@ -98,6 +98,9 @@ class OffsetStore(Protocol):
     def remove_offset(self, queue: MessageQueue) -> None:
         """Forget a queue (after it was revoked and persisted)."""
 
+    def close(self) -> None:
+        """Stop periodic persisting and persist what is in memory."""
+
     def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
         """A copy of the in-memory offsets of ``topic``'s queues."""
 

@@ -19,7 +19,7 @@ import enum
 import itertools
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN
@@ -41,6 +41,7 @@ __all__ = [
     "assigned_queues",
     "check_group",
     "forget_lost",
+    "heartbeat",
     "make_offset_store",
     "new_client_id",
     "start_offset",
@@ -121,6 +122,19 @@ def forget_lost(offsets: OffsetStore, queue: MessageQueue) -> None:
         discard(queue)
     else:
         offsets.remove_offset(queue)
+
+
+def heartbeat(
+    transport: BrokerTransport,
+    group: str,
+    client_id: str,
+    subscription: Mapping[str, str | None],
+    model: MessageModel,
+) -> int:
+    """Register or refresh this member (``None`` tag expressions sent as ``*``); answers the
+    group's generation."""
+    expressions = {topic: (expression or "*") for topic, expression in subscription.items()}
+    return transport.heartbeat(group, client_id, expressions, model.value)
 
 
 def topic_queues(transport: BrokerTransport, topic: str) -> list[MessageQueue]:

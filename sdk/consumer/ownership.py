@@ -48,7 +48,6 @@ class QueueOwnership:
         self.owned: set[MessageQueue] = set()
         self.releasing: dict[MessageQueue, float] = {}  # queue -> when its release began
         self.pending: set[MessageQueue] = set()
-        self.renewed_at = 0.0  # monotonic time of the last lease renewal
 
     @property
     def settling(self) -> bool:
@@ -77,7 +76,6 @@ class QueueOwnership:
         started = (wanted & granted) - self.owned
         self.owned = (self.owned - lost) | started
         self.pending = wanted - granted
-        self.renewed_at = now
         return started, lost
 
     def release_timed_out(self, queue: MessageQueue) -> bool:

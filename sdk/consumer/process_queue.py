@@ -172,10 +172,7 @@ class ProcessQueue(Generic[M]):
         with self._lock:
             if self._sealed:
                 return False
-            for message in messages:
-                offset = message.queue_offset
-                if offset in self._messages or offset in self._consuming:
-                    self._consume_started_ms[offset] = now_ms
+            self._mark_started(messages, now_ms)
             return True
 
     def take_started(self, n: int, now_ms: int) -> list[M]:
@@ -200,10 +197,14 @@ class ProcessQueue(Generic[M]):
     def mark_consume_started(self, messages: Iterable[M], now_ms: int) -> None:
         """Record when consumption of these (held) messages started (``CONSUME_START_TIME``)."""
         with self._lock:
-            for message in messages:
-                offset = message.queue_offset
-                if offset in self._messages or offset in self._consuming:
-                    self._consume_started_ms[offset] = now_ms
+            self._mark_started(messages, now_ms)
+
+    def _mark_started(self, messages: Iterable[M], now_ms: int) -> None:
+        """(lock held) Stamp the held ones among ``messages`` as handed to a listener."""
+        for message in messages:
+            offset = message.queue_offset
+            if offset in self._messages or offset in self._consuming:
+                self._consume_started_ms[offset] = now_ms
 
     def expired_messages(
         self, now_ms: int, consume_timeout_ms: int, max_count: int = 16

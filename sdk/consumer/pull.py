@@ -56,6 +56,7 @@ from sdk.consumer.membership import (
     MessageModel,
     assigned_queues,
     forget_lost,
+    heartbeat,
     make_offset_store,
     start_offset,
     topic_queues,
@@ -143,9 +144,8 @@ class _PullConsumerBase(PullCore):
         """Heartbeat; the group's generation, the queues allocated to this member, and those
         whose lease it holds now among them and ``held`` (clustering: takes or renews them;
         broadcasting: no leases, every allocated queue)."""
-        expressions = {t: (e or "*") for t, e in subscription.items()}
-        generation = self._control.heartbeat(
-            self.group, self.client_id, expressions, self.message_model.value
+        generation = heartbeat(
+            self._control, self.group, self.client_id, subscription, self.message_model
         )
         wanted = assigned_queues(
             self._control,
@@ -239,9 +239,7 @@ class _PullConsumerBase(PullCore):
                 self._commit_io(final, assigned)
         finally:
             try:
-                closer = getattr(self._offsets, "close", None)
-                if callable(closer):
-                    closer()
+                self._offsets.close()
             finally:
                 if leave:
                     try:

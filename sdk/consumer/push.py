@@ -47,22 +47,10 @@ Listener = Callable[[list[StoredMessage]], ConsumeResult | None]
 AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
 
 _ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
-_LOCAL_RETRY_S = 5.0
+_LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
 # A lone batch runs on the pull thread when the pool is idle and listener calls lately took
 # less than this (pulling pauses meanwhile, so only for listeners this quick).
-_INLINE_LISTENER_S = 0.0005  # a message whose send-back failed is re-consumed locally after 5 s
-_EXPIRY_CHECK_S = 60.0  # at most; a shorter consume timeout is checked twice per timeout
-
-
-def _expiry_check_s(settings: PushSettings) -> float:
-    """How often stuck messages are looked for: twice per consume timeout, at most every 60 s."""
-    return min(_EXPIRY_CHECK_S, settings.consume_timeout_ms / 2000)
-
-
-def _hold_ms(settings: PushSettings) -> int:
-    """How long a pull may be held: no longer than until the next rebalance or expiry check."""
-    due_s = min(settings.rebalance_interval_s, _expiry_check_s(settings))
-    return max(0, min(settings.pull_wait_ms, int(due_s * 1000)))
+_INLINE_LISTENER_S = 0.0005
 
 
 def _start_lease_keeper(core: PushCore, group: str) -> PeriodicTask:
@@ -166,17 +154,15 @@ class PushConsumer:
     # -- the pull thread ---------------------------------------------------------------------
     def _pull_loop(self) -> None:
         core = self.core
-        last_expiry = time.monotonic()
         while not self._stop.is_set():
             try:
                 if core.housekeeping_due():
                     core.rebalance()
                 elif core.ownership.settling:
                     core.settle()
-                if time.monotonic() - last_expiry >= self._expiry_check_s:
+                if core.expiry_check_due():
                     core.expire_stuck()
-                    last_expiry = time.monotonic()
-                batch = core.next_pull(core.hold_ms(_hold_ms(self.settings)))
+                batch = core.next_pull(core.hold_ms())
                 result = self._transport.pull(batch)
                 if self._stop.is_set():
                     return
@@ -199,10 +185,6 @@ class PushConsumer:
                     "pull loop of %s: %s; retrying in %.0f s", self.group, exc, _ERROR_PAUSE_S
                 )
                 self._stop.wait(_ERROR_PAUSE_S)
-
-    @property
-    def _expiry_check_s(self) -> float:
-        return _expiry_check_s(self.settings)
 
     def _submit(self, work: Work) -> None:
         pool = self._pool
@@ -423,23 +405,17 @@ class AsyncPushConsumer:
         """The queues this member consumes now (including the group's retry queue)."""
         return sorted(self.core.states)
 
-    @property
-    def _expiry_check_s(self) -> float:
-        return _expiry_check_s(self.settings)
-
     async def _pull_loop(self) -> None:
         core = self.core
-        last_expiry = time.monotonic()
         while not self._closed:
             try:
                 if core.housekeeping_due():
                     await asyncio.to_thread(core.rebalance)
                 elif core.ownership.settling:
                     await asyncio.to_thread(core.settle)
-                if time.monotonic() - last_expiry >= self._expiry_check_s:
+                if core.expiry_check_due():
                     await asyncio.to_thread(core.expire_stuck)
-                    last_expiry = time.monotonic()
-                batch = core.next_pull(core.hold_ms(_hold_ms(self.settings)))
+                batch = core.next_pull(core.hold_ms())
                 result = await self._transport.pull(batch)
                 works = core.on_pulled(result)
                 if self.settings.orderly:

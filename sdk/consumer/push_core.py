@@ -40,6 +40,7 @@ from sdk.consumer.membership import (
     MessageModel,
     assigned_queues,
     forget_lost,
+    heartbeat,
     make_offset_store,
     start_offset,
 )
@@ -54,6 +55,7 @@ __all__ = ["PushCore", "PushSettings", "RebalanceListener"]
 log = logging.getLogger(__name__)
 
 PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
+_EXPIRY_CHECK_MAX_S = 60.0
 THROTTLED_RECHECK_MS = 50  # RocketMQ re-pulls a flow-controlled queue after 50 ms
 _OFFSET_MOVED = frozenset(
     {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
@@ -169,13 +171,17 @@ class PushCore:
         self.generation = -1
         self._last_rebalance = 0.0
         self._last_heartbeat = 0.0
+        self._last_expiry_check = time.monotonic()
         self.retry_later: Callable[[Work], None] | None = None  # re-run a batch locally, later
 
     # -- membership ------------------------------------------------------------------------
     def heartbeat(self) -> None:
-        subscriptions = {t: (e or "*") for t, e in self.subscription.items()}
-        self.generation = self.transport.heartbeat(
-            self.group, self.client_id, subscriptions, self.settings.message_model.value
+        self.generation = heartbeat(
+            self.transport,
+            self.group,
+            self.client_id,
+            self.subscription,
+            self.settings.message_model,
         )
         self._last_heartbeat = time.monotonic()
 
@@ -193,10 +199,22 @@ class PushCore:
         )
         return due - now
 
-    def hold_ms(self, limit_ms: int) -> int:
-        """How long the next pull may wait: at most ``limit_ms``, and never past the next
-        rebalance or heartbeat (leases are renewed by the lease keeper meanwhile)."""
-        return max(0, min(limit_ms, int(self._due_in_s() * 1000)))
+    def hold_ms(self) -> int:
+        """How long the next pull may wait: at most ``pull_wait_ms``, and never past the next
+        rebalance, heartbeat or stuck-message check (the lease keeper renews leases meanwhile)."""
+        due_s = min(
+            self._due_in_s(), self._last_expiry_check + self.expiry_check_s - time.monotonic()
+        )
+        return max(0, min(self.settings.pull_wait_ms, int(due_s * 1000)))
+
+    @property
+    def expiry_check_s(self) -> float:
+        """How often stuck messages are looked for: twice per consume timeout, at most every
+        60 s."""
+        return min(_EXPIRY_CHECK_MAX_S, self.settings.consume_timeout_ms / 2000)
+
+    def expiry_check_due(self) -> bool:
+        return time.monotonic() - self._last_expiry_check >= self.expiry_check_s
 
     def rebalance(self) -> None:
         """Heartbeat, then take on and give up queues to match the group's allocation (a queue
@@ -535,6 +553,7 @@ class PushCore:
 
     def expire_stuck(self) -> int:
         """Send back messages stuck in a listener past the consume timeout; how many."""
+        self._last_expiry_check = time.monotonic()
         now = _now_ms()
         count = 0
         for queue, state in list(self.states.items()):
@@ -563,7 +582,7 @@ class PushCore:
             if queues:
                 self._tell("on_revoked", sorted(queues))
         finally:
-            self.offsets.close()  # type: ignore[attr-defined]
+            self.offsets.close()
             try:
                 self.transport.unregister(self.group, self.client_id)
             except Exception as exc:
