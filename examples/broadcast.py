@@ -18,11 +18,11 @@ deleted first, any other non-empty directory is left alone.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
+
+from _example import run_example, say
 
 from sdk import (
     ConsumeFrom,
@@ -35,31 +35,11 @@ from sdk import (
     ReceivedMessage,
 )
 
-_PRINT_LOCK = threading.Lock()
-
-
-def say(text: str) -> None:
-    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
-    with _PRINT_LOCK:
-        print(text, flush=True)
-
-
 TOPIC = "price-changes"
 GROUP = "cache-invalidator"
 INSTANCES = ["node-a", "node-b"]
 COUNT = 6
 WAIT_S = 10.0
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the example; False when it holds something that is not a Quiver
-    store."""
-    if data.exists():
-        ours = (data / "store" / "config" / "store.json").exists()
-        if any(data.iterdir()) and not ours:
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 class Node:
@@ -77,16 +57,6 @@ class Node:
             if len(self.bodies) >= COUNT:
                 self.done.set()
         return ConsumeResult.SUCCESS
-
-
-def main(argv: list[str]) -> int:
-    """Run the example in ``argv[1]`` or a temporary directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "broadcast"
-        if not fresh_directory(data):
-            say(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        return run(data)
 
 
 def run(data: Path) -> int:
@@ -142,4 +112,4 @@ def run(data: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run_example(run, default_name="broadcast", store="store"))

@@ -15,12 +15,12 @@ already there is deleted first, any other non-empty directory is left alone.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from _example import run_example, say
 
 from sdk import (
     BrokerOptions,
@@ -33,15 +33,6 @@ from sdk import (
     ReceivedMessage,
 )
 
-_PRINT_LOCK = threading.Lock()
-
-
-def say(text: str) -> None:
-    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
-    with _PRINT_LOCK:
-        print(text, flush=True)
-
-
 TOPIC = "reminders"
 GROUP = "reminder-service"
 DELAYS_MS = [250, 500, 1000, 2000]  # delay levels 1-4
@@ -50,16 +41,6 @@ WAIT_S = 10.0
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the example; False when it holds something that is not a Quiver
-    store."""
-    if data.exists():
-        if any(data.iterdir()) and not (data / "config" / "store.json").exists():
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 class Arrivals:
@@ -80,16 +61,6 @@ class Arrivals:
             if len(self.received_ms) >= self.expected:
                 self.done.set()
         return ConsumeResult.SUCCESS
-
-
-def main(argv: list[str]) -> int:
-    """Run the example in ``argv[1]`` or a temporary directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
-        if not fresh_directory(data):
-            say(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        return run(data)
 
 
 def plans(sent_at_ms: int) -> list[tuple[str, Message, int]]:
@@ -146,4 +117,4 @@ def run(data: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run_example(run, default_name="store"))

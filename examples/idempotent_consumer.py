@@ -26,15 +26,15 @@ other non-empty directory is left alone.
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from _example import run_example, say
 
 from sdk import (
     BrokerOptions,
@@ -56,15 +56,6 @@ from sdk.idempotency import (
     idempotent_in_transaction,
 )
 
-_PRINT_LOCK = threading.Lock()
-
-
-def say(text: str) -> None:
-    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
-    with _PRINT_LOCK:
-        print(text, flush=True)
-
-
 TOPIC = "deposits"
 DEPOSITS = [("alice", 100), ("bob", 50), ("alice", 25), ("carol", 10)]
 EXPECTED = {"alice": 125, "bob": 50, "carol": 10}
@@ -72,17 +63,6 @@ LOST_ANSWERS = 2
 WAIT_S = 10.0
 
 Handler = Callable[[list[ReceivedMessage]], ConsumeResult]
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the example; False when it holds something that is not a Quiver
-    store."""
-    if data.exists():
-        ours = (data / "store" / "config" / "store.json").exists()
-        if any(data.iterdir()) and not ours:
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 class LostAnswers:
@@ -210,17 +190,6 @@ def reset_offsets(store: Path) -> None:
     say(f"   rewound group bank: quiver {' '.join(arguments)}")
 
 
-def main(argv: list[str]) -> int:
-    """Run the example in ``argv[1]`` or a temporary directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "demo"
-        if not fresh_directory(data):
-            say(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        data.mkdir(parents=True)
-        return run(data)
-
-
 def run(data: Path) -> int:
     """Produce, consume with both groups, restart the bank from offset 0, check the balances."""
     bank = Bank()
@@ -296,4 +265,4 @@ def run(data: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run_example(run, default_name="demo", store="store", make=True))

@@ -15,13 +15,13 @@ already there is deleted first, any other non-empty directory is left alone.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from _example import run_example, say
 
 from sdk import (
     ConsumeFrom,
@@ -33,30 +33,11 @@ from sdk import (
     ReceivedMessage,
 )
 
-_PRINT_LOCK = threading.Lock()
-
-
-def say(text: str) -> None:
-    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
-    with _PRINT_LOCK:
-        print(text, flush=True)
-
-
 TOPIC = "order-events"
 GROUP = "fulfilment"
 STEPS = ["created", "paid", "shipped", "delivered"]
 ORDERS = [f"order-{n}" for n in range(1, 7)]
 WAIT_S = 15.0
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the example; False when it holds something that is not a Quiver
-    store."""
-    if data.exists():
-        if any(data.iterdir()) and not (data / "config" / "store.json").exists():
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 class Fulfilment:
@@ -83,16 +64,6 @@ class Fulfilment:
                 if sum(map(len, self.history.values())) == len(ORDERS) * len(STEPS):
                     self.done.set()
         return ConsumeResult.SUCCESS
-
-
-def main(argv: list[str]) -> int:
-    """Run the example in ``argv[1]`` or a temporary directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
-        if not fresh_directory(data):
-            say(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        return run(data)
 
 
 def run(data: Path) -> int:
@@ -147,4 +118,4 @@ def owned_queues(member: PushConsumer) -> list[int]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run_example(run, default_name="store"))

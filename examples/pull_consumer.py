@@ -17,11 +17,11 @@ directory is left alone.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _example import run_example
 
 from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer, PullConsumer, ReceivedMessage
 
@@ -29,17 +29,6 @@ TOPIC = "readings"
 GROUP = "reporting"
 POLL_TIMEOUT_S = 1.0
 WAIT_S = 10.0
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the example; False when it holds something that is not a Quiver
-    store."""
-    if data.exists():
-        ours = (data / "store" / "config" / "store.json").exists()
-        if any(data.iterdir()) and not ours:
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 def poll_at_least(consumer: PullConsumer, count: int) -> list[ReceivedMessage]:
@@ -56,16 +45,6 @@ def show(message: ReceivedMessage) -> str:
         f"     {message.topic}/{message.queue_id} offset {message.queue_offset}  "
         f"body={message.body.decode()}"
     )
-
-
-def main(argv: list[str]) -> int:
-    """Run the example in ``argv[1]`` or a temporary directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "pull-consumer"
-        if not fresh_directory(data):
-            print(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        return run(data)
 
 
 def run(data: Path) -> int:
@@ -130,4 +109,4 @@ def run(data: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run_example(run, default_name="pull-consumer", store="store"))

@@ -16,10 +16,11 @@ Afterwards: ``quiver store info quickstart-data`` and
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 from pathlib import Path
+
+from _example import fresh_directory, say
 
 from sdk import (
     ConsumeFrom,
@@ -32,28 +33,10 @@ from sdk import (
     SendReceipt,
 )
 
-_PRINT_LOCK = threading.Lock()
-
-
-def say(text: str) -> None:
-    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
-    with _PRINT_LOCK:
-        print(text, flush=True)
-
-
 TOPIC = "orders"
 GROUP = "billing"
 EXPRESSION = "paid || refunded"
 WAIT_S = 10.0
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the demo; False when it holds something that is not a Quiver store."""
-    if data.exists():
-        if any(data.iterdir()) and not (data / "config" / "store.json").exists():
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 def order(number: int, state: str) -> Message:

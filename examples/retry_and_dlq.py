@@ -19,12 +19,12 @@ already there is deleted first, any other non-empty directory is left alone.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from _example import run_example, say
 
 from sdk import (
     BrokerOptions,
@@ -39,15 +39,6 @@ from sdk import (
     retry_topic,
 )
 
-_PRINT_LOCK = threading.Lock()
-
-
-def say(text: str) -> None:
-    """Print one whole line, whichever thread prints it (listeners run on other threads)."""
-    with _PRINT_LOCK:
-        print(text, flush=True)
-
-
 TOPIC = "orders"
 GROUP = "billing"
 DLQ_READER = "billing-dlq-reader"
@@ -55,16 +46,6 @@ MAX_RECONSUME_TIMES = 2
 FAIL_ONCE = "order-2"
 POISON = "order-3"
 WAIT_S = 10.0
-
-
-def fresh_directory(data: Path) -> bool:
-    """Empty ``data`` for the example; False when it holds something that is not a Quiver
-    store."""
-    if data.exists():
-        if any(data.iterdir()) and not (data / "config" / "store.json").exists():
-            return False
-        shutil.rmtree(data)
-    return True
 
 
 class Billing:
@@ -106,16 +87,6 @@ class DeadLetters:
         self.messages.extend(messages)
         self.arrived.set()
         return ConsumeResult.SUCCESS
-
-
-def main(argv: list[str]) -> int:
-    """Run the example in ``argv[1]`` or a temporary directory."""
-    with tempfile.TemporaryDirectory() as scratch:
-        data = Path(argv[1]) if len(argv) > 1 else Path(scratch) / "store"
-        if not fresh_directory(data):
-            say(f"{data} is not empty and holds no Quiver store: not deleting it")
-            return 2
-        return run(data)
 
 
 def run(data: Path) -> int:
@@ -183,4 +154,4 @@ def run(data: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run_example(run, default_name="store"))
