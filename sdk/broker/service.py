@@ -362,10 +362,8 @@ class BrokerService:
         """As :meth:`pull`, holding the request up to ``batch.wait_ms`` while no queue has
         anything new (long polling); answers at once when a message arrives."""
         result = self.pull(batch)
-        if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
+        if self._answers_at_once(batch, result):
             return result
-        if 0 <= batch.generation != result.generation:
-            return result  # the group changed since the consumer last looked: it rebalances
         deadline = time.monotonic() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
         generation = result.generation
@@ -374,26 +372,17 @@ class BrokerService:
             if remaining <= 0 or self._closed:
                 return result
             woken_by = self.notifier.wait_keys(
-                keys,
-                remaining,
-                lambda: self._has_new(batch) or self.groups.generation(batch.group) != generation,
+                keys, remaining, lambda: self._changed_since(batch, generation)
             )
-            arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in (woken_by or ())]
-            if arrived and len(arrived) < len(batch.pulls):  # look only where messages came
-                result = self.pull(dataclasses.replace(batch, pulls=tuple(arrived)))
-            else:
-                result = self.pull(batch)
-            group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in (woken_by or ())
-            if group_event or not self.nothing_new(result) or result.generation != generation:
-                return result  # a member or a lease changed: the consumer looks at once
+            result, done = self._look_again(batch, woken_by or frozenset(), generation)
+            if done:
+                return result
 
     async def pull_async(self, batch: PullBatch) -> PullBatchResult:
         """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread."""
         result = self.pull(batch)
-        if batch.wait_ms <= 0 or not self.nothing_new(result) or self._closed:
+        if self._answers_at_once(batch, result):
             return result
-        if 0 <= batch.generation != result.generation:
-            return result  # the group changed since the consumer last looked: it rebalances
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
@@ -405,15 +394,43 @@ class BrokerService:
             arrived = asyncio.Event()
             watch = self.notifier.watch(keys, functools.partial(_wake, loop, arrived))
             try:
-                if not self._has_new(batch) and self.groups.generation(batch.group) == generation:
+                if not self._changed_since(batch, generation):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(arrived.wait(), remaining)
             finally:
                 self.notifier.cancel(watch)
+            fired = watch.fired_keys
+            woken_by = frozenset() if None in fired else frozenset(k for k in fired if k)
+            result, done = self._look_again(batch, woken_by, generation)
+            if done:
+                return result
+
+    def _answers_at_once(self, batch: PullBatch, result: PullBatchResult) -> bool:
+        """The first look decides: something new, no wait asked, closing, or the group moved
+        past what the consumer knows (it must rebalance, not park)."""
+        return (
+            batch.wait_ms <= 0
+            or not self.nothing_new(result)
+            or self._closed
+            or 0 <= batch.generation != result.generation
+        )
+
+    def _changed_since(self, batch: PullBatch, generation: int) -> bool:
+        return self._has_new(batch) or self.groups.generation(batch.group) != generation
+
+    def _look_again(
+        self, batch: PullBatch, woken_by: frozenset[tuple[str, int]], generation: int
+    ) -> tuple[PullBatchResult, bool]:
+        """After a wake-up: read the queues that got messages (all when unknown) and say
+        whether to answer now (news, or a member or lease changed)."""
+        arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
+        if arrived and len(arrived) < len(batch.pulls):  # look only where messages came
+            result = self.pull(dataclasses.replace(batch, pulls=tuple(arrived)))
+        else:
             result = self.pull(batch)
-            group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in watch.fired_keys
-            if group_event or not self.nothing_new(result) or result.generation != generation:
-                return result  # a member or a lease changed: the consumer looks at once
+        group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in woken_by
+        done = group_event or not self.nothing_new(result) or result.generation != generation
+        return result, done
 
     def _has_new(self, batch: PullBatch) -> bool:
         store = self.store
