@@ -154,6 +154,7 @@ def _sync_threads(
     """16 threads each put single messages; returns (msgs/s, puts per fsync)."""
     keys = UniqKeyGenerator()
     per_thread = max(1, config.sync_count // SYNC_THREADS)
+    store.put(_messages(1, config.size, keys)[0])  # steady state: the first segment exists
     work = [_messages(per_thread, config.size, keys, queue_id=i % 4) for i in range(SYNC_THREADS)]
     barrier = threading.Barrier(SYNC_THREADS + 1)
     failures: list[str] = []
