@@ -5,84 +5,66 @@ equals the sum of its fields, its PHYSICALOFFSET field equals the position, and 
 body CRC matches. A blank record (magic 0xCBD43194) moves the walk to the next segment's start;
 anything else ends the valid log there.
 
-``scan_valid_end`` is the fast path (header fields and the body CRC through a memoryview, no
-decoding of strings); ``iter_records`` decodes each record for dispatch.
+``scan_valid_end`` is the fast path (:func:`localstore.record_walk.walk_segment`: header fields
+and the body CRC through a memoryview, no decoding of strings), cut into pieces walked by worker
+processes when the log is long and split hints are known; ``iter_records`` decodes each record
+for dispatch.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from localstore.codec import (
-    BLANK_MAGIC,
-    HEADER_STRUCTS,
-    INT,
-    MAGIC_V1,
-    MAGIC_V2,
-    SHORT,
-    RecordError,
-    StoredMessage,
-    body_crc,
-    decode_record,
-)
+from localstore import parallel_scan
+from localstore.codec import BLANK_MAGIC, INT, RecordError, StoredMessage, body_crc, decode_record
 from localstore.commitlog import CommitLog
+from localstore.record_walk import WALK_INVALID, walk_segment
 
-_PREFIX = struct.Struct(">iiiiiqqi")  # total, magic, crc, queue id, flag, queue offset, phys, sys
-_PAIR = struct.Struct(">ii")  # total, magic
-_HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
+SplitHints = Callable[[int], Sequence[int]]  # segment start -> record starts it believes in
 
 
-def scan_valid_end(commitlog: CommitLog, start: int, *, check_crc: bool) -> tuple[int, int]:
+def scan_valid_end(
+    commitlog: CommitLog,
+    start: int,
+    *,
+    check_crc: bool,
+    split_hints: SplitHints | None = None,
+) -> tuple[int, int]:
     """Walk valid records from ``start``; returns (end of the last valid record, records seen).
 
     The end is where the next record would go: after a segment's last record, the blank record
     that closes the segment is not part of the valid log unless a record follows it.
+
+    ``split_hints`` names positions (relative to a segment's start) where records are believed
+    to start, such as the sparse offset index's entries. With them a long walk is cut at those
+    positions and the pieces walked by worker processes (:mod:`localstore.parallel_scan`); a
+    hint is trusted only if the walk before it lands exactly on it, so wrong hints cost time,
+    never a different answer.
     """
     position = start
     end = start
     records = 0
-    crc32 = zlib.crc32
-    prefix = _PREFIX.unpack_from
-    pair = _PAIR.unpack_from
-    read_int = INT.unpack_from
-    read_short = SHORT.unpack_from
-    header_sizes = _HEADER_SIZES
     while True:
         segment = commitlog.segments.find(position)
         if segment is None:
             return end, records
-        view, size, base = segment.view, segment.size, segment.start_offset
+        base = segment.start_offset
         pos = position - base
-        while pos + 8 <= size:
-            if pos + _PREFIX.size <= size:
-                total, magic, crc, _, _, _, phys, sys_flag = prefix(view, pos)
-            else:  # only room for a blank record here
-                total, magic = pair(view, pos)
-                crc = phys = sys_flag = 0
-            if magic == BLANK_MAGIC:
-                break
-            stop = pos + total
-            if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0 or stop > size:  # noqa: PLR1714
-                return end, records
-            body_at = pos + header_sizes[(sys_flag >> 4) & 3]
-            body_len = read_int(view, body_at - 4)[0]
-            cursor = body_at + body_len
-            if phys != base + pos or body_len < 0 or cursor + 3 > stop:
-                return end, records
-            if magic == MAGIC_V1:
-                cursor += 1 + view[cursor]
-            else:
-                cursor += 2 + read_short(view, cursor)[0]
-            if cursor + 2 > stop or cursor + 2 + read_short(view, cursor)[0] != stop:
-                return end, records
-            if check_crc and crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
-                return end, records
-            pos = stop
-            end = base + pos
-            records += 1
-        position = base + size  # blank record or segment end: continue in the next segment
+        hints = split_hints(base) if split_hints is not None else ()
+        if hints and parallel_scan.worth_splitting(segment.size - pos):
+            pos_after, count, status = parallel_scan.walk_split(
+                segment.path, segment.view, base, segment.size, pos, hints, check_crc
+            )
+        else:
+            pos_after, count, status = walk_segment(
+                segment.view, base, segment.size, pos, segment.size, check_crc
+            )
+        if count:
+            records += count
+            end = base + pos_after
+        if status == WALK_INVALID:
+            return end, records
+        position = base + segment.size  # blank record or segment end: go on in the next one
 
 
 def iter_records(

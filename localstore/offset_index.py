@@ -391,6 +391,16 @@ class CommitLogOffsetIndex:
         return entries
 
 
+def stored_record_starts(root: Path, segment_start: int) -> list[int]:
+    """The record positions the offset index file of one segment of store ``root`` names, read
+    as they are, unchecked: split hints for a walk that verifies them (recovery's CRC scan
+    runs before the index is loaded and repaired). Empty when there is no usable file."""
+    stored = read_index_file(root / DIRECTORY_NAME / (segment_name(segment_start) + FILE_SUFFIX))
+    if not stored or len(stored) % ENTRY_SIZE:
+        return []
+    return [position for _, position in ENTRY.iter_unpack(stored) if position]
+
+
 def _is_record(view: Buffer, start: int, position: int, limit: int) -> bool:
     """Whether a record (not the blank one) of the segment at ``start`` begins at
     ``position`` and ends within ``limit``."""

@@ -10,7 +10,8 @@ Abnormal recovery (``abort`` present). As RocketMQ does: walk back from the newe
 segment to the first one whose first record is valid and was stored no later than the
 checkpoint's ``min_timestamp`` (everything before it was flushed), or the first segment when
 none qualifies, and walk forward from there checking body CRCs. A torn or corrupt record ends
-the log.
+the log. A long walk is cut at the record starts the sparse offset index names and its pieces
+walked by worker processes (:mod:`localstore.parallel_scan`), with the same answer.
 
 Both then: cut the commitlog at the valid end (later segments deleted, a trailing all-zero
 preallocated segment included), cut consume-queue units that point past it (with sync flush a
@@ -22,6 +23,7 @@ the index loaded after a crash, and are rebuilt here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from localstore.checkpoint import Checkpoint
 from localstore.codec import RecordError, body_crc, decode_record
@@ -29,7 +31,8 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dispatch import Dispatcher
 from localstore.index_service import IndexService
-from localstore.log_scan import first_record_ok, iter_records, scan_valid_end
+from localstore.log_scan import SplitHints, first_record_ok, iter_records, scan_valid_end
+from localstore.offset_index import stored_record_starts
 from localstore.queue_registry import QueueRegistry
 
 
@@ -60,7 +63,9 @@ def recover(
     abnormal = start is None
     if start is None:
         start = _abnormal_start(commitlog, checkpoint)
-    end, scanned = scan_valid_end(commitlog, start, check_crc=True)
+    end, scanned = scan_valid_end(
+        commitlog, start, check_crc=True, split_hints=split_hints(commitlog)
+    )
     commitlog.set_end(end)
     truncated = sum(queue.truncate_beyond(end) for queue in list(queues.queues.values()))
     rebuilt = _drop_unsound_queues(commitlog, queues)
@@ -140,3 +145,9 @@ def _drop_unsound_queues(commitlog: CommitLog, queues: QueueRegistry) -> list[st
             queue.destroy()
             del queues.queues[key]
     return dropped
+
+
+def split_hints(commitlog: CommitLog) -> SplitHints:
+    """Where the offset index believes records start, per segment: lets a long CRC scan be
+    walked in parallel pieces (the walk checks every hint it uses)."""
+    return partial(stored_record_starts, commitlog.directory.parent)
