@@ -257,28 +257,64 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
     Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record.
     """
     try:
-        header = HEADER_STRUCTS[(_INT_AT(buf, pos + OFFSET_SYSFLAG)[0] >> 4) & 3]
-        (
-            total,
-            magic,
-            crc,
-            queue_id,
-            flag,
-            queue_offset,
-            phys,
-            sys_flag,
-            born_ts,
-            born_host,
-            store_ts,
-            store_host,
-            reconsume,
-            prepared,
-            body_len,
-        ) = header.unpack_from(buf, pos)
+        # Common case in one unpack: IPv4 hosts and a body length seen before, whose cached
+        # Struct reads the header and the body together. BODYLENGTH is read where an IPv4
+        # header keeps it; a record with an IPv6 host (SYSFLAG says so) is read again below.
+        layout = _V4_WITH_BODY.get(_INT_AT(buf, pos + _V4_BODY_LENGTH_AT)[0]) if body else None
+        fields = None
+        if layout is not None:
+            try:
+                fields = layout.unpack_from(buf, pos)
+            except struct.error:  # not a v4 record after all: the general path decides
+                fields = None
+        if fields is not None and not fields[7] & _SYSFLAG_HOSTS_V6:
+            (
+                total,
+                magic,
+                crc,
+                queue_id,
+                flag,
+                queue_offset,
+                phys,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                reconsume,
+                prepared,
+                body_len,
+                body_bytes,
+            ) = fields
+            cursor = pos + _V4_HEADER_SIZE + body_len
+        else:
+            header = HEADER_STRUCTS[(_INT_AT(buf, pos + OFFSET_SYSFLAG)[0] >> 4) & 3]
+            (
+                total,
+                magic,
+                crc,
+                queue_id,
+                flag,
+                queue_offset,
+                phys,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                reconsume,
+                prepared,
+                body_len,
+            ) = header.unpack_from(buf, pos)
+            cursor = pos + header.size + body_len
+            if body:
+                body_bytes = bytes(buf[cursor - body_len : cursor])
+                if body_len == len(body_bytes) and not sys_flag & _SYSFLAG_HOSTS_V6:
+                    _remember_layout(body_len)
+            else:
+                body_bytes = b""
         if magic != MAGIC_V1 and magic != MAGIC_V2:  # noqa: PLR1714 - two int compares are faster
             raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at buffer position {pos}")
-        cursor = pos + header.size + body_len
-        body_bytes = bytes(buf[cursor - body_len : cursor]) if body else b""
         if magic == MAGIC_V1:
             topic_end = cursor + 1 + buf[cursor]
             topic = str(buf[cursor + 1 : topic_end], "utf-8")
@@ -320,6 +356,20 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
 
 _INT_AT = INT.unpack_from
 _SHORT_AT = SHORT.unpack_from
+_V4_HEADER_SIZE = HEADER_V4.size
+_V4_BODY_LENGTH_AT = _V4_HEADER_SIZE - 4
+_SYSFLAG_HOSTS_V6 = 0x30
+_V4_WITH_BODY: dict[int, struct.Struct] = {}  # body length -> IPv4 header + body
+_LAYOUT_CACHE_LIMIT = 4096
+_MAX_LAYOUT_BODY = 1 << 16  # larger bodies: the unpack saves nothing next to the copy
+
+
+def _remember_layout(body_len: int) -> None:
+    """Cache the one-unpack layout of IPv4 records with ``body_len``-byte bodies."""
+    if 0 <= body_len <= _MAX_LAYOUT_BODY and len(_V4_WITH_BODY) < _LAYOUT_CACHE_LIMIT:
+        _V4_WITH_BODY[body_len] = struct.Struct(f"{HEADER_V4.format}{body_len}s")
+
+
 _HOSTS: dict[bytes, str] = {}
 _HOST_CACHE_LIMIT = 4096
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localstore import codec
 from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.codec import (
     BLANK_MAGIC,
@@ -273,6 +274,23 @@ def test_ipv6_hosts_grow_the_header_and_set_sysflag_bits() -> None:
     assert decoded.born_host == "0:0:0:0:0:0:0:1:40001"
     assert decoded.store_host == "2001:db8:0:0:0:0:0:10:10911"
     assert len(decoded.offset_msg_id) == 56
+
+
+def test_ipv6_records_never_take_the_cached_ipv4_layout() -> None:
+    """Decoding reads BODYLENGTH where an IPv4 header keeps it and, for a body length seen
+    before, header and body in one cached unpack. In a record with an IPv6 born host that
+    offset holds RECONSUMETIMES: equal to a cached length, it must not decide the layout."""
+    for body_len in (3, 5000):  # decoded once, their layouts are cached
+        decode_record(encode_one(NewMessage("T", b"b" * body_len)), 0)
+        assert body_len in codec._V4_WITH_BODY
+    for reconsume in (3, 5000):  # 3 unpacks within the record, 5000 runs past its end
+        message = NewMessage(
+            "T", b"payload", born_host=pack_host("::1", 40001), reconsume_times=reconsume
+        )
+        decoded = decode_record(encode_one(message), 0)
+        assert decoded.body == b"payload"
+        assert decoded.reconsume_times == reconsume
+        assert decoded.born_host == "0:0:0:0:0:0:0:1:40001"
 
 
 def test_worked_size_example_from_rocketmq() -> None:
