@@ -92,7 +92,12 @@ class ProcessQueue(Generic[M]):
         """Buffer pulled messages; answers how many offsets were new (only those are counted)."""
         added = 0
         with self._lock:
-            for message in messages:
+            batch = messages if isinstance(messages, list) else list(messages)
+            if batch and batch[0].queue_offset > self._queue_offset_max:
+                offsets = [message.queue_offset for message in batch]
+                if offsets == sorted(set(offsets)):  # a pull's answer: ascending, all new
+                    return self._append_new(batch, offsets)
+            for message in batch:
                 offset = message.queue_offset
                 if offset in self._messages or offset in self._consuming:
                     continue
@@ -104,6 +109,16 @@ class ProcessQueue(Generic[M]):
                 added += 1
         return added
 
+    def _append_new(self, batch: list[M], offsets: list[int]) -> int:
+        """Buffer messages whose offsets ascend past every held one, without a per-message
+        insort (lock held)."""
+        self._messages.update(zip(offsets, batch, strict=True))
+        self._offsets.extend(offsets)  # all above the held keys: the list stays sorted
+        self._cached_count += len(batch)
+        self._cached_bytes += sum(message.store_size for message in batch)
+        self._queue_offset_max = offsets[-1]
+        return len(batch)
+
     def remove_messages(self, messages: Iterable[M]) -> int | None:
         """Forget finished messages; answers the offset to commit.
 
@@ -114,9 +129,24 @@ class ProcessQueue(Generic[M]):
             self._last_consume_ms = self._clock_ms()
             if not self._messages:
                 return None
-            for message in messages:
-                self._forget(message.queue_offset)
+            offsets = [message.queue_offset for message in messages]
+            if offsets == self._offsets[: len(offsets)]:  # the oldest held, in order: common
+                self._forget_oldest(offsets)
+            else:
+                for offset in offsets:
+                    self._forget(offset)
             return self._offsets[0] if self._offsets else self._queue_offset_max + 1
+
+    def _forget_oldest(self, offsets: list[int]) -> None:
+        """Drop the first ``len(offsets)`` held offsets, which are ``offsets`` (lock held)."""
+        del self._offsets[: len(offsets)]
+        held, started = self._messages, self._consume_started_ms
+        freed = 0
+        for offset in offsets:
+            freed += held.pop(offset).store_size
+            started.pop(offset, None)
+        self._cached_count -= len(offsets)
+        self._cached_bytes -= freed
 
     def _forget(self, offset: int) -> None:
         """Drop one buffered offset and its accounting (lock held)."""

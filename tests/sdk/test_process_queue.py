@@ -123,6 +123,42 @@ def test_committed_offset_is_the_smallest_in_flight(offsets: list[int], data: st
         assert pq.offset_span == (max(in_flight) - min(in_flight) if in_flight else 0)
 
 
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_batched_puts_and_removals_agree_with_a_model(data: st.DataObject):
+    """Pull answers (ascending, past every held offset) and removals of the oldest held take
+    batch shortcuts; arbitrary puts and removals take the general path. Both keep the same
+    books as a plain model: which offsets are held, their bytes, the offset to commit."""
+    pq: ProcessQueue[Msg] = ProcessQueue()
+    held: dict[int, int] = {}  # offset -> size
+    top = -1  # the largest offset ever buffered
+    for _ in range(data.draw(st.integers(1, 25))):
+        op = data.draw(st.sampled_from(["pull", "put", "remove oldest", "remove any"]))
+        if op == "pull":
+            start = top + 1 + data.draw(st.integers(0, 3))
+            step = data.draw(st.integers(1, 3))
+            offsets = list(range(start, start + step * data.draw(st.integers(1, 8)), step))
+        else:
+            offsets = data.draw(st.lists(st.integers(0, max(top, 0) + 5), max_size=8))
+        batch = [Msg(o, o + 1) for o in offsets]
+        if op in ("pull", "put"):
+            new = list(dict.fromkeys(o for o in offsets if o not in held))
+            assert pq.put_messages(batch) == len(new)
+            held.update((o, o + 1) for o in new)
+            top = max([top, *new])
+        else:
+            if op == "remove oldest":
+                batch = [Msg(o, o + 1) for o in sorted(held)[: len(offsets)]]
+            was_empty = not held
+            committed = pq.remove_messages(batch)
+            for message in batch:
+                held.pop(message.queue_offset, None)
+            assert committed == (None if was_empty else min(held, default=top + 1))
+        assert pq.cached_count == len(held)
+        assert pq.cached_bytes == sum(held.values())
+        assert pq.queue_offset_max == top
+
+
 # -- flow control ---------------------------------------------------------------------------------
 
 
