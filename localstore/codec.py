@@ -32,10 +32,12 @@ SYSFLAG bits: 0x1 compressed body, 0x2 multi tags, 0xC transaction type (0x0 NOT
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -198,27 +200,125 @@ class NewMessage:
     prepared_transaction_offset: int = 0
 
 
-@dataclass(slots=True)
-class StoredMessage:
-    """A message as read back from the commitlog, every field of the record."""
+_STORED_FIELDS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "phys_offset",
+    "store_size",
+    "body_crc",
+    "flag",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body",
+    "properties",
+    "store_host_raw",
+)
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    phys_offset: int
-    store_size: int
-    body_crc: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    properties: dict[str, str]
-    store_host_raw: bytes = b""
+
+class StoredMessage:
+    """A message as read back from the commitlog, every field of the record.
+
+    ``properties`` may be given as the record's properties string: it is then parsed (as
+    :func:`decode_properties` does) on first read, so a reader that never looks at properties
+    does not pay for the parse, which is most of a decode's cost; a reader that does pays what
+    an eager decode would. Equality compares every field, properties parsed.
+    """
+
+    __slots__ = (
+        "_properties",
+        "body",
+        "body_crc",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "phys_offset",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_host_raw",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+    )
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        phys_offset: int,
+        store_size: int,
+        body_crc: int,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str,
+        store_timestamp: int,
+        store_host: str,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        body: bytes,
+        properties: dict[str, str] | str,
+        store_host_raw: bytes = b"",
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phys_offset = phys_offset
+        self.store_size = store_size
+        self.body_crc = body_crc
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body = body
+        self._properties = properties
+        self.store_host_raw = store_host_raw
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The message's properties (parsed on first read when stored as text)."""
+        properties = self._properties
+        if type(properties) is str:
+            properties = self._properties = decode_properties(properties) if properties else {}
+        return properties  # type: ignore[return-value]  # a dict once parsed
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+
+    def replace(self, **changes: Any) -> StoredMessage:
+        """A copy with ``changes`` (field name -> value) applied, as ``dataclasses.replace``."""
+        unknown = changes.keys() - set(_STORED_FIELDS)
+        if unknown:
+            raise TypeError(f"StoredMessage has no field {', '.join(sorted(unknown))}")
+        copied = copy.copy(self)
+        for name, value in changes.items():
+            setattr(copied, name, value)
+        return copied
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoredMessage):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _STORED_FIELDS)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _STORED_FIELDS)
+        return f"StoredMessage({fields})"
 
     @property
     def tags(self) -> str | None:
@@ -349,7 +449,7 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
         reconsume,
         prepared,
         body_bytes,
-        decode_properties(props) if props else {},
+        props,
         store_host,
     )
 

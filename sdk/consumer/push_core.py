@@ -427,9 +427,10 @@ class PushCore:
     def prepare(self, messages: list[StoredMessage]) -> list[StoredMessage]:
         """What the listener sees: retried messages under their original topic."""
         for message in messages:
-            original = message.properties.get(PROPERTY_RETRY_TOPIC)
-            if original is not None and message.topic.startswith("%RETRY%"):
-                message.topic = original
+            if message.topic.startswith("%RETRY%"):  # only then read (and parse) properties
+                original = message.properties.get(PROPERTY_RETRY_TOPIC)
+                if original is not None:
+                    message.topic = original
         return messages
 
     def finish(

@@ -293,6 +293,35 @@ def test_ipv6_records_never_take_the_cached_ipv4_layout() -> None:
         assert decoded.born_host == "0:0:0:0:0:0:0:1:40001"
 
 
+def test_stored_properties_are_parsed_on_first_read() -> None:
+    record = encode_one(NewMessage("T", b"body", properties={"TAGS": "a", "KEYS": "k1 k2"}))
+    decoded = decode_record(record, 0)
+    assert decoded._properties == "TAGS\x01a\x02KEYS\x01k1 k2\x02"  # not parsed yet
+    assert decoded.tags == "a" and decoded.keys == ["k1", "k2"]
+    assert decoded._properties == {"TAGS": "a", "KEYS": "k1 k2"}  # parsed once, kept
+    decoded.properties["TAGS"] = "b"  # the parsed dict is the message's own
+    assert decoded.tags == "b"
+    decoded.properties = {"UNIQ_KEY": "u"}
+    assert decoded.msg_id == "u" and decoded.tags is None
+
+
+def test_stored_messages_compare_by_value_parsed_or_not() -> None:
+    record = encode_one(NewMessage("T", b"body", properties={"TAGS": "a"}))
+    lazy, parsed = decode_record(record, 0), decode_record(record, 0)
+    assert parsed.properties == {"TAGS": "a"}
+    assert lazy == parsed and parsed == lazy
+    assert lazy != parsed.replace(body=b"other")
+    assert lazy != parsed.replace(properties={"TAGS": "b"})
+    moved = lazy.replace(topic="U", queue_id=3)
+    assert (moved.topic, moved.queue_id, moved.body, moved.tags) == ("U", 3, b"body", "a")
+    assert (lazy.topic, lazy.queue_id) == ("T", 0)
+    assert "topic='T'" in repr(lazy) and "properties={'TAGS': 'a'}" in repr(lazy)
+    with pytest.raises(TypeError, match="no field colour"):
+        lazy.replace(colour="red")
+    with pytest.raises(TypeError):
+        hash(lazy)
+
+
 def test_worked_size_example_from_rocketmq() -> None:
     """ReputMessageServiceTest: topic FooBar, 32-byte body, TAGS=TAG1 and a 13-digit KEYS."""
     props = {"TAGS": "TAG1", "KEYS": "1700000000000"}
