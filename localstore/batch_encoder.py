@@ -93,7 +93,11 @@ def encode_batch(
     append = parts.append
     units: list[int] = []  # (phys, size, tag code) per unit, packed once per batch
     phys_offsets: list[int] = []
+    add_phys = phys_offsets.append
     unit_end = 0
+    plain_size = plain_header.size + fixed  # a plain record's size but body and properties
+    fits_below = segment_end - BLANK_RECORD_SIZE  # a record must end here or before
+    prepared_or_rollback = _PREPARED_OR_ROLLBACK
 
     for message in messages:
         properties = message.properties
@@ -106,6 +110,7 @@ def encode_batch(
             props_len = 0
             tags = None
         body = message.body
+        body_len = len(body)
         born_host = message.born_host
         sys_flag = message.sys_flag
         if sys_flag or len(born_host) != 8:
@@ -113,12 +118,13 @@ def encode_batch(
             if len(born_host) == 20:
                 sys_flag |= SYSFLAG_BORNHOST_V6
             header = HEADER_STRUCTS[(sys_flag >> 4) & 3]
+            size = header.size + fixed + body_len + props_len
         else:
             sys_flag = store_bit
             header = plain_header
-        size = header.size + len(body) + fixed + props_len
+            size = plain_size + body_len + props_len
         if (
-            size + 8 > segment_end - position
+            position + size > fits_below
             or size > max_record_size
             or props_len > MAX_PROPERTIES_BYTES
         ):
@@ -128,7 +134,8 @@ def encode_batch(
             parts.clear()
             position = segment_end
             segment_end += segment_size
-        if sys_flag & _PREPARED_OR_ROLLBACK:
+            fits_below += segment_size
+        if sys_flag & prepared_or_rollback:
             record_queue_offset = 0
         else:
             record_queue_offset = queue_offset
@@ -157,7 +164,7 @@ def encode_batch(
                 store_host,
                 message.reconsume_times,
                 message.prepared_transaction_offset,
-                len(body),
+                body_len,
             )
         )
         append(body)
@@ -165,7 +172,7 @@ def encode_batch(
         if tail is None:
             tail = tails[props_len] = topic_field + SHORT.pack(props_len)
         append(tail + props if props_len else tail)
-        phys_offsets.append(position)
+        add_phys(position)
         position += size
 
     runs.append(b"".join(parts))
