@@ -62,7 +62,8 @@ def walk_split(
 ) -> Walk:
     """:func:`localstore.record_walk.walk_segment` from ``pos`` to the end of the segment
     mapped as ``view`` (file ``path``), cut at ``hints`` into ``pieces`` (default: one per CPU)."""
-    bounds = [pos, *choose_cuts(pos, hints, pieces or cpu_count()), size]
+    inside = [hint for hint in hints if hint < size]  # a damaged index may name any number
+    bounds = [pos, *choose_cuts(pos, inside, pieces or cpu_count()), size]
     workers: list[_Worker] = []
     try:
         for start, limit in pairwise(bounds[1:]):

@@ -104,6 +104,7 @@ def test_hints_that_are_not_record_starts_change_nothing(filled: MessageStore) -
     wrong = [h + 7 for h in hints]
     assert split(filled, wrong) == sequential(filled)
     assert split(filled, [h - 1 for h in hints[:3]] + hints[3:]) == sequential(filled)
+    assert split(filled, [*hints[:2], SEGMENT + 5, 1 << 31]) == sequential(filled)  # past the end
 
 
 def test_failed_workers_leave_the_walk_to_this_process(
