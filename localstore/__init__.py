@@ -6,20 +6,65 @@ with MessageStore("./data") as store:
     got = store.get_messages("orders", 0, 0)
 """
 
-from localstore.codec import NewMessage, StoredMessage, pack_host, unpack_host
-from localstore.errors import (
-    CorruptStoreError,
-    GeometryMismatchError,
-    StoreClosedError,
-    StoreError,
-    StoreLockedError,
-)
-from localstore.geometry import StoreGeometry
-from localstore.message_id import UniqKeyGenerator, make_offset_msg_id, parse_offset_msg_id
-from localstore.options import StoreOptions
-from localstore.results import GetResult, GetStatus, PutResult, PutStatus
-from localstore.store import MessageStore
-from localstore.tags import TagFilter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localstore.codec import NewMessage, StoredMessage, pack_host, unpack_host
+    from localstore.errors import (
+        CorruptStoreError,
+        GeometryMismatchError,
+        StoreClosedError,
+        StoreError,
+        StoreLockedError,
+    )
+    from localstore.geometry import StoreGeometry
+    from localstore.message_id import UniqKeyGenerator, make_offset_msg_id, parse_offset_msg_id
+    from localstore.options import StoreOptions
+    from localstore.results import GetResult, GetStatus, PutResult, PutStatus
+    from localstore.store import MessageStore
+    from localstore.tags import TagFilter
+
+# Names are imported on first use (PEP 562): ``import localstore.record_walk`` in a recovery
+# worker, or the command line's start, does not pay for loading the whole store.
+_EXPORTS = {
+    "CorruptStoreError": "localstore.errors",
+    "GeometryMismatchError": "localstore.errors",
+    "GetResult": "localstore.results",
+    "GetStatus": "localstore.results",
+    "MessageStore": "localstore.store",
+    "NewMessage": "localstore.codec",
+    "PutResult": "localstore.results",
+    "PutStatus": "localstore.results",
+    "StoreClosedError": "localstore.errors",
+    "StoreError": "localstore.errors",
+    "StoreGeometry": "localstore.geometry",
+    "StoreLockedError": "localstore.errors",
+    "StoreOptions": "localstore.options",
+    "StoredMessage": "localstore.codec",
+    "TagFilter": "localstore.tags",
+    "UniqKeyGenerator": "localstore.message_id",
+    "make_offset_msg_id": "localstore.message_id",
+    "pack_host": "localstore.codec",
+    "parse_offset_msg_id": "localstore.message_id",
+    "unpack_host": "localstore.codec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'localstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "CorruptStoreError",

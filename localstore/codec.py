@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,6 +201,7 @@ class NewMessage:
     prepared_transaction_offset: int = 0
 
 
+_PARSE_LOCK = threading.Lock()
 _STORED_FIELDS = (
     "topic",
     "queue_id",
@@ -294,7 +296,11 @@ class StoredMessage:
         """The message's properties (parsed on first read when stored as text)."""
         properties = self._properties
         if type(properties) is str:
-            properties = self._properties = decode_properties(properties) if properties else {}
+            parsed = decode_properties(properties) if properties else {}
+            with _PARSE_LOCK:  # two threads reading at once must end up with one dict
+                properties = self._properties
+                if type(properties) is str:
+                    properties = self._properties = parsed
         return properties  # type: ignore[return-value]  # a dict once parsed
 
     @properties.setter

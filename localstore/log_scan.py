@@ -51,7 +51,7 @@ def scan_valid_end(
         base = segment.start_offset
         pos = position - base
         hints = split_hints(base) if split_hints is not None else ()
-        if hints and parallel_scan.worth_splitting(segment.size - pos):
+        if parallel_scan.worth_splitting(pos, hints):
             pos_after, count, status = parallel_scan.walk_split(
                 segment.path, segment.view, base, segment.size, pos, hints, check_crc
             )

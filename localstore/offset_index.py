@@ -395,7 +395,12 @@ def stored_record_starts(root: Path, segment_start: int) -> list[int]:
     """The record positions the offset index file of one segment of store ``root`` names, read
     as they are, unchecked: split hints for a walk that verifies them (recovery's CRC scan
     runs before the index is loaded and repaired). Empty when there is no usable file."""
-    stored = read_index_file(root / DIRECTORY_NAME / (segment_name(segment_start) + FILE_SUFFIX))
+    try:
+        stored = read_index_file(
+            root / DIRECTORY_NAME / (segment_name(segment_start) + FILE_SUFFIX)
+        )
+    except OSError:  # unreadable: no hints, the walk is not split (the index is rebuilt later)
+        return []
     if not stored or len(stored) % ENTRY_SIZE:
         return []
     return [position for _, position in ENTRY.iter_unpack(stored) if position]

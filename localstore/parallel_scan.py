@@ -8,19 +8,18 @@ began. An invalid record ends the walk there, whatever later pieces found. A pie
 its end without landing on it (a hint that was no record start) makes this process walk the
 rest itself. So the answer is always the sequential walk's; hints decide only how fast it comes.
 
-Each worker is a fresh interpreter running this module (``python -m localstore.parallel_scan
-PATH BASE SIZE POS LIMIT CRC``, answering ``POSITION RECORDS STATUS`` on stdout): no fork of a
-process whose threads may hold locks, and no re-import of the application's main module as
-multiprocessing's ``spawn`` would do. Starting one costs a fraction of a second, so only walks
-of at least :data:`MIN_SPLIT_BYTES` are split. If a worker cannot be started or fails, this
-process walks the rest itself, in order, and logs a warning; workers still running when the
-answer is known are killed.
+Each worker is a fresh interpreter running :mod:`localstore.scan_worker` (answering
+``POSITION RECORDS STATUS`` on stdout): no fork of a process whose threads may hold locks, and
+no re-import of the application's main module as multiprocessing's ``spawn`` would do. Starting
+one costs tens of milliseconds, so a walk is split only when the hinted record starts reach
+:data:`MIN_SPLIT_BYTES` past its start. If a worker cannot be started or fails, this process
+walks the rest itself, in order, and logs a warning; workers still running when the answer is
+known are killed.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import subprocess
 import sys
@@ -45,9 +44,11 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def worth_splitting(nbytes: int) -> bool:
-    """Whether a walk over ``nbytes`` of segment should use worker processes."""
-    return nbytes >= MIN_SPLIT_BYTES and cpu_count() > 1
+def worth_splitting(pos: int, hints: Sequence[int]) -> bool:
+    """Whether a walk from ``pos`` should use worker processes: when the hinted record starts
+    reach at least :data:`MIN_SPLIT_BYTES` past it (a preallocated segment's size says nothing
+    of how much of it is written) and there is more than one CPU."""
+    return bool(hints) and max(hints) - pos >= MIN_SPLIT_BYTES and cpu_count() > 1
 
 
 def walk_split(
@@ -125,9 +126,12 @@ def _join(
     return position, records + count, status
 
 
+_WORKER_MODULE = "localstore.scan_worker"
+
+
 class _Worker:
-    """One piece's walk in a fresh interpreter (``python -m localstore.parallel_scan``): it
-    imports this module only, never the application's main module, and shares nothing."""
+    """One piece's walk in a fresh interpreter (:mod:`localstore.scan_worker`): it imports the
+    record walk and the codec, never the application's main module, and shares nothing."""
 
     def __init__(self, process: subprocess.Popen[str]):
         self.process = process
@@ -139,7 +143,7 @@ class _Worker:
         arguments = [str(path), str(base), str(size), str(pos), str(limit), str(int(check_crc))]
         return cls(
             subprocess.Popen(
-                [sys.executable, "-m", __name__, *arguments],
+                [sys.executable, "-m", _WORKER_MODULE, *arguments],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -151,14 +155,17 @@ class _Worker:
         """The piece's walk, or None (logged) when the worker failed."""
         out, err = self.process.communicate()
         fields = out.split()
-        if self.process.returncode != 0 or len(fields) != 3:
+        try:
+            if self.process.returncode != 0 or len(fields) != 3:
+                raise ValueError(f"exit {self.process.returncode}, answer {out.strip()[:80]!r}")
+            position, records, status = map(int, fields)
+        except ValueError as exc:
             log.warning(
-                "walking the commitlog in one process: a worker failed (exit %s): %s",
-                self.process.returncode,
+                "walking the commitlog in one process: a worker failed (%s): %s",
+                exc,
                 err.strip()[-500:],
             )
             return None
-        position, records, status = map(int, fields)
         return position, records, status
 
 
@@ -167,19 +174,3 @@ def _stop(workers: list[_Worker]) -> None:
         if worker.process.poll() is None:
             worker.process.kill()
         worker.process.communicate()
-
-
-def _walk_file(path: str, base: int, size: int, pos: int, limit: int, check_crc: bool) -> Walk:
-    """A worker's piece: map the segment file read-only and walk [pos, limit)."""
-    with (
-        open(path, "rb") as file,
-        mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as mapped,
-        memoryview(mapped) as view,
-    ):
-        return walk_segment(view, base, size, pos, limit, check_crc)
-
-
-if __name__ == "__main__":
-    _path, *_numbers = sys.argv[1:]
-    _base, _size, _pos, _limit, _crc = map(int, _numbers)
-    print(*_walk_file(_path, _base, _size, _pos, _limit, bool(_crc)))

@@ -76,7 +76,10 @@ def walk_segment(
         if magic == MAGIC_V1:
             cursor += 1 + view[cursor]
         else:
-            cursor += 2 + read_short(view, cursor)[0]
+            topic_len = read_short(view, cursor)[0]
+            if topic_len < 0:  # a signed short: negative would walk backwards
+                return pos, records, WALK_INVALID
+            cursor += 2 + topic_len
         if cursor + 2 > stop or cursor + 2 + read_short(view, cursor)[0] != stop:
             return pos, records, WALK_INVALID
         if check_crc and crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:

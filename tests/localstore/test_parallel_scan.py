@@ -9,6 +9,8 @@ with hints that are not record starts, and with workers that fail.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,44 @@ def test_walk_limits_and_segment_ends(filled: MessageStore) -> None:
         0,
         WALK_SEGMENT_END,
     )
+
+
+def test_only_long_written_ranges_are_split(filled: MessageStore) -> None:
+    """The decision looks at how far the hinted record starts reach, not at the segment's
+    preallocated size: a small crashed store opens without starting workers."""
+    hints = stored_record_starts(filled.root, 0)  # about 0.9 MiB written of a 1 MiB segment
+    assert not ps.worth_splitting(0, hints)
+    assert not ps.worth_splitting(0, [])
+    assert ps.MIN_SPLIT_BYTES > SEGMENT
+
+
+def test_a_negative_topic_length_ends_the_walk(open_store: StoreFactory) -> None:
+    """A v2 record (topic over 127 bytes) stores its topic length as a signed short; a
+    damaged, negative one is an invalid record, not a walk backwards."""
+    store = open_store(commitlog_file_size=4096)  # shorter than the walk back: no wrap-around
+    topic = "%RETRY%" + "g" * 130  # a retry topic may be that long
+    first = store.put(NewMessage(topic, b"first", 0), system=True)
+    second = store.put(NewMessage(topic, b"second", 0), system=True)
+    assert first.ok and second.ok
+    segment = store.commitlog.segments.find(0)
+    assert segment is not None
+    at = second.phys_offsets[0] + HEADER_V4.size + len(b"second")  # the topic length field
+    segment.view[at : at + 2] = (-30000).to_bytes(2, "big", signed=True)
+    assert walk_segment(segment.view, 0, segment.size, 0, segment.size, True) == (
+        second.phys_offsets[0],
+        1,
+        WALK_INVALID,
+    )
+    assert first.phys_offsets == [0]
+
+
+def test_the_worker_imports_the_walk_alone() -> None:
+    """A worker interpreter loads the record walk and the codec, not the store."""
+    code = "import sys, localstore.scan_worker; print('localstore.store' in sys.modules)"
+    answer = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert answer.stdout.strip() == "False"
 
 
 def test_choose_cuts() -> None:
