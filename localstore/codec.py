@@ -368,57 +368,44 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
         # header keeps it; a record with an IPv6 host (SYSFLAG says so) is read again below.
         layout = _V4_WITH_BODY.get(_INT_AT(buf, pos + _V4_BODY_LENGTH_AT)[0]) if body else None
         fields = None
+        header_size = _V4_HEADER_SIZE
         if layout is not None:
             try:
                 fields = layout.unpack_from(buf, pos)
             except struct.error:  # not a v4 record after all: the general path decides
                 fields = None
-        if fields is not None and not fields[7] & _SYSFLAG_HOSTS_V6:
-            (
-                total,
-                magic,
-                crc,
-                queue_id,
-                flag,
-                queue_offset,
-                phys,
-                sys_flag,
-                born_ts,
-                born_host,
-                store_ts,
-                store_host,
-                reconsume,
-                prepared,
-                body_len,
-                body_bytes,
-            ) = fields
-            cursor = pos + _V4_HEADER_SIZE + body_len
-        else:
+            if fields is not None and fields[7] & _SYSFLAG_HOSTS_V6:
+                fields = None
+        if fields is None:
             header = HEADER_STRUCTS[(_INT_AT(buf, pos + OFFSET_SYSFLAG)[0] >> 4) & 3]
-            (
-                total,
-                magic,
-                crc,
-                queue_id,
-                flag,
-                queue_offset,
-                phys,
-                sys_flag,
-                born_ts,
-                born_host,
-                store_ts,
-                store_host,
-                reconsume,
-                prepared,
-                body_len,
-            ) = header.unpack_from(buf, pos)
-            cursor = pos + header.size + body_len
+            head = header.unpack_from(buf, pos)
+            header_size = header.size
+            body_bytes = b""
             if body:
-                body_bytes = bytes(buf[cursor - body_len : cursor])
-                if body_len == len(body_bytes) and not sys_flag & _SYSFLAG_HOSTS_V6:
-                    _remember_layout(body_len)
-            else:
-                body_bytes = b""
+                start = pos + header_size
+                body_bytes = bytes(buf[start : start + head[14]])
+                if len(body_bytes) == head[14] and not head[7] & _SYSFLAG_HOSTS_V6:
+                    _remember_layout(head[14])
+            fields = (*head, body_bytes)
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            phys,
+            sys_flag,
+            born_ts,
+            born_host,
+            store_ts,
+            store_host,
+            reconsume,
+            prepared,
+            body_len,
+            body_bytes,
+        ) = fields
+        cursor = pos + header_size + body_len
         if magic != MAGIC_V1 and magic != MAGIC_V2:  # noqa: PLR1714 - two int compares are faster
             raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at buffer position {pos}")
         if magic == MAGIC_V1:
