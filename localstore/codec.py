@@ -358,15 +358,19 @@ class RecordError(ValueError):
 
 def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> StoredMessage:
     """Decode the record starting at ``pos`` of ``buf`` (whose index 0 is not a phys offset).
-    ``body=False`` skips copying the body (dispatch needs every field but the body).
+    ``body=False`` skips copying the body and parses the properties at once: dispatch needs
+    every field but the body, properties included. With the body they are parsed on first read.
 
     Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record.
     """
     try:
         # Common case in one unpack: IPv4 hosts and a body length seen before, whose cached
-        # Struct reads the header and the body together. BODYLENGTH is read where an IPv4
-        # header keeps it; a record with an IPv6 host (SYSFLAG says so) is read again below.
-        layout = _V4_WITH_BODY.get(_INT_AT(buf, pos + _V4_BODY_LENGTH_AT)[0]) if body else None
+        # Struct reads the header and the body together (without the body: the header and an
+        # empty field). BODYLENGTH is read where an IPv4 header keeps it; a record with an IPv6
+        # host (SYSFLAG says so) is read again below.
+        layout = (
+            _V4_WITH_BODY.get(_INT_AT(buf, pos + _V4_BODY_LENGTH_AT)[0]) if body else _V4_NO_BODY
+        )
         fields = None
         header_size = _V4_HEADER_SIZE
         if layout is not None:
@@ -442,7 +446,7 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
         reconsume,
         prepared,
         body_bytes,
-        props,
+        props if body else (decode_properties(props) if props else {}),
         store_host,
     )
 
@@ -453,6 +457,7 @@ _V4_HEADER_SIZE = HEADER_V4.size
 _V4_BODY_LENGTH_AT = _V4_HEADER_SIZE - 4
 _SYSFLAG_HOSTS_V6 = 0x30
 _V4_WITH_BODY: dict[int, struct.Struct] = {}  # body length -> IPv4 header + body
+_V4_NO_BODY = struct.Struct(f"{HEADER_V4.format}0s")  # the header and an empty "body" field
 _LAYOUT_CACHE_LIMIT = 4096
 _MAX_LAYOUT_BODY = 1 << 16  # larger bodies: the unpack saves nothing next to the copy
 
