@@ -1,25 +1,24 @@
-"""One writer thread that turns many concurrent puts into few appends.
+"""Turning many concurrent puts into few appends: one append per topic-queue.
 
-Appends run on one dedicated thread (one writer keeps the log's order for free). Batches are the
-unit of speed, so the writer drains every put queued since it last woke and appends the puts aimed
-at one topic-queue as one batch; each put is validated on its own first, so one bad put never
-fails its neighbours, and puts to one queue keep their arrival order. Under sync flush a merged
-batch registers one flush request; when group commit has made it durable, every put in it is
-answered at once.
+Batches are the unit of speed, so puts gathered over a short while (one turn of an event loop,
+see :mod:`localstore.async_writer`) are grouped by topic-queue and each group is appended as
+one batch. Each put is validated on its own first, so one bad put never fails its neighbours,
+and puts to one queue keep their arrival order. A merged batch's result is cut back into one
+result per put. Under sync flush a merged batch registers one flush request; when group commit
+has made it durable, every put in it is answered at once.
 
-Answers go through a ``deliver`` callable with (token, result) pairs, called on the writer thread
-(async flush, rejections) or on the flush thread (durable puts), once per round or per merged
-batch, never per put: :class:`localstore.async_writer.AsyncStoreWriter` resolves its futures in
-one event-loop callback per delivery.
+Answers go through a ``deliver`` callable with (token, result) pairs: at once for rejections
+and under async flush, or from the flush thread (one call per merged batch) once durable.
 
-(Routing blocking puts from many threads through this writer was measured too: with 16 threads
-under sync flush it was no faster than each thread appending under the store's lock, and a lone
-thread's put took an extra hand-off, so :meth:`MessageStore.put` appends directly.)
+(Routing blocking puts from many threads through one writer thread was measured too: with 16
+threads under sync flush it was no faster than each thread appending under the store's lock,
+and a lone thread's put took an extra hand-off, so :meth:`MessageStore.put` appends directly.
+A writer thread between an event loop and the store measured about 1.5x slower than appending
+on the loop's own thread.)
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,98 +31,59 @@ if TYPE_CHECKING:
 
 Answer = tuple[Any, PutResult]  # (the submitter's token, its result)
 Deliver = Callable[[list[Answer]], None]
-_Put = tuple[Sequence[NewMessage], bool, Any]
+Put = tuple[Sequence[NewMessage], bool, Any]  # (messages, system, the submitter's token)
 
 
-class CoalescingWriter:
-    """The writer thread; ``submit`` puts, answers arrive through ``deliver``."""
+def append_all(store: MessageStore, puts: list[Put], deliver: Deliver) -> list[Answer]:
+    """Append ``puts`` one batch per topic-queue. Returns the answers known now (rejections,
+    and every answer under async flush); the others reach ``deliver`` once durable."""
+    ready: list[Answer] = []
+    for group in _group_by_queue(puts).values():
+        _append_group(store, group, ready, deliver)
+    return ready
 
-    def __init__(self, store: MessageStore, deliver: Deliver, name: str = "quiver-writer"):
-        self._store = store
-        self._deliver = deliver
-        self._queue: queue.SimpleQueue[_Put | None] = queue.SimpleQueue()  # None: stop
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def submit(self, messages: Sequence[NewMessage], system: bool, token: Any) -> bool:
-        """Queue a put; False when the writer is closed (nothing will answer)."""
-        if self._closed:
-            return False
-        self._queue.put((messages, system, token))
-        return True
-
-    def close(self) -> None:
-        """Stop after the queued puts (they are still answered)."""
-        if not self._closed:
-            self._closed = True
-            self._queue.put(None)
-            self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            puts, stop = self._drain()
-            ready: list[Answer] = []
-            for group in _group_by_queue(puts).values():
-                self._append_group(group, ready)
-            if ready:
-                self._deliver(ready)
-            if stop:
-                return
-
-    def _drain(self) -> tuple[list[_Put], bool]:
-        puts: list[_Put] = []
-        item = self._queue.get()
-        try:
-            while True:
-                if item is None:
-                    return puts, True
-                puts.append(item)
-                item = self._queue.get_nowait()
-        except queue.Empty:
-            return puts, False
-
-    def _append_group(self, group: list[_Put], ready: list[Answer]) -> None:
-        """Append one topic-queue's puts as one batch; rejected puts answer on their own."""
-        store = self._store
-        accepted: list[_Put] = []
-        for put in group:
-            rejection = store.check(put[0], system=put[1])
-            if rejection is not None:
-                ready.append((put[2], rejection))
-            elif any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in put[0]):
-                self._append([put], put[0], ready)  # transaction records skip queue offsets
-            else:
-                accepted.append(put)
-        if accepted:
-            merged = (
-                [m for put in accepted for m in put[0]] if len(accepted) > 1 else accepted[0][0]
-            )
-            self._append(accepted, merged, ready)
-
-    def _append(
-        self, puts: list[_Put], messages: Sequence[NewMessage], ready: list[Answer]
-    ) -> None:
-        callback = _DurableCallback(self._deliver)
-        try:
-            result, waiter = self._store.append(
-                messages, system=puts[0][1], on_durable=callback, prechecked=True
-            )
-        except Exception as exc:  # never leave a submitter without an answer
-            result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
-        answers = _split(result, puts)
-        if waiter is None:
-            ready.extend(answers)
+def _append_group(
+    store: MessageStore, group: list[Put], ready: list[Answer], deliver: Deliver
+) -> None:
+    """Append one topic-queue's puts as one batch; rejected puts answer on their own."""
+    accepted: list[Put] = []
+    for put in group:
+        rejection = store.check(put[0], system=put[1])
+        if rejection is not None:
+            ready.append((put[2], rejection))
+        elif any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in put[0]):
+            _append(store, [put], put[0], ready, deliver)  # transaction records: no offsets
         else:
-            callback.set_answers(answers)
+            accepted.append(put)
+    if accepted:
+        merged = [m for put in accepted for m in put[0]] if len(accepted) > 1 else accepted[0][0]
+        _append(store, accepted, merged, ready, deliver)
 
 
-def _group_by_queue(puts: list[_Put]) -> dict[tuple[str, int, bool], list[_Put]]:
-    groups: dict[tuple[str, int, bool], list[_Put]] = {}
+def _append(
+    store: MessageStore,
+    puts: list[Put],
+    messages: Sequence[NewMessage],
+    ready: list[Answer],
+    deliver: Deliver,
+) -> None:
+    callback = _DurableCallback(deliver)
+    try:
+        result, waiter = store.append(
+            messages, system=puts[0][1], on_durable=callback, prechecked=True
+        )
+    except Exception as exc:  # never leave a submitter without an answer
+        result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
+    answers = _split(result, puts)
+    if waiter is None:
+        ready.extend(answers)
+    else:
+        callback.set_answers(answers)
+
+
+def _group_by_queue(puts: list[Put]) -> dict[tuple[str, int, bool], list[Put]]:
+    groups: dict[tuple[str, int, bool], list[Put]] = {}
     for put in puts:
         first = put[0][0] if put[0] else None
         key = (first.topic, first.queue_id, put[1]) if first is not None else ("", -1, put[1])
@@ -131,7 +91,7 @@ def _group_by_queue(puts: list[_Put]) -> dict[tuple[str, int, bool], list[_Put]]
     return groups
 
 
-def _split(result: PutResult, puts: list[_Put]) -> list[Answer]:
+def _split(result: PutResult, puts: list[Put]) -> list[Answer]:
     """One merged batch's result, cut back into one result per put."""
     if len(puts) == 1:
         return [(puts[0][2], result)]

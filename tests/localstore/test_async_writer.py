@@ -76,3 +76,21 @@ def test_put_after_close_is_refused(tmp_path: Path):
 
     with MessageStore(tmp_path) as store:
         assert asyncio.run(main(store)) is PutStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_close_appends_the_puts_already_made(tmp_path: Path):
+    """Puts made in this turn of the loop are appended at its end; closing first appends
+    them at once, so their futures still resolve."""
+
+    async def main(store: MessageStore) -> list[PutStatus]:
+        writer = AsyncStoreWriter(store)
+        puts = [asyncio.ensure_future(writer.put(_message(0, f"m{i}".encode()))) for i in range(3)]
+        await asyncio.sleep(0)  # the puts are made; their append is still to come
+        assert store.max_offset("AsyncTopic", 0) == 0
+        writer.close()
+        return [(await put).status for put in puts]
+
+    with MessageStore(tmp_path, flush_mode="sync", commitlog_file_size=65536) as store:
+        assert asyncio.run(main(store)) == [PutStatus.PUT_OK] * 3
+        got = store.get_messages("AsyncTopic", 0, 0)
+        assert [m.body for m in got.messages] == [b"m0", b"m1", b"m2"]
