@@ -75,7 +75,10 @@ class AsyncStoreWriter:
             if self._done_scheduled:
                 return
             self._done_scheduled = True
-        self._loop.call_soon_threadsafe(self._drain_done)
+        try:
+            self._loop.call_soon_threadsafe(self._drain_done)
+        except RuntimeError:  # the loop was closed: nobody awaits these any more
+            self._done.clear()
 
     def _drain_done(self) -> None:
         with self._done_lock:

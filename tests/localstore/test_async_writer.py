@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localstore import MessageStore, NewMessage, PutStatus
+from localstore import MessageStore, NewMessage, PutResult, PutStatus
 from localstore.async_writer import AsyncStoreWriter
 
 
@@ -94,3 +94,16 @@ def test_close_appends_the_puts_already_made(tmp_path: Path):
         assert asyncio.run(main(store)) == [PutStatus.PUT_OK] * 3
         got = store.get_messages("AsyncTopic", 0, 0)
         assert [m.body for m in got.messages] == [b"m0", b"m1", b"m2"]
+
+
+def test_answers_for_a_closed_loop_are_dropped(tmp_path: Path):
+    """The flush thread answers durable puts through the loop; if the loop was closed
+    meanwhile, the answers are dropped instead of raising on the flush thread."""
+    with MessageStore(tmp_path, flush_mode="sync", commitlog_file_size=65536) as store:
+        loop = asyncio.new_event_loop()
+        writer = AsyncStoreWriter(store, loop=loop)
+        orphan = loop.create_future()
+        loop.close()
+        writer._deliver([(orphan, PutResult(PutStatus.PUT_OK, ""))])  # as the flush thread does
+        assert not orphan.done()
+        assert store.put(_message(0, b"after")).status is PutStatus.PUT_OK  # flushing goes on
