@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -129,9 +130,9 @@ class _PullConsumerBase(PullCore):
                 offsets_dir=offsets_dir,
             )
 
+    @abstractmethod
     def _connect(self, broker: object) -> BrokerTransport:
         """The blocking transport of the control plane (membership, offsets, bounds)."""
-        raise NotImplementedError
 
     @property
     def _broker_name(self) -> str:

@@ -59,6 +59,7 @@ import logging
 import math
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
 from localstore.tags import TagFilter
@@ -123,7 +124,7 @@ def check_topic(topic: str) -> str:
     return topic
 
 
-class PullCore:
+class PullCore(ABC):
     """State and decisions of one lite pull consumer (see the module docstring). The front
     end supplies :attr:`_broker_name` (the broker it reaches) and does all I/O; the state-only
     public methods (``subscribe``, ``assign``, ``position``, ``seek``, ``pause``, ...) live
@@ -186,9 +187,9 @@ class PullCore:
         self._closed = False
 
     @property
+    @abstractmethod
     def _broker_name(self) -> str:
         """The name of the broker the front end reaches (its queues are the ones to consume)."""
-        raise NotImplementedError
 
     # -- checks ------------------------------------------------------------------------------
     def _check_open(self) -> None:

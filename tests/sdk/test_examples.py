@@ -38,8 +38,9 @@ def run_example(name: str, *args: str | Path, cwd: Path = REPO) -> subprocess.Co
     )
 
 
-def succeeded(name: str, data: Path) -> list[str]:
-    done = run_example(name, data)
+def succeeded(name: str, data: Path, cwd: Path = REPO) -> list[str]:
+    """Run an example that must succeed; its output lines."""
+    done = run_example(name, data, cwd=cwd)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     return done.stdout.splitlines()
 
@@ -156,9 +157,7 @@ def test_the_default_directory_is_temporary(tmp_path: Path, name: str):
 
 def test_pull_consumer_example_polls_commits_and_seeks_by_time(tmp_path: Path):
     data = tmp_path / "data"
-    done = run_example("pull_consumer", data, cwd=tmp_path)
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    lines = done.stdout.splitlines()
+    lines = succeeded("pull_consumer", data, cwd=tmp_path)
     assert lines[-1] == "pull consumer: OK"
     assert "4. polled 6 messages:" in lines
     polled = [line for line in lines if re.fullmatch(r" +readings/\d offset \d+ +body=.*", line)]
@@ -173,18 +172,13 @@ def test_pull_consumer_example_polls_commits_and_seeks_by_time(tmp_path: Path):
     assert resumed.strip() == "['reading 7: 20.7 C', 'reading 8: 20.8 C', 'reading 9: 20.9 C']"
     assert (data / "store" / "config" / "store.json").exists()
 
-    again = run_example(
-        "pull_consumer", data, cwd=tmp_path
-    )  # a store from an earlier run is replaced
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[-1] == "pull consumer: OK"
+    again = succeeded("pull_consumer", data, cwd=tmp_path)  # an earlier run's store is replaced
+    assert again[-1] == "pull consumer: OK"
 
 
 def test_transactions_example_commits_rolls_back_and_resolves_by_check(tmp_path: Path):
     data = tmp_path / "data"
-    done = run_example("transactions", data, cwd=tmp_path)
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    lines = done.stdout.splitlines()
+    lines = succeeded("transactions", data, cwd=tmp_path)
     assert lines[-1] == "transactions: OK (order-2 rolled back, never delivered)"
     text = "\n".join(lines)
     assert "order-1: local transaction succeeds -> COMMIT   broker: COMMITTED" in text
