@@ -119,6 +119,21 @@ class Checker:
             return [m.msg_id for m in self.asked]
 
 
+class AsyncChecker(Checker):
+    """:class:`Checker` for the asyncio producer."""
+
+    async def __call__(self, message: ReceivedMessage) -> Any:  # type: ignore[override]
+        return super().__call__(message)
+
+
+async def commit_locally(message: Message) -> TransactionState:
+    return COMMIT
+
+
+async def stay_unknown(message: Message) -> TransactionState:
+    return UNKNOWN
+
+
 class Collected:
     """A push consumer's deliveries of the real topic."""
 
@@ -600,27 +615,17 @@ def test_a_producer_killed_between_half_message_and_commit(tmp_path: Path, colle
 
 
 def test_async_producer_commits_and_answers_checks(broker: EmbeddedBroker, collected: Collected):
-    asked: list[str | None] = []
-
-    async def checker(message: ReceivedMessage) -> TransactionState:
-        asked.append(message.msg_id)
-        return COMMIT
-
-    async def commit(message: Message) -> TransactionState:
-        return COMMIT
-
-    async def unknown(message: Message) -> TransactionState:
-        return UNKNOWN
+    checker = AsyncChecker(COMMIT)
 
     async def main() -> tuple[str, str]:
         async with AsyncTransactionalProducer(
             broker, GROUP, checker, check_wait_ms=100
         ) as producer:
-            first = await producer.send_in_transaction(Message(TOPIC, b"a"), commit)
-            second = await producer.send_in_transaction(Message(TOPIC, b"b"), unknown)
+            first = await producer.send_in_transaction(Message(TOPIC, b"a"), commit_locally)
+            second = await producer.send_in_transaction(Message(TOPIC, b"b"), stay_unknown)
             assert first.end_status == COMMITTED and second.end_status == "UNKNOWN"
             for _ in range(500):
-                if asked:
+                if checker.ids():
                     break
                 await asyncio.sleep(0.01)
             return first.transaction_id, second.transaction_id
@@ -628,7 +633,7 @@ def test_async_producer_commits_and_answers_checks(broker: EmbeddedBroker, colle
     with consume(broker, collected):
         _, unknown_id = asyncio.run(main())
         wait_until(lambda: collected.bodies() == [b"a", b"b"])
-    assert asked == [unknown_id]
+    assert checker.ids() == [unknown_id]
 
 
 # -- the check thread never dies ---------------------------------------------------------------
@@ -709,14 +714,7 @@ def test_checks_that_arrive_while_closing_are_not_answered(
 def test_async_check_task_survives_a_failure_and_answers_the_next_check(
     broker: EmbeddedBroker, collected: Collected, monkeypatch: pytest.MonkeyPatch
 ):
-    asked: list[str | None] = []
-
-    async def checker(message: ReceivedMessage) -> TransactionState:
-        asked.append(message.msg_id)
-        return COMMIT
-
-    async def unknown(message: Message) -> TransactionState:
-        return UNKNOWN
+    checker = AsyncChecker(COMMIT)
 
     async def main() -> str:
         async with AsyncTransactionalProducer(
@@ -724,7 +722,7 @@ def test_async_check_task_survives_a_failure_and_answers_the_next_check(
         ) as producer:
             failure = FailOnce(producer.transport.end_transaction)
             monkeypatch.setattr(producer.transport, "end_transaction", failure)
-            receipt = await producer.send_in_transaction(Message(TOPIC, b"late"), unknown)
+            receipt = await producer.send_in_transaction(Message(TOPIC, b"late"), stay_unknown)
             for _ in range(1000):
                 if failure.calls >= 2:
                     break
@@ -736,17 +734,16 @@ def test_async_check_task_survives_a_failure_and_answers_the_next_check(
     with consume(broker, collected):
         transaction_id = asyncio.run(main())
         wait_until(lambda: collected.bodies() == [b"late"])
-    assert set(asked) == {transaction_id} and len(asked) >= 2
+    assert set(checker.ids()) == {transaction_id} and len(checker.ids()) >= 2
 
 
 def test_async_close_closes_even_when_the_check_task_died(
     broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ):
-    async def checker(message: ReceivedMessage) -> TransactionState:
-        return COMMIT
-
     async def main() -> None:
-        producer = AsyncTransactionalProducer(broker, GROUP, checker, check_wait_ms=100)
+        producer = AsyncTransactionalProducer(
+            broker, GROUP, AsyncChecker(COMMIT), check_wait_ms=100
+        )
 
         async def dead() -> None:
             raise RuntimeError("boom (test)")
@@ -772,11 +769,8 @@ def test_async_close_lets_a_check_being_answered_finish(
             await asyncio.sleep(0.2)
             return COMMIT
 
-        async def unknown(message: Message) -> TransactionState:
-            return UNKNOWN
-
         producer = AsyncTransactionalProducer(broker, GROUP, slow_checker, check_wait_ms=100)
-        await producer.send_in_transaction(Message(TOPIC, b"slow"), unknown)
+        await producer.send_in_transaction(Message(TOPIC, b"slow"), stay_unknown)
         await asyncio.wait_for(answering.wait(), 10)
         await producer.close()  # the checker call in progress is not cancelled
 
