@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from localstore.tags import TagFilter
 
 # Names are imported on first use (PEP 562): ``import localstore.record_walk`` in a recovery
-# worker, or the command line's start, does not pay for loading the whole store.
+# worker, or the command line's start, does not pay for loading the whole store. The type
+# checkers read the imports above and ``__all__``; tests/localstore/test_package.py keeps this
+# table, ``__all__`` and the modules in step.
 _EXPORTS = {
     "CorruptStoreError": "localstore.errors",
     "GeometryMismatchError": "localstore.errors",
