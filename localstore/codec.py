@@ -232,25 +232,8 @@ class StoredMessage:
     an eager decode would. Equality compares every field, properties parsed.
     """
 
-    __slots__ = (
-        "_properties",
-        "body",
-        "body_crc",
-        "born_host",
-        "born_timestamp",
-        "flag",
-        "phys_offset",
-        "prepared_transaction_offset",
-        "queue_id",
-        "queue_offset",
-        "reconsume_times",
-        "store_host",
-        "store_host_raw",
-        "store_size",
-        "store_timestamp",
-        "sys_flag",
-        "topic",
-    )
+    # every field in its own slot, but properties: stored or parsed, behind a property
+    __slots__ = ("_properties", *(name for name in _STORED_FIELDS if name != "properties"))
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __init__(

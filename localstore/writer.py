@@ -114,8 +114,8 @@ def _split(result: PutResult, puts: list[Put]) -> list[Answer]:
 
 
 class _DurableCallback:
-    """Answers a merged batch once both its results (writer thread) and the flush outcome
-    (flush thread) are known; whichever arrives second delivers them."""
+    """Answers a merged batch once both its results (the appending thread) and the flush
+    outcome (the flush thread) are known; whichever arrives second delivers them."""
 
     __slots__ = ("_deliver", "_lock", "answers", "outcome")
 
