@@ -34,6 +34,11 @@ class Watch:
         self._fired = False
         self.fired_keys: list[QueueKey | None] = []  # what arrived (None: notify_all)
 
+    def woken_by(self) -> frozenset[QueueKey]:
+        """The keys that got messages; empty when everything was woken (look at every key)."""
+        fired = self.fired_keys
+        return frozenset() if None in fired else frozenset(k for k in fired if k is not None)
+
     def fire(self, key: QueueKey | None = None) -> None:
         self.fired_keys.append(key)
         if not self._fired:
@@ -86,16 +91,13 @@ class ArrivalNotifier:
             for watch in watches.values():
                 watch.fire()
 
-    def wait(self, keys: Iterable[QueueKey], timeout_s: float, ready: Callable[[], bool]) -> bool:
-        """Block until ``ready()`` or an arrival on ``keys``, at most ``timeout_s``; answers
-        whether something arrived (or was ready). ``ready`` is checked after registering."""
-        return self.wait_keys(keys, timeout_s, ready) is not None
-
     def wait_keys(
         self, keys: Iterable[QueueKey], timeout_s: float, ready: Callable[[], bool]
     ) -> frozenset[QueueKey] | None:
-        """As :meth:`wait`, answering what woke it: the keys that got messages, an empty set
-        when ``ready()`` held or everything was woken (look at every key), None on timeout."""
+        """Block until ``ready()`` or an arrival on ``keys``, at most ``timeout_s`` (``ready`` is
+        checked after registering, so no arrival is missed). Answers what woke it: the keys that
+        got messages, an empty set when ``ready()`` held or everything was woken (look at every
+        key), None on timeout."""
         event = threading.Event()
         watch = self.watch(keys, event.set)
         try:
@@ -105,5 +107,4 @@ class ArrivalNotifier:
                 return None
         finally:
             self.cancel(watch)
-        fired = watch.fired_keys
-        return frozenset() if None in fired else frozenset(k for k in fired if k is not None)
+        return watch.woken_by()

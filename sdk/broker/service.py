@@ -399,9 +399,7 @@ class BrokerService:
                         await asyncio.wait_for(arrived.wait(), remaining)
             finally:
                 self.notifier.cancel(watch)
-            fired = watch.fired_keys
-            woken_by = frozenset() if None in fired else frozenset(k for k in fired if k)
-            result, done = self._look_again(batch, woken_by, generation)
+            result, done = self._look_again(batch, watch.woken_by(), generation)
             if done:
                 return result
 

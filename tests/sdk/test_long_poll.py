@@ -33,14 +33,14 @@ def test_cancelled_watch_never_fires():
 def test_wait_returns_at_once_when_ready_after_registering():
     notifier = ArrivalNotifier()
     started = time.monotonic()
-    assert notifier.wait([("t", 0)], 5.0, lambda: True)
+    assert notifier.wait_keys([("t", 0)], 5.0, lambda: True) is not None
     assert time.monotonic() - started < 1.0
 
 
 def test_wait_times_out_without_arrival():
     notifier = ArrivalNotifier()
     started = time.monotonic()
-    assert not notifier.wait([("t", 0)], 0.05, lambda: False)
+    assert notifier.wait_keys([("t", 0)], 0.05, lambda: False) is None
     assert time.monotonic() - started >= 0.05
 
 
@@ -49,7 +49,7 @@ def test_wait_is_woken_by_an_arrival_from_another_thread():
     timer = threading.Timer(0.05, notifier.notify, ("t", 3))
     timer.start()
     started = time.monotonic()
-    assert notifier.wait([("t", 3)], 10.0, lambda: False)
+    assert notifier.wait_keys([("t", 3)], 10.0, lambda: False) is not None
     assert time.monotonic() - started < 5.0
     timer.join()
 
