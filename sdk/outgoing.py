@@ -209,11 +209,9 @@ class MessageBuilder:
             )
         return body
 
-    def build(self, message: Message, queue_id: int, *, checked: bool = False) -> NewMessage:
-        """The message as the broker stores it, with a fresh ``UNIQ_KEY`` (``checked``: the
-        caller already ran :meth:`check` on it)."""
-        if not checked:
-            self.check(message)
+    def build(self, message: Message, queue_id: int) -> NewMessage:
+        """The message as the broker stores it, with a fresh ``UNIQ_KEY``. The caller ran
+        :meth:`check` on it first (every send does, before choosing a queue)."""
         built = self._build(message, queue_id, self._ids.next(), time.time_ns() // 1_000_000)
         if message.delay_level:
             built.properties[PROPERTY_DELAY] = str(message.delay_level)

@@ -187,7 +187,7 @@ class Producer(_ProducerBase):
         self.builder.check(message)
         count = self._queue_count(message.topic)
         chosen = self._pick(message, count, sharding_key, queue_id)
-        return self._send_built([self.builder.build(message, chosen, checked=True)])[0]
+        return self._send_built([self.builder.build(message, chosen)])[0]
 
     def send_batch(
         self,
@@ -325,7 +325,7 @@ class AsyncProducer(_ProducerBase):
         self.builder.check(message)
         count = await self._queue_count(message.topic)
         chosen = self._pick(message, count, sharding_key, queue_id)
-        return (await self._send_built([self.builder.build(message, chosen, checked=True)]))[0]
+        return (await self._send_built([self.builder.build(message, chosen)]))[0]
 
     async def send_batch(
         self,

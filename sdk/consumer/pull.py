@@ -302,7 +302,7 @@ class PullConsumer(_PullConsumerBase):
             self._forget_io(self._rebalanced(*joined))
         elif self._renewal_due(committing=bool(due) or bool(self._queues.unknown_starts())):
             self._renew_leases()
-        due = self._queues.held_only(due)
+        due = self._queues.held_only(due) if due else None
         if due and self._auto_commit_io(due, sorted(self._queues)):
             self._auto_committed(due)
         released = self._queues.take_releases()
@@ -351,7 +351,7 @@ class PullConsumer(_PullConsumerBase):
         chosen = self._queues.checked_offsets(offsets)
         if self._renewal_due(committing=True):
             self._renew_leases()
-            chosen = self._queues.held_only(chosen) or {}
+            chosen = self._queues.held_only(chosen)
         self._commit_io(chosen, sorted(self._queues))
         self._note_commit(chosen, given=offsets is not None)
 
@@ -436,7 +436,7 @@ class AsyncPullConsumer(_PullConsumerBase):
             self._forget_io(self._rebalanced(*joined))
         elif self._renewal_due(committing=bool(due) or bool(self._queues.unknown_starts())):
             await self._renew_leases()
-        due = self._queues.held_only(due)
+        due = self._queues.held_only(due) if due else None
         if due:
             done = await asyncio.to_thread(self._auto_commit_io, due, sorted(self._queues))
             if done:
@@ -489,7 +489,7 @@ class AsyncPullConsumer(_PullConsumerBase):
         chosen = self._queues.checked_offsets(offsets)
         if self._renewal_due(committing=True):
             await self._renew_leases()
-            chosen = self._queues.held_only(chosen) or {}
+            chosen = self._queues.held_only(chosen)
         await asyncio.to_thread(self._commit_io, chosen, sorted(self._queues))
         self._note_commit(chosen, given=offsets is not None)
 

@@ -44,16 +44,19 @@ from localstore.codec import StoredMessage
 from localstore.tags import TagFilter
 from offsetstore import MessageQueue
 from sdk.message import ReceivedMessage
-from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_records
+from sdk.transport.models import (
+    OFFSET_MOVED,
+    PullBatch,
+    PullBatchResult,
+    QueuePull,
+    decode_records,
+)
 
 __all__ = ["Offsets", "QueueState", "QueueTable", "check_offset"]
 
 # The consumer's records keep the name of the module users know, whichever module emits them.
 log = logging.getLogger("sdk.consumer.pull")
 
-_OFFSET_MOVED = frozenset(
-    {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
-)
 Offsets = dict[MessageQueue, int]
 
 
@@ -204,10 +207,8 @@ class QueueTable:
     def positions(self) -> Offsets:
         return {q: s.position for q, s in self._states.items() if s.position is not None}
 
-    def held_only(self, offsets: Offsets | None) -> Offsets | None:
+    def held_only(self, offsets: Offsets) -> Offsets:
         """``offsets`` of the queues still assigned (after a lease check dropped lost ones)."""
-        if offsets is None:
-            return None
         return {q: o for q, o in offsets.items() if q in self._states}
 
     # -- fetching and handing out ------------------------------------------------------------
@@ -241,7 +242,7 @@ class QueueTable:
                 state.fetch_offset = answer.next_offset
             elif answer.status == "NO_MATCHED_MESSAGE":
                 state.fetch_offset = answer.next_offset
-            elif answer.status in _OFFSET_MOVED:
+            elif answer.status in OFFSET_MOVED:
                 log.warning(
                     "%s: offset %d is out of range (%s); moving to %d",
                     queue,

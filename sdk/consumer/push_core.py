@@ -48,7 +48,13 @@ from sdk.consumer.ownership import QueueOwnership
 from sdk.consumer.process_queue import FlowControlLimits, ProcessQueue
 from sdk.message import ConsumeResult, retry_topic
 from sdk.transport.base import BrokerTransport
-from sdk.transport.models import PullBatch, PullBatchResult, QueuePull, decode_records
+from sdk.transport.models import (
+    OFFSET_MOVED,
+    PullBatch,
+    PullBatchResult,
+    QueuePull,
+    decode_records,
+)
 
 __all__ = ["PushCore", "PushSettings", "RebalanceListener"]
 
@@ -57,9 +63,6 @@ log = logging.getLogger(__name__)
 PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 _EXPIRY_CHECK_MAX_S = 60.0
 THROTTLED_RECHECK_MS = 50  # RocketMQ re-pulls a flow-controlled queue after 50 ms
-_OFFSET_MOVED = frozenset(
-    {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
-)
 
 
 def _now_ms() -> int:
@@ -405,7 +408,7 @@ class PushCore:
             elif status == "NO_MATCHED_MESSAGE":
                 state.next_offset = answer.next_offset
                 self._advance_idle(queue, state)
-            elif status in _OFFSET_MOVED:
+            elif status in OFFSET_MOVED:
                 log.warning(
                     "%s: offset %d is out of range (%s); moving to %d",
                     queue,

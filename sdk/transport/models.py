@@ -98,6 +98,13 @@ class PullBatch:
     generation: int = -1  # the group generation the consumer knows (-1: none)
 
 
+# Statuses whose next_offset is where the queue's consumer must move (its offset fell out of
+# the queue's range): RocketMQ's consumers correct their offset on these.
+OFFSET_MOVED = frozenset(
+    {"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "OFFSET_FOUND_NULL", "MESSAGE_WAS_REMOVING"}
+)
+
+
 @dataclass(slots=True)
 class QueuePullResult:
     """One queue's answer: its status (the store's ``GetStatus`` name), where to pull next
