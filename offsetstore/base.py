@@ -98,6 +98,13 @@ class OffsetStore(Protocol):
     def remove_offset(self, queue: MessageQueue) -> None:
         """Forget a queue (after it was revoked and persisted)."""
 
+    def discard(self, queue: MessageQueue) -> None:
+        """Forget a queue this consumer lost to another member, and any failed commit of it
+        still waiting to be retried, so nothing of ours overwrites the new owner's progress."""
+
+    def pending(self) -> dict[MessageQueue, int]:
+        """Commits that failed and wait to be sent again, by queue."""
+
     def close(self) -> None:
         """Stop periodic persisting and persist what is in memory."""
 

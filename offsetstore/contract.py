@@ -200,6 +200,19 @@ def _check_remove(ctx: _Context) -> None:
     store.remove_offset(removed)  # removing twice is harmless
 
 
+def _check_discard(ctx: _Context) -> None:
+    factory, topic = ctx.factory, ctx.topic
+    store = factory()
+    kept, lost = MessageQueue(topic, BROKER, 0), MessageQueue(topic, BROKER, 1)
+    store.update_offset(kept, 5, increase_only=False)
+    store.update_offset(lost, 6, increase_only=False)
+    store.discard(lost)
+    _expect(store, lost, MEMORY, NOT_FOUND, "discard forgets the queue")
+    _expect(store, kept, MEMORY, 5, "discard keeps the other queues")
+    if lost in store.pending():
+        raise AssertionError("discard: a commit of the lost queue still waits to be retried")
+
+
 def _check_clone_per_topic(ctx: _Context) -> None:
     factory, topic = ctx.factory, ctx.topic
     store = factory()
@@ -259,6 +272,7 @@ _CHECKS: tuple[Callable[[_Context], None], ...] = (
     _check_persist_round_trip,
     _check_persist_all_subset,
     _check_remove,
+    _check_discard,
     _check_clone_per_topic,
     _check_concurrent_increase_only,
 )

@@ -193,6 +193,12 @@ class LocalFileOffsetStore:
     def remove_offset(self, queue: MessageQueue) -> None:
         self._memory.remove(queue)
 
+    def discard(self, queue: MessageQueue) -> None:
+        self._memory.remove(queue)  # nothing waits for a retry: a failed write raises
+
+    def pending(self) -> dict[MessageQueue, int]:
+        return {}
+
     def clone_offset_table(self, topic: str) -> dict[MessageQueue, int]:
         return self._memory.of_topic(topic)
 

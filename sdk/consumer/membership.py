@@ -40,7 +40,6 @@ __all__ = [
     "MessageModel",
     "assigned_queues",
     "check_group",
-    "forget_lost",
     "heartbeat",
     "make_offset_store",
     "new_client_id",
@@ -112,16 +111,6 @@ def make_offset_store(
     local.load()
     local.start_auto_persist()
     return local
-
-
-def forget_lost(offsets: OffsetStore, queue: MessageQueue) -> None:
-    """Forget a queue whose lease another member took: its offset, and any failed commit of it
-    still waiting to be retried, so nothing of ours ever overwrites the new owner's progress."""
-    discard = getattr(offsets, "discard", None)
-    if discard is not None:
-        discard(queue)
-    else:
-        offsets.remove_offset(queue)
 
 
 def heartbeat(

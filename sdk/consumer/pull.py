@@ -56,7 +56,6 @@ from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
     assigned_queues,
-    forget_lost,
     heartbeat,
     make_offset_store,
     start_offset,
@@ -167,7 +166,7 @@ class _PullConsumerBase(PullCore):
     def _forget_io(self, lost: Iterable[MessageQueue]) -> None:
         """Forget the offsets of queues whose lease was lost: never committed again."""
         for queue in lost:
-            forget_lost(self._offsets, queue)
+            self._offsets.discard(queue)
 
     def _release_io(self, released: Mapping[MessageQueue, int | None]) -> None:
         """Commit (when given) and forget queues this consumer no longer owns."""

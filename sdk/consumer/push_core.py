@@ -39,7 +39,6 @@ from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
     assigned_queues,
-    forget_lost,
     heartbeat,
     make_offset_store,
     start_offset,
@@ -275,7 +274,7 @@ class PushCore:
                 with state.commit_lock:
                     state.process_queue.seal_if_idle(force=True)
                     state.process_queue.dropped = True
-            forget_lost(self.offsets, queue)
+            self.offsets.discard(queue)
         if lost:
             self._tell("on_revoked", sorted(lost))
         taken = [queue for queue in sorted(started) if self._take(queue)]
@@ -349,8 +348,7 @@ class PushCore:
         self.ownership.released(queue)
 
     def _commit_pending(self, queue: MessageQueue) -> bool:
-        pending = getattr(self.offsets, "pending", None)
-        return pending is not None and queue in pending()
+        return queue in self.offsets.pending()
 
     # -- pulling ---------------------------------------------------------------------------
     def next_pull(self, wait_ms: int | None = None) -> PullBatch:
