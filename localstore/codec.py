@@ -332,7 +332,13 @@ class StoredMessage:
 def make_offset_msg_id(store_host_raw: bytes, phys_offset: int) -> str:
     """offsetMsgId: packed store host (address + port) and the commitlog offset, upper-case hex
     (32 characters for IPv4, 56 for IPv6)."""
-    return (store_host_raw + LONG.pack(phys_offset)).hex().upper()
+    return format_offset_msg_id(store_host_raw.hex().upper(), phys_offset)
+
+
+def format_offset_msg_id(store_host_hex: str, phys_offset: int) -> str:
+    """:func:`make_offset_msg_id` from the store host already in upper-case hex (what send
+    results carry): many ids of one host format without hexing it again."""
+    return f"{store_host_hex}{phys_offset:016X}"
 
 
 class RecordError(ValueError):

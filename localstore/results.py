@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage
+from localstore.codec import StoredMessage, format_offset_msg_id
 
 
 class PutStatus(enum.Enum):
@@ -64,8 +64,8 @@ class PutResult:
     @property
     def offset_msg_ids(self) -> list[str]:
         """Server-side ids: store host + port + commitlog offset, upper-case hex."""
-        prefix = self.store_host_raw.hex().upper()
-        return [f"{prefix}{p:016X}" for p in self.phys_offsets]
+        host = self.store_host_raw.hex().upper()
+        return [format_offset_msg_id(host, phys) for phys in self.phys_offsets]
 
     @property
     def offset_msg_id(self) -> str:

@@ -29,6 +29,7 @@ from localstore.codec import (
     PROPERTY_UNIQ_KEY,
     NewMessage,
     encode_properties,
+    format_offset_msg_id,
 )
 from localstore.javahash import java_hash
 from localstore.message_id import UniqKeyGenerator
@@ -91,7 +92,9 @@ class SendReceipt:
 
     @property
     def offset_msg_id(self) -> str:
-        return f"{self.store_host}{self.phys_offset:016X}" if self.phys_offset >= 0 else ""
+        if self.phys_offset < 0:
+            return ""
+        return format_offset_msg_id(self.store_host, self.phys_offset)
 
     def __repr__(self) -> str:
         return (

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage, decode_record
+from localstore.codec import StoredMessage, decode_record, format_offset_msg_id
 from offsetstore import MessageQueue
 
 __all__ = [
@@ -62,7 +62,7 @@ class SendResult:
     def offset_msg_ids(self) -> list[str]:
         """The broker-side id of each message: store host and commitlog offset in hex."""
         host = self.store_host
-        return [f"{host}{phys:016X}" for phys in self.phys_offsets]
+        return [format_offset_msg_id(host, phys) for phys in self.phys_offsets]
 
     @property
     def stored(self) -> bool:
