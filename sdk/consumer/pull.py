@@ -299,8 +299,10 @@ class PullConsumer(_PullConsumerBase):
         if subscription is not None:
             joined = self._membership_io(subscription, sorted(self._queues))
             self._forget_io(self._rebalanced(*joined))
-        elif self._renewal_due(committing=bool(due) or bool(self._queues.unknown_starts())):
-            self._renew_leases()
+        elif self._pending_leases or self._renewal_due(
+            committing=bool(due) or bool(self._queues.unknown_starts())
+        ):
+            self._renew_leases(with_pending=True)
         due = self._queues.held_only(due) if due else None
         if due and self._auto_commit_io(due, sorted(self._queues)):
             self._auto_committed(due)
@@ -311,9 +313,10 @@ class PullConsumer(_PullConsumerBase):
         if unknown:
             self._queues.apply_starts(self._starts_io(unknown, sorted(self._queues)))
 
-    def _renew_leases(self) -> None:
+    def _renew_leases(self, with_pending: bool = False) -> None:
         held = sorted(self._queues)
-        self._forget_io(self._leases_renewed(held, self._lease_io(held)))
+        granted = self._lease_io(self._lease_asked(with_pending))
+        self._forget_io(self._lease_renewal_answered(held, granted))
 
     def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
@@ -433,8 +436,10 @@ class AsyncPullConsumer(_PullConsumerBase):
             held = sorted(self._queues)
             joined = await asyncio.to_thread(self._membership_io, subscription, held)
             self._forget_io(self._rebalanced(*joined))
-        elif self._renewal_due(committing=bool(due) or bool(self._queues.unknown_starts())):
-            await self._renew_leases()
+        elif self._pending_leases or self._renewal_due(
+            committing=bool(due) or bool(self._queues.unknown_starts())
+        ):
+            await self._renew_leases(with_pending=True)
         due = self._queues.held_only(due) if due else None
         if due:
             done = await asyncio.to_thread(self._auto_commit_io, due, sorted(self._queues))
@@ -448,10 +453,10 @@ class AsyncPullConsumer(_PullConsumerBase):
             starts = await asyncio.to_thread(self._starts_io, unknown, sorted(self._queues))
             self._queues.apply_starts(starts)
 
-    async def _renew_leases(self) -> None:
+    async def _renew_leases(self, with_pending: bool = False) -> None:
         held = sorted(self._queues)
-        granted = await asyncio.to_thread(self._lease_io, held)
-        self._forget_io(self._leases_renewed(held, granted))
+        granted = await asyncio.to_thread(self._lease_io, self._lease_asked(with_pending))
+        self._forget_io(self._lease_renewal_answered(held, granted))
 
     async def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for

@@ -33,15 +33,16 @@ are renewed at least every ``LEASE_RENEW_INTERVAL_S`` of polling and right befor
 (auto-commit, ``commit``, a release, ``close``), so only queues whose lease was just confirmed are
 ever committed. A refused queue is either *lost* (held until now: its lease ran out and another
 member took it) and dropped at once, committing nothing (a warning says so), or *pending*
-(allocated, not held yet: its previous owner is still letting go), asked for again at every pull
-(each pull then waits at most ``PENDING_LEASE_WAIT_S``). Leases are renewed only while the
-application polls (or commits): one that takes longer than the broker's lease (30 s by default)
-between polls loses its queues, and is warned about it.
+(allocated, not held yet: its previous owner is still letting go), asked for again with a lease
+request after every pull (each pull then waits at most ``PENDING_LEASE_WAIT_S``). Leases are
+renewed only while the application polls (or commits): one that takes longer than the broker's
+lease (30 s by default) between polls loses its queues, and is warned about it.
 
 Decisions of one poll: (1) membership when due (subscribing, a pull answer's generation changes,
-a lease pending, every ``REBALANCE_INTERVAL_S``): the new allocation keeps known queues, drops
-lost ones, queues the others for release (committed, then the lease given back) and adds new ones
-whose start is not known yet; else a lease renewal when due or before committing; (2) auto-commit
+every ``REBALANCE_INTERVAL_S``): the new allocation keeps known queues, drops lost ones, queues
+the others for release (committed, then the lease given back) and adds new ones whose start is
+not known yet; else a lease renewal when due, before committing, or while a lease is pending
+(it asks for the pending queues too: one lease request, not a membership round); (2) auto-commit
 if due, of the queues whose lease was just confirmed; (3) messages already fetched are handed out
 at once; otherwise one long-polling :class:`PullBatch` over every assigned, unpaused queue with a
 known start, waiting no longer than the poll's deadline, the next rebalance or lease renewal (or
@@ -293,11 +294,7 @@ class PullCore(ABC):
         """The subscription to heartbeat and rebalance with, when that is due; else None."""
         if self._subscription is None:
             return None
-        if (
-            self._rejoin
-            or self._pending_leases
-            or time.monotonic() - self._last_rebalance >= REBALANCE_INTERVAL_S
-        ):
+        if self._rejoin or time.monotonic() - self._last_rebalance >= REBALANCE_INTERVAL_S:
             return dict(self._subscription)
         return None
 
@@ -372,6 +369,30 @@ class PullCore(ABC):
             )
         self._queues.drop(lost)
         self._pending_leases |= lost
+        return lost
+
+    def _lease_asked(self, with_pending: bool) -> list[MessageQueue]:
+        """The queues a lease renewal asks for: the held ones, and (between membership rounds,
+        not when about to commit) the allocated ones still pending."""
+        asked = set(self._queues)
+        if with_pending:
+            asked |= self._pending_leases
+        return sorted(asked)
+
+    def _lease_renewal_answered(
+        self, held: list[MessageQueue], granted: set[MessageQueue]
+    ) -> set[MessageQueue]:
+        """A renewal's answer: held queues refused are lost (see :meth:`_leases_renewed`),
+        pending ones granted are consumed from now on. Answers the lost queues."""
+        taken = self._pending_leases & granted
+        lost = self._leases_renewed(held, granted)
+        if taken:
+            self._pending_leases -= taken
+            self._queues.set_assignment(
+                set(self._queues) | taken,
+                self._subscription or {},
+                commit_released=self.auto_commit,
+            )
         return lost
 
     # -- fetching and handing out ------------------------------------------------------------

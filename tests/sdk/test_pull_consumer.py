@@ -877,3 +877,29 @@ def test_bad_arguments_are_named(broker):
             consumer.seek(queue(broker, 0), -3)
         with pytest.raises(ValueError, match="timestamp"):
             consumer.offsets_for_times({queue(broker, 0): -1})
+
+
+def test_a_pending_lease_is_asked_for_without_membership_rounds(broker, monkeypatch):
+    """A queue allocated to this member whose lease another member still holds is asked for
+    again with a lease request after each pull, not with a whole membership round (heartbeat,
+    route, group view) every 50 ms; once let go it is consumed."""
+    send(broker, 4, queue_id=0)
+    q0 = queue(broker, 0)
+    service = broker.service
+    assert service.lock_queues(GROUP, "B", [q0]) == {q0}  # "B" is still letting go
+    heartbeats = []
+    real_heartbeat = service.heartbeat
+    monkeypatch.setattr(
+        service, "heartbeat", lambda *a, **k: heartbeats.append(1) or real_heartbeat(*a, **k)
+    )
+    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+        consumer.subscribe([TOPIC])
+        started = time.monotonic()
+        while time.monotonic() - started < 0.6:  # about a dozen pulls of at most 50 ms
+            assert all(m.queue_id != 0 for m in consumer.poll(0.1))
+        assert q0 not in consumer.assignment()
+        assert len(heartbeats) <= 2  # the first round (and at most one more), not one a pull
+        service.unlock_queues(GROUP, "B", [q0])
+        got = poll_until(consumer, 4)
+        assert q0 in consumer.assignment()
+        assert sorted(m.body for m in got) == [b"m0", b"m1", b"m2", b"m3"]
