@@ -97,19 +97,23 @@ def make_offset_store(
     instance_name: str,
     offsets_dir: str | Path | None,
     owned: Callable[[], Iterable[MessageQueue]] | None = None,
+    auto_persist: bool = True,
 ) -> OffsetStore:
     """The broker's offsets (clustering) or a local file named by host and instance
-    (broadcasting); loaded, persisting every 5 s. With ``owned``, the periodic persist of a
-    clustering consumer commits only the queues it owns at that moment (and forgets others)."""
+    (broadcasting); loaded, and (``auto_persist``) persisting every 5 s. With ``owned``, the
+    periodic persist of a clustering consumer commits only the queues it owns at that moment
+    (and forgets others)."""
     if model is MessageModel.CLUSTERING:
         remote = RemoteBrokerOffsetStore(group, transport)
         remote.load()
-        remote.start_auto_persist(queues=owned)
+        if auto_persist:
+            remote.start_auto_persist(queues=owned)
         return remote
     client = f"{socket.gethostname()}@{instance_name}"
     local = LocalFileOffsetStore(client, group, offsets_dir)
     local.load()
-    local.start_auto_persist()
+    if auto_persist:
+        local.start_auto_persist()
     return local
 
 

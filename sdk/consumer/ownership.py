@@ -29,7 +29,8 @@ __all__ = ["QueueOwnership"]
 
 
 class QueueOwnership:
-    """The owned, releasing and pending queues of one member (used by one thread)."""
+    """The owned, releasing and pending queues of one member. Changed by one thread at a time
+    (the push core holds its membership lock: pull thread or lease keeper); read from any."""
 
     def __init__(
         self,

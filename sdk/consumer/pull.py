@@ -49,7 +49,6 @@ from offsetstore import (
     MessageQueue,
     OffsetStore,
     ReadOffsetType,
-    RemoteBrokerOffsetStore,
 )
 from sdk.consumer.allocate import AllocateStrategy
 from sdk.consumer.membership import (
@@ -111,23 +110,18 @@ class _PullConsumerBase(PullCore):
             instance_name=instance_name,
         )
         self._control = self._connect(broker)
-        self._offsets: OffsetStore
-        if message_model is MessageModel.CLUSTERING:
-            # No periodic persist: it would send the last committed offset of a queue again
-            # after this member lost its lease (an application busy between polls), over the
-            # new owner's commits. Every commit here is persisted at once, after the leases were
-            # confirmed; one the broker could not take is sent again with the next.
-            remote = RemoteBrokerOffsetStore(self.group, self._control)
-            remote.load()
-            self._offsets = remote
-        else:
-            self._offsets = make_offset_store(
-                message_model,
-                self.group,
-                self._control,
-                instance_name=instance_name or "DEFAULT",
-                offsets_dir=offsets_dir,
-            )
+        # Clustering: no periodic persist. It would send the last committed offset of a queue
+        # again after this member lost its lease (an application busy between polls), over the
+        # new owner's commits. Every commit here is persisted at once, after the leases were
+        # confirmed; one the broker could not take is sent again with the next.
+        self._offsets: OffsetStore = make_offset_store(
+            message_model,
+            self.group,
+            self._control,
+            instance_name=instance_name or "DEFAULT",
+            offsets_dir=offsets_dir,
+            auto_persist=message_model is not MessageModel.CLUSTERING,
+        )
 
     @abstractmethod
     def _connect(self, broker: object) -> BrokerTransport:
