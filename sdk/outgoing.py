@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from localstore.codec import (
     PROPERTY_DELAY,
@@ -56,6 +57,7 @@ QueueSelector = Callable[[Message, int], int]
 """``selector(message, queue_count) -> queue id`` in ``[0, queue_count)``."""
 
 
+@dataclass(slots=True, repr=False)
 class SendReceipt:
     """Where a sent message was stored.
 
@@ -65,30 +67,14 @@ class SendReceipt:
     ``queue_offset`` is -1: it gets one in ``queue_id`` only when it is delivered.
     """
 
-    __slots__ = (
-        "msg_id", "phys_offset", "queue_id", "queue_offset", "status", "store_host",
-        "store_timestamp", "topic",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        msg_id: str,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        store_timestamp: int,
-        status: str = "PUT_OK",
-        phys_offset: int = -1,
-        store_host: str = "",
-    ) -> None:
-        self.msg_id = msg_id
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self.status = status
-        self.phys_offset = phys_offset  # commitlog offset (of the schedule copy when delayed)
-        self.store_host = store_host
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    status: str = "PUT_OK"
+    phys_offset: int = -1  # commitlog offset (of the schedule copy when delayed)
+    store_host: str = ""
 
     @property
     def offset_msg_id(self) -> str:
@@ -102,13 +88,6 @@ class SendReceipt:
             f"topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
             f"status={self.status!r})"
         )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, SendReceipt):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def select_by_key(key: str, queue_count: int) -> int:
