@@ -163,12 +163,16 @@ class ProcessQueue(Generic[M]):
     def take_messages(self, n: int) -> list[M]:
         """Move up to ``n`` smallest buffered messages to the consuming map and answer them."""
         with self._lock:
-            self._last_consume_ms = self._clock_ms()
-            taken_offsets = self._offsets[: max(n, 0)]
-            del self._offsets[: len(taken_offsets)]
-            taken = [self._messages.pop(offset) for offset in taken_offsets]
-            self._consuming.update(zip(taken_offsets, taken, strict=True))
-            return taken
+            return self._take(n)
+
+    def _take(self, n: int) -> list[M]:
+        """:meth:`take_messages` with the lock held."""
+        self._last_consume_ms = self._clock_ms()
+        taken_offsets = self._offsets[: max(n, 0)]
+        del self._offsets[: len(taken_offsets)]
+        taken = [self._messages.pop(offset) for offset in taken_offsets]
+        self._consuming.update(zip(taken_offsets, taken, strict=True))
+        return taken
 
     def commit(self) -> int | None:
         """Release the taken messages; answers ``last taken offset + 1`` (None if none taken)."""
@@ -206,15 +210,14 @@ class ProcessQueue(Generic[M]):
             return True
 
     def take_started(self, n: int, now_ms: int) -> list[M]:
-        """Orderly: :meth:`take_messages` and :meth:`try_start` in one step ([] once sealed)."""
+        """Orderly: :meth:`take_messages` and :meth:`try_start` in one step under one lock,
+        so a seal cannot fall between them ([] once sealed)."""
         with self._lock:
             if self._sealed:
                 return []
-        taken = self.take_messages(n)
-        if taken and not self.try_start(taken, now_ms):
-            self.make_messages_consume_again(taken)
-            return []
-        return taken
+            taken = self._take(n)
+            self._mark_started(taken, now_ms)
+            return taken
 
     def seal_if_idle(self, *, force: bool = False) -> bool:
         """Seal the queue when no listener call is running on it (or ``force``): after this no
