@@ -56,6 +56,11 @@ def send(broker: EmbeddedBroker, count: int, *, queue_id: int | None = None, tag
         ]
 
 
+def from_first(broker: EmbeddedBroker, **options: Any) -> PullConsumer:
+    """A consumer of ``GROUP`` that starts new queues at their first offset."""
+    return PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, **options)
+
+
 def poll_until(consumer: PullConsumer, count: int, limit_s: float = 10.0) -> list[ReceivedMessage]:
     got: list[ReceivedMessage] = []
     deadline = time.monotonic() + limit_s
@@ -84,7 +89,7 @@ def in_queue_order(messages: list[ReceivedMessage]) -> bool:
 
 def test_poll_returns_what_was_sent_in_queue_order(broker):
     receipts = send(broker, 40)
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.subscribe([TOPIC])
         got = poll_until(consumer, 40)
         assert consumer.poll(0) == []
@@ -146,7 +151,7 @@ def test_poll_returns_early_when_a_message_arrives(broker):
 
 def test_tag_expression_filters_and_advances_past_other_tags(broker):
     send(broker, 12, queue_id=0, tags=lambda i: "paid" if i % 3 == 0 else "created")
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.subscribe({TOPIC: "paid"})
         got = poll_until(consumer, 4)
         assert consumer.poll(0) == []
@@ -161,7 +166,7 @@ def test_tag_expression_filters_and_advances_past_other_tags(broker):
 def test_assign_reads_only_the_given_queues_without_joining_the_group(broker):
     for queue_id in range(4):
         send(broker, 2, queue_id=queue_id)
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         every = consumer.queues_for(TOPIC)
         assert [q.queue_id for q in every] == [0, 1, 2, 3]
         consumer.assign([every[1], every[3]])
@@ -175,7 +180,7 @@ def test_assign_reads_only_the_given_queues_without_joining_the_group(broker):
 
 def test_assign_again_replaces_the_assignment(broker):
     send(broker, 3, queue_id=2)
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.assign([queue(broker, 0)])
         assert consumer.poll(0) == []
         consumer.assign([queue(broker, 2)])
@@ -200,7 +205,7 @@ def test_subscribe_joins_the_group_without_the_retry_topic(broker):
 
 def test_subscribing_again_replaces_the_subscription(broker):
     send(broker, 2, queue_id=0)
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.subscribe([TOPIC])
         assert len(poll_until(consumer, 2)) == 2
         consumer.subscribe({"invoices": None})
@@ -210,8 +215,8 @@ def test_subscribing_again_replaces_the_subscription(broker):
 
 
 def test_two_members_split_the_queues_and_see_everything_once(broker):
-    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
-    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    first = from_first(broker)
+    second = from_first(broker)
     with first, second:
         first.subscribe([TOPIC])
         second.subscribe([TOPIC])
@@ -234,8 +239,8 @@ def test_two_members_split_the_queues_and_see_everything_once(broker):
 def test_a_joining_member_waits_for_the_owner_to_let_go_of_a_queue(broker):
     """Leases: the newcomer gets a queue only after its owner committed and released it, at
     the owner's next poll; until then nobody else reads it."""
-    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
-    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    first = from_first(broker)
+    second = from_first(broker)
     with first, second:
         first.subscribe([TOPIC])
         send(broker, 8)
@@ -256,8 +261,8 @@ def test_a_joining_member_waits_for_the_owner_to_let_go_of_a_queue(broker):
 
 
 def test_a_member_that_leaves_hands_its_queues_over_at_its_committed_offsets(broker):
-    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
-    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    first = from_first(broker)
+    second = from_first(broker)
     with first:
         first.subscribe([TOPIC])
         with second:
@@ -356,7 +361,7 @@ def test_commit_and_committed_and_a_new_member_resumes_there(broker):
         assert consumer.committed(q0) == 6
         assert broker.service.query_offset(GROUP, TOPIC, 0) == 6  # persisted at once
         assert consumer.committed(queue(broker, 3, topic="elsewhere")) is None
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as again:
+    with from_first(broker) as again:
         again.subscribe([TOPIC])
         assert again.position(q0) == 6
         assert bodies(poll_until(again, 4)) == [b"m6", b"m7", b"m8", b"m9"]
@@ -376,12 +381,12 @@ def test_commit_checks_its_offsets(broker):
 def test_auto_commit_on_close(broker):
     send(broker, 6, queue_id=0)
     q0 = queue(broker, 0)
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.assign([q0])
         assert len(poll_until(consumer, 6)) == 6
         assert broker.service.query_offset(GROUP, TOPIC, 0) == 0  # not due yet
     assert broker.service.query_offset(GROUP, TOPIC, 0) == 6
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as again:
+    with from_first(broker) as again:
         again.assign([q0])
         assert again.poll(0) == []
 
@@ -389,10 +394,8 @@ def test_auto_commit_on_close(broker):
 def test_auto_commit_during_poll_commits_what_earlier_polls_returned(broker):
     send(broker, 6, queue_id=0)
     q0 = queue(broker, 0)
-    with PullConsumer(
+    with from_first(
         broker,
-        GROUP,
-        consume_from=ConsumeFrom.FIRST_OFFSET,
         auto_commit_interval_s=0.05,
         max_poll_records=4,
     ) as consumer:
@@ -424,7 +427,7 @@ def test_pause_and_resume(broker):
     send(broker, 3, queue_id=0)
     send(broker, 3, queue_id=1)
     q0, q1 = queue(broker, 0), queue(broker, 1)
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.assign([q0, q1])
         consumer.pause(q0)
         assert consumer.paused() == [q0]
@@ -598,10 +601,8 @@ def test_a_member_that_lost_a_lease_drops_the_queue_without_committing(
     broker = short_lease_broker
     send(broker, 30, queue_id=0)
     q0 = queue(broker, 0)
-    with PullConsumer(
+    with from_first(
         broker,
-        GROUP,
-        consume_from=ConsumeFrom.FIRST_OFFSET,
         max_poll_records=10,
         auto_commit_interval_s=0.1,
     ) as consumer:
@@ -649,10 +650,8 @@ def test_a_queue_taken_away_after_its_lease_was_lost_is_released_without_a_commi
     send(broker, 30, queue_id=0)
     send(broker, 30, queue_id=1)
     q0, q2, q3 = (queue(broker, q) for q in (0, 2, 3))
-    with PullConsumer(
+    with from_first(
         broker,
-        GROUP,
-        consume_from=ConsumeFrom.FIRST_OFFSET,
         auto_commit_interval_s=60,  # only the release commits
         allocate_strategy=LastTwoWhenShared(),
     ) as consumer:
@@ -705,8 +704,8 @@ def test_polling_less_often_than_the_lease_is_warned_about(broker, monkeypatch, 
 
 
 def test_a_member_waiting_for_a_lease_asks_again_at_least_every_50_ms(broker, monkeypatch):
-    first = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
-    second = PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+    first = from_first(broker)
+    second = from_first(broker)
     with first, second:
         first.subscribe([TOPIC])
         second.subscribe([TOPIC])
@@ -892,7 +891,7 @@ def test_a_pending_lease_is_asked_for_without_membership_rounds(broker, monkeypa
     monkeypatch.setattr(
         service, "heartbeat", lambda *a, **k: heartbeats.append(1) or real_heartbeat(*a, **k)
     )
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+    with from_first(broker) as consumer:
         consumer.subscribe([TOPIC])
         started = time.monotonic()
         while time.monotonic() - started < 0.6:  # about a dozen pulls of at most 50 ms
