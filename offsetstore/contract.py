@@ -187,30 +187,31 @@ def _check_persist_all_subset(ctx: _Context) -> None:
 
 
 def _check_remove(ctx: _Context) -> None:
-    factory, topic = ctx.factory, ctx.topic
-    store = factory()
-    kept, removed = MessageQueue(topic, BROKER, 0), MessageQueue(topic, BROKER, 1)
-    store.update_offset(kept, 5, increase_only=False)
-    store.update_offset(removed, 6, increase_only=False)
-    store.remove_offset(removed)
-    _expect(store, removed, MEMORY, NOT_FOUND, "remove_offset forgets the queue")
-    _expect(store, kept, MEMORY, 5, "remove_offset keeps the other queues")
-    if removed in store.clone_offset_table(topic):
+    store = _forget_one(ctx, "remove_offset", lambda store, queue: store.remove_offset(queue))
+    if MessageQueue(ctx.topic, BROKER, 1) in store.clone_offset_table(ctx.topic):
         raise AssertionError("remove_offset: the queue is still in clone_offset_table")
-    store.remove_offset(removed)  # removing twice is harmless
+    store.remove_offset(MessageQueue(ctx.topic, BROKER, 1))  # removing twice is harmless
 
 
 def _check_discard(ctx: _Context) -> None:
-    factory, topic = ctx.factory, ctx.topic
-    store = factory()
-    kept, lost = MessageQueue(topic, BROKER, 0), MessageQueue(topic, BROKER, 1)
-    store.update_offset(kept, 5, increase_only=False)
-    store.update_offset(lost, 6, increase_only=False)
-    store.discard(lost)
-    _expect(store, lost, MEMORY, NOT_FOUND, "discard forgets the queue")
-    _expect(store, kept, MEMORY, 5, "discard keeps the other queues")
-    if lost in store.pending():
+    store = _forget_one(ctx, "discard", lambda store, queue: store.discard(queue))
+    if MessageQueue(ctx.topic, BROKER, 1) in store.pending():
         raise AssertionError("discard: a commit of the lost queue still waits to be retried")
+
+
+def _forget_one(
+    ctx: _Context, how: str, forget: Callable[[OffsetStore, MessageQueue], None]
+) -> OffsetStore:
+    """Two queues with offsets; queue 1 forgotten with ``forget`` (the store's ``how``).
+    Checks that it is gone from memory and queue 0 is not; answers the store."""
+    store = ctx.factory()
+    kept, forgotten = MessageQueue(ctx.topic, BROKER, 0), MessageQueue(ctx.topic, BROKER, 1)
+    store.update_offset(kept, 5, increase_only=False)
+    store.update_offset(forgotten, 6, increase_only=False)
+    forget(store, forgotten)
+    _expect(store, forgotten, MEMORY, NOT_FOUND, f"{how} forgets the queue")
+    _expect(store, kept, MEMORY, 5, f"{how} keeps the other queues")
+    return store
 
 
 def _check_clone_per_topic(ctx: _Context) -> None:
