@@ -13,7 +13,7 @@ and under async flush, or from the flush thread (one call per merged batch) once
 (Routing blocking puts from many threads through one writer thread was measured too: with 16
 threads under sync flush it was no faster than each thread appending under the store's lock,
 and a lone thread's put took an extra hand-off, so :meth:`MessageStore.put` appends directly.
-A writer thread between an event loop and the store measured about 1.5x slower than appending
+A writer thread between an event loop and the store measured about 1.3x slower than appending
 on the loop's own thread.)
 """
 
