@@ -24,7 +24,7 @@ import os
 import threading
 from pathlib import Path
 
-from localstore.codec import INT, MAGIC_V1, MAGIC_V2, RecordError
+from localstore.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
 from localstore.mapped_file import MappedFile, segment_name, warm_file
 from localstore.segments import SegmentQueue
 
@@ -97,6 +97,33 @@ class CommitLog:
             self._pending.extend(writes)
             self.max_offset = end_offset
             self.last_store_timestamp = store_timestamp
+
+    def append_record(
+        self, first: bytes, rest: bytes, end_offset: int, store_timestamp: int
+    ) -> bool:
+        """Write one record at ``max_offset``: ``first`` is its size and magic (8 bytes), ``rest``
+        the remainder, handed over apart so that the size and magic can go last (see
+        :meth:`MappedFile.append_split`). Only when the record fits the last segment with room
+        for a blank record behind it, and no segment is due to be prepared; otherwise nothing
+        is written and the answer is False (:meth:`write_runs` handles segment ends)."""
+        segments = self.segments.segments
+        if not segments or end_offset >= self._prepare_next_at:
+            return False
+        segment = segments[-1]
+        if end_offset > segment.start_offset + segment.size - BLANK_RECORD_SIZE:
+            return False
+        if not self.sync_flush:
+            segment.append_split(first, rest)
+            self.last_store_timestamp = store_timestamp  # before max_offset: the flush
+            self.max_offset = end_offset  # thread reads them in the other order
+            return True
+        position = segment.wrote_position
+        segment.wrote_position = position + len(first) + len(rest)
+        with self._pending_lock:
+            self._pending.append((segment, position, first + rest))
+            self.max_offset = end_offset
+            self.last_store_timestamp = store_timestamp
+        return True
 
     def flush(self) -> tuple[int, int]:
         """Make everything written durable; returns (flushed offset, store time of its last

@@ -121,13 +121,20 @@ class MappedFile:
         size and magic) is copied first, those 8 bytes last. A process killed mid-copy leaves
         zeros where the run's first magic would be, so recovery sees no part of the run, never
         a record whose body made it but whose properties did not."""
+        self.append_split(data[:8], memoryview(data)[8:])
+
+    def append_split(self, first: bytes, rest: bytes | memoryview) -> None:
+        """Append ``first + rest``, copying ``rest`` first and ``first`` (a run's size and
+        magic, 8 bytes) last: see :meth:`append_publishing_last`. The single put hands its
+        record over in these two pieces, so nothing is joined or sliced twice."""
         position = self.wrote_position
-        end = position + len(data)
+        start = position + len(first)
+        end = start + len(rest)
         if end > self.reserved:
             self._reserve(end)
         mapped = self._map
-        mapped[position + 8 : end] = memoryview(data)[8:]
-        mapped[position : position + 8] = data[:8]
+        mapped[start:end] = rest
+        mapped[position:start] = first
         self.wrote_position = end
 
     def pwrite(self, position: int, data: bytes) -> None:

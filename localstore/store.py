@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from localstore.batch_encoder import RejectedMessageError, encode_batch, encode_one
+from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import AbortMarker, Checkpoint
 from localstore.codec import (
     SYSFLAG_TRANSACTION_PREPARED,
@@ -58,6 +58,7 @@ from localstore.retention import (
     clean,
     correct_min_offset,
 )
+from localstore.single_put import QueuePutState, SinglePut
 from localstore.tags import SCHEDULE_TOPIC, TagFilter, parse_delay_levels
 from localstore.time_index import QueueTimeIndex, offset_for_timestamp
 from localstore.topics import TopicTable
@@ -127,7 +128,6 @@ class MessageStore:
         )
         for queue in self.queues.queues.values():  # files alone cannot tell what retention cut
             correct_min_offset(queue, self.commitlog.min_offset)
-        self._next_queue_offset = {key: q.max_offset for key, q in self.queues.queues.items()}
         self._retired = RetiredFiles()
         # Derived, Kafka-style sparse indexes: loaded after recovery, repaired or rebuilt if
         # missing or damaged.
@@ -136,8 +136,8 @@ class MessageStore:
             for key, queue in self.queues.queues.items()
         }
         self.offset_index = CommitLogOffsetIndex.open(self.root, self.commitlog)
-        # Topic-queues known to accept puts (queue id in range), with their consume queues.
-        self._writable: dict[tuple[str, int], ConsumeQueue] = {}
+        # Topic-queues known to accept puts (queue id in range), with what puts keep for them.
+        self._put_states: dict[tuple[str, int], QueuePutState] = {}
         self._valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
         self._put_lock = threading.Lock()
@@ -160,6 +160,18 @@ class MessageStore:
             on_flushed=self._on_flushed,
             flush_others=self._flush_others,
         )
+        self._single_put = SinglePut(
+            states=self._put_states,
+            valid_topics=self._valid_topics,
+            lock=self._put_lock,
+            commitlog=self.commitlog,
+            checkpoint=self.checkpoint,
+            offset_index=self.offset_index,
+            index=self.index,
+            flusher=self.flusher if sync else None,
+            store_host=self._store_host,
+            max_body=self._max_body,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -167,7 +179,7 @@ class MessageStore:
         if self._closed:
             return
         with self._put_lock:
-            self._closed = True
+            self._closed = self._single_put.closed = True
         self._cleaner.close()
         self.flusher.close()
         self._flush_others()
@@ -214,7 +226,8 @@ class MessageStore:
     # -- put -------------------------------------------------------------------------------
     def put(self, message: NewMessage, *, system: bool = False) -> PutResult:
         """Store one message. ``system`` allows the store's own topics (schedule, retry, ...)."""
-        result, waiter = self.append((message,), system=system)
+        done = None if system else self._single_put.put(message)
+        result, waiter = self.append((message,), system=system) if done is None else done
         return result if waiter is None else self._await_durable(result, waiter)
 
     def put_batch(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult:
@@ -261,18 +274,17 @@ class MessageStore:
         with self._put_lock:
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), None
-            key = (topic, queue_id)
-            queue = self._writable.get(key)
-            if queue is None:
+            state = self._put_states.get((topic, queue_id))
+            if state is None:
                 rejection = self._check_queue(topic, queue_id, system)
                 if rejection is not None:
                     return rejection, None
-                queue = self._writable[key] = self.queues.get_or_create(topic, queue_id)
-            queue_offset = self._next_queue_offset.get(key, 0)
+                state = self._new_put_state(topic, queue_id)
+            queue_offset = state.next_offset
             store_timestamp = time.time_ns() // 1_000_000
             commitlog = self.commitlog
             try:
-                encoded = (encode_one if len(messages) == 1 else encode_batch)(
+                encoded = encode_batch(
                     messages,
                     topic,
                     queue_id,
@@ -296,15 +308,10 @@ class MessageStore:
                     queue_id,
                 ), None
             if encoded.units:
-                queue.append(queue_offset, encoded.units, encoded.last_unit_phys_end)
-                self._next_queue_offset[key] = encoded.next_queue_offset
+                state.queue.append(queue_offset, encoded.units, encoded.last_unit_phys_end)
+                state.next_offset = encoded.next_queue_offset
                 self.checkpoint.logics_msg_timestamp = store_timestamp
-                time_index = self.time_indexes.get(key)
-                if time_index is None:
-                    time_index = self.time_indexes[key] = QueueTimeIndex.open(
-                        self.root, queue, commitlog
-                    )
-                time_index.append(
+                state.time_index.append(
                     queue_offset, encoded.next_queue_offset - queue_offset, store_timestamp
                 )
             self.offset_index.append_batch(encoded.phys_offsets, encoded.end_offset)
@@ -329,6 +336,18 @@ class MessageStore:
             self._store_host,
         )
         return result, waiter
+
+    def _new_put_state(self, topic: str, queue_id: int) -> QueuePutState:
+        """The put state of a topic-queue about to get its first put of this run."""
+        key = (topic, queue_id)
+        queue = self.queues.get_or_create(topic, queue_id)
+        time_index = self.time_indexes.get(key)
+        if time_index is None:
+            time_index = self.time_indexes[key] = QueueTimeIndex.open(
+                self.root, queue, self.commitlog
+            )
+        state = self._put_states[key] = QueuePutState(queue, time_index)
+        return state
 
     def check(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult | None:
         """The rejection a put of ``messages`` would get for its topic, bodies or batch shape,

@@ -445,34 +445,3 @@ def test_decode_rejects_truncated_records(cut: int) -> None:
     record = encode_one(NewMessage("T", b"payload", properties={"TAGS": "x"}))
     with pytest.raises(RecordError):
         decode_record(record[:-cut], 0)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    topic=st.sampled_from(["T", "TopicTest", "%RETRY%" + "g" * 130, "SCHEDULE_TOPIC_XXXX"]),
-    body=st.binary(min_size=1, max_size=300),
-    tags=st.sampled_from([None, "TagA", "标签"]),
-    sys_flag=st.sampled_from([0, 0x4, 0x8, 0xC]),
-    born_v6=st.booleans(),
-    position=st.integers(0, 3 * 4096),
-)
-def test_the_single_message_encoder_writes_what_the_batch_encoder_writes(
-    topic: str, body: bytes, tags: str | None, sys_flag: int, born_v6: bool, position: int
-):
-    from localstore.batch_encoder import encode_batch, encode_one
-
-    properties = {"UNIQ_KEY": "C0A8000A10921B6D358647B760010000", "DELAY": "3"}
-    if tags:
-        properties["TAGS"] = tags
-    born = pack_host("::1" if born_v6 else "10.0.0.5", 4242)
-    message = NewMessage(topic, body, 1, properties, 7, sys_flag, 1700000000000, born, 2, 0)
-    store_host = pack_host("127.0.0.1", 10911)
-    delays = (1000, 5000, 10000) if topic == "SCHEDULE_TOPIC_XXXX" else None
-    args = (topic, 1, 9, position, 4096, 1700000000123, store_host, 1 << 20, delays)
-    try:
-        expected = encode_batch([message], *args)
-    except Exception as exc:  # the same rejection either way
-        with pytest.raises(type(exc)):
-            encode_one([message], *args)
-        return
-    assert encode_one([message], *args) == expected

@@ -80,9 +80,14 @@ def set_interval(monkeypatch: pytest.MonkeyPatch, units: int) -> None:
     monkeypatch.setattr(QueueTimeIndex, "open", classmethod(open_with))
 
 
+# The modules whose put paths read the clock: the general path and the single put's.
+CLOCK_READERS = ("localstore.store.time", "localstore.single_put.time")
+
+
 def set_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr("localstore.store.time", clock)
+    for reader in CLOCK_READERS:
+        monkeypatch.setattr(reader, clock)
     return clock
 
 
@@ -435,7 +440,8 @@ def test_index_behind_or_ahead_of_the_queue_still_answers_exactly(small: Any, cl
 
 def test_store_put_path_with_real_clock(small: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     store = small(interval=2)
-    monkeypatch.setattr("localstore.store.time", time)  # the real clock again
+    for reader in CLOCK_READERS:
+        monkeypatch.setattr(reader, time)  # the real clock again
     results = []
     for i in range(6):
         result = store.put_batch([message(body=bytes([i]) * 30) for _ in range(3)])

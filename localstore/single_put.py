@@ -1,0 +1,188 @@
+"""The put path's per-queue state, and the single put's fast path.
+
+:class:`QueuePutState` is what the store keeps for each topic-queue it has written to: the
+consume queue, its time index, the next queue offset, and the topic's encoded field. Both put
+paths read it with one dict lookup.
+
+:class:`SinglePut` writes one message of the common shape in one function. A single put's cost
+is mostly per-call bookkeeping rather than bytes (the encoder's batch lists, its result tuple,
+one helper call per structure), so for the common shape the record is packed and written, and
+its consume-queue unit, index notes and result made, here without them. The common shape:
+
+* a user topic (not ``system``) that passed validation, to a queue already written to;
+* no sys flag (no transaction, no compression), IPv4 born and store hosts;
+* a body of 1 to ``max_message_size`` bytes, properties of at most 32,767 bytes;
+* room for the record in the last commitlog segment, with a blank record's 8 bytes behind it,
+  and no segment due to be prepared.
+
+Anything else answers None and the caller takes the general path (``MessageStore.append`` with
+``encode_batch``), which owns every other rule: rejections and their texts, blank records and
+segment rolls, IPv6 hosts, transactions, the schedule topic's tag codes. Both paths write the
+same bytes (v1 record, :mod:`localstore.codec`); a test compares them.
+
+Thread safety: :meth:`SinglePut.put` holds the store's put lock from reading the write position
+to noting the unit, as the general path does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+from localstore.codec import HEADER_V4, MAX_PROPERTIES_BYTES, SHORT, NewMessage, topic_field
+from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.results import PutResult, PutStatus
+from localstore.tags import _TAG_CODES, tag_code
+from localstore.time_index import QueueTimeIndex
+
+if TYPE_CHECKING:
+    from localstore.checkpoint import Checkpoint
+    from localstore.commitlog import CommitLog
+    from localstore.flush import FlushService, FlushWaiter
+    from localstore.index_service import IndexService
+    from localstore.offset_index import CommitLogOffsetIndex
+
+
+class QueuePutState:
+    """One writable topic-queue as the put paths see it."""
+
+    __slots__ = ("magic", "next_offset", "plain_size", "queue", "time_index", "topic_field")
+
+    def __init__(self, queue: ConsumeQueue, time_index: QueueTimeIndex):
+        self.queue = queue
+        self.time_index = time_index
+        self.next_offset = queue.max_offset  # queue offset of the next unit
+        self.magic, self.topic_field = topic_field(queue.topic)
+        # A v1 record with IPv4 hosts, less its body and properties.
+        self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
+
+
+class SinglePut:
+    """The fast path of ``MessageStore.put`` (see the module docstring)."""
+
+    __slots__ = (
+        "_checkpoint",
+        "_commitlog",
+        "_flusher",
+        "_index",
+        "_lock",
+        "_max_body",
+        "_offset_index",
+        "_states",
+        "_store_host",
+        "_valid_topics",
+        "closed",
+    )
+
+    def __init__(
+        self,
+        *,
+        states: dict[tuple[str, int], QueuePutState],
+        valid_topics: set[str],
+        lock: threading.Lock,
+        commitlog: CommitLog,
+        checkpoint: Checkpoint,
+        offset_index: CommitLogOffsetIndex,
+        index: IndexService | None,
+        flusher: FlushService | None,
+        store_host: bytes,
+        max_body: int,
+    ):
+        self._states = states
+        self._valid_topics = valid_topics
+        self._lock = lock
+        self._commitlog = commitlog
+        self._checkpoint = checkpoint
+        self._offset_index = offset_index
+        self._index = index
+        self._flusher = flusher  # set under sync flush only: puts then wait for durability
+        self._store_host = store_host if len(store_host) == 8 else None
+        self._max_body = max_body
+        self.closed = False  # set by the store under the put lock
+
+    def put(self, message: NewMessage) -> tuple[PutResult, FlushWaiter | None] | None:
+        """Store ``message`` if it has the common shape; None when the general path must."""
+        topic = message.topic
+        queue_id = message.queue_id
+        state = self._states.get((topic, queue_id))
+        body = message.body
+        born_host = message.born_host
+        store_host = self._store_host
+        if (
+            state is None
+            or store_host is None
+            or message.sys_flag
+            or len(born_host) != 8
+            or not 0 < len(body) <= self._max_body
+            or topic not in self._valid_topics
+        ):
+            return None
+        properties = message.properties
+        if properties:
+            text = ""
+            for name, value in properties.items():  # faster than joins for a few properties
+                text += name + "\x01" + value + "\x02"
+            props = text.encode()
+            if len(props) > MAX_PROPERTIES_BYTES:
+                return None
+            tags = properties.get("TAGS")
+            code = _TAG_CODES.get(tags)
+            if code is None:
+                code = tag_code(tags)
+        else:
+            props = b""
+            code = 0
+        body_len = len(body)
+        props_len = len(props)
+        size = state.plain_size + body_len + props_len
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        with self._lock:
+            if self.closed:
+                return None
+            commitlog = self._commitlog
+            position = commitlog.max_offset
+            queue_offset = state.next_offset
+            store_timestamp = time.time_ns() // 1_000_000
+            header = HEADER_V4.pack(
+                size,
+                state.magic,
+                crc,
+                queue_id,
+                message.flag,
+                queue_offset,
+                position,
+                0,
+                message.born_timestamp or store_timestamp,
+                born_host,
+                store_timestamp,
+                store_host,
+                message.reconsume_times,
+                message.prepared_transaction_offset,
+                body_len,
+            )
+            rest = b"".join((header[8:], body, state.topic_field, SHORT.pack(props_len), props))
+            end = position + size
+            if not commitlog.append_record(header[:8], rest, end, store_timestamp):
+                return None
+            state.queue.append(queue_offset, UNIT.pack(position, size, code), end)
+            state.next_offset = queue_offset + 1
+            self._checkpoint.logics_msg_timestamp = store_timestamp
+            state.time_index.append(queue_offset, 1, store_timestamp)
+            self._offset_index.append_one(position, end)
+            if self._index is not None:
+                self._index.build_batch(topic, (message,), (position,), store_timestamp)
+            flusher = self._flusher
+            waiter = flusher.request(end) if flusher is not None else None
+        result = PutResult(
+            PutStatus.PUT_OK,
+            "",
+            topic,
+            queue_id,
+            queue_offset,
+            [position],
+            store_timestamp,
+            store_host,
+        )
+        return result, waiter

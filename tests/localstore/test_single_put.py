@@ -1,0 +1,172 @@
+"""The single put's fast path (:mod:`localstore.single_put`): when it is taken, and that it leaves
+exactly the files the general path leaves for the same puts."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localstore import MessageStore, NewMessage, PutStatus, StoredMessage, StoreOptions, pack_host
+
+from .conftest import TINY_GEOMETRY, StoreFactory
+
+STORE_TIME = 1_700_000_000_123
+
+
+class FixedClock:
+    def time_ns(self) -> int:
+        return STORE_TIME * 1_000_000
+
+
+@contextmanager
+def fixed_store_time() -> Iterator[None]:
+    """Both put paths stamp STORE_TIME, so two stores' files can be compared byte for byte."""
+    with pytest.MonkeyPatch.context() as patch:
+        for module in ("localstore.store.time", "localstore.single_put.time"):
+            patch.setattr(module, FixedClock())
+        yield
+
+
+def general_path_refused(*args: Any, **kwargs: Any) -> NoReturn:
+    raise AssertionError("the general put path was taken")
+
+
+def store_files(root: Path) -> dict[str, bytes]:
+    """Every file the put path writes (the lock, the abort marker and config aside)."""
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for sub in ("commitlog", "consumequeue", "index", "checkpoint")
+        for path in sorted((root / sub).rglob("*") if (root / sub).is_dir() else [root / sub])
+        if path.is_file()
+    }
+
+
+def read_all(store: MessageStore, topic: str, queue_id: int) -> list[StoredMessage]:
+    """Every message of the queue (a get stops at a consume-queue file's end)."""
+    messages: list[StoredMessage] = []
+    offset = 0
+    while (got := store.get_messages(topic, queue_id, offset)).messages:
+        messages.extend(got.messages)
+        offset = got.next_offset
+    return messages
+
+
+def test_a_plain_put_to_a_written_queue_takes_the_fast_path(open_store: StoreFactory) -> None:
+    store = open_store(**TINY_GEOMETRY)
+    first = store.put(NewMessage("Orders", b"first", 1, {"KEYS": "k1"}))
+    store.append = general_path_refused  # type: ignore[method-assign]
+    second = store.put(NewMessage("Orders", b"second", 1, {"TAGS": "A", "KEYS": "k2"}))
+    assert (first.status, second.status) == (PutStatus.PUT_OK, PutStatus.PUT_OK)
+    first_size = store.message_at(first.phys_offset).store_size
+    assert (second.queue_offset, second.phys_offset) == (1, first.phys_offset + first_size)
+    assert second.phys_offsets == [second.phys_offset]
+    assert second.store_host_raw == first.store_host_raw
+    read = store.get_messages("Orders", 1, 0, tags="A")
+    assert [m.body for m in read.messages] == [b"second"]
+    assert store.query_by_key("Orders", "k2")[0].body == b"second"
+    assert store.message_by_offset_msg_id(second.offset_msg_id).body == b"second"
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        (NewMessage("Orders", b"x", 2), "a queue not written yet"),
+        (NewMessage("Orders", b"x", 1, sys_flag=0x4), "a transaction record"),
+        (NewMessage("Orders", b"x", 1, born_host=pack_host("::1", 1)), "an IPv6 born host"),
+        (NewMessage("Orders", b"", 1), "an empty body"),
+        (NewMessage("Orders", b"x" * 5000, 1), "a body over the limit"),
+        (NewMessage("Orders", b"x", 1, {"P": "v" * 40000}), "properties over 32767 bytes"),
+    ],
+)
+def test_other_shapes_take_the_general_path(
+    open_store: StoreFactory, message: NewMessage, why: str
+) -> None:
+    store = open_store(**TINY_GEOMETRY, max_message_size=4096)
+    store.put(NewMessage("Orders", b"first", 1))
+    general: list[NewMessage] = []
+    append = store.append
+
+    def recording_append(messages: Any, **kwargs: Any) -> Any:
+        general.extend(messages)
+        return append(messages, **kwargs)
+
+    store.append = recording_append  # type: ignore[method-assign]
+    store.put(message)
+    assert general == [message], why
+
+
+def test_a_put_that_reaches_the_segment_end_rolls_through_the_general_path(
+    open_store: StoreFactory,
+) -> None:
+    store = open_store(**TINY_GEOMETRY)
+    results = [store.put(NewMessage("Orders", b"b" * 300)) for _ in range(20)]
+    assert all(r.ok for r in results)
+    assert [r.queue_offset for r in results] == list(range(20))
+    assert len({r.phys_offset // 4096 for r in results}) >= 2  # rolled at least once
+    assert [m.phys_offset for m in read_all(store, "Orders", 0)] == [r.phys_offset for r in results]
+
+
+def test_a_closed_store_answers_a_single_put_with_a_status(open_store: StoreFactory) -> None:
+    store = open_store(**TINY_GEOMETRY)
+    store.put(NewMessage("Orders", b"first"))
+    store.close()
+    assert store.put(NewMessage("Orders", b"late")).status is PutStatus.SERVICE_NOT_AVAILABLE
+
+
+@pytest.mark.parametrize("flush_mode", ["async", "sync"])
+def test_single_puts_read_back_under_either_flush_mode(
+    open_store: StoreFactory, flush_mode: str
+) -> None:
+    store = open_store(**TINY_GEOMETRY, flush_mode=flush_mode)
+    results = [store.put(NewMessage("Orders", bytes([i]) * 50)) for i in range(30)]
+    assert all(r.status is PutStatus.PUT_OK for r in results)
+    if flush_mode == "sync":
+        assert store.commitlog.flushed_offset >= results[-1].phys_offset
+    assert [m.body[0] for m in read_all(store, "Orders", 0)] == list(range(30))
+
+
+plain_messages = st.builds(
+    NewMessage,
+    topic=st.sampled_from(["T", "Orders", "%RETRY%" + "g" * 130]),
+    body=st.binary(min_size=1, max_size=400),
+    queue_id=st.integers(0, 1),
+    properties=st.fixed_dictionaries(
+        {},
+        optional={
+            "TAGS": st.sampled_from(["TagA", "标签", ""]),
+            "KEYS": st.sampled_from(["k1", "k1 k2", "键"]),
+            "UNIQ_KEY": st.just("C0A8000A10921B6D358647B760010000"),
+        },
+    ),
+    flag=st.integers(0, 3),
+    sys_flag=st.sampled_from([0, 0, 0, 0x4, 0x8]),
+    born_timestamp=st.sampled_from([0, 1_600_000_000_000]),
+    born_host=st.sampled_from([pack_host("10.0.0.5", 4242), pack_host("::1", 4242)]),
+    reconsume_times=st.integers(0, 2),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(messages=st.lists(plain_messages, min_size=1, max_size=30))
+def test_single_puts_leave_the_files_batches_of_one_leave(messages: list[NewMessage]) -> None:
+    """store.put (fast path where the shape allows) and store.put_batch([m]) (always the
+    general path) write the same commitlog, consume queues, index files and checkpoint."""
+    geometry = {**TINY_GEOMETRY, "index_slots": 16, "index_entries": 64}
+    options = StoreOptions(store_host="127.0.0.1:10911")
+    files = []
+    with tempfile.TemporaryDirectory() as tmp, fixed_store_time():
+        for single in (True, False):
+            root = Path(tmp) / ("single" if single else "batch")
+            with MessageStore(root, options=options, **geometry) as store:
+                statuses = [
+                    (store.put(m) if single else store.put_batch([m])).status for m in messages
+                ]
+            files.append((statuses, store_files(root)))
+    assert files[0] == files[1]
