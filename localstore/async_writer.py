@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from localstore.codec import NewMessage
 from localstore.results import PutResult, PutStatus
@@ -39,14 +39,19 @@ class AsyncStoreWriter:
         self._done_scheduled = False
         self._done_lock = threading.Lock()
 
-    async def put(self, message: NewMessage, *, system: bool = False) -> PutResult:
-        """Store one message; resolves once stored, and under sync flush once durable."""
-        return await self._submit((message,), system)
+    # put and put_batch hand back the future itself rather than being coroutines: awaiting
+    # them is the same, and a put costs one frame less.
+    def put(self, message: NewMessage, *, system: bool = False) -> Awaitable[PutResult]:
+        """Store one message; the awaitable resolves once stored, and under sync flush once
+        durable."""
+        return self._submit((message,), system)
 
-    async def put_batch(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult:
-        """Store ``messages`` (one topic-queue); resolves once stored, and under sync flush
-        once durable."""
-        return await self._submit(messages, system)
+    def put_batch(
+        self, messages: Sequence[NewMessage], *, system: bool = False
+    ) -> Awaitable[PutResult]:
+        """Store ``messages`` (one topic-queue); the awaitable resolves once stored, and under
+        sync flush once durable."""
+        return self._submit(messages, system)
 
     def _submit(self, messages: Sequence[NewMessage], system: bool) -> Future:
         future: Future = self._loop.create_future()

@@ -79,17 +79,18 @@ class ConsumeQueue:
         next file. A queue created at a non-zero offset gets filler units before it.
         """
         position = queue_offset * UNIT_SIZE
-        tail = self.segments.segments[-1] if self.segments.segments else None
-        if (
-            tail is not None
-            and tail.start_offset + tail.wrote_position == position
-            and tail.wrote_position + len(units) <= tail.size
-        ):
-            tail.append(units)  # the common case: room in the last file
-            self.max_phys_offset = phys_end
-            return
+        files = self.segments.segments
+        if files:  # the common case, inlined: room in the last file, its blocks allocated
+            tail = files[-1]
+            start = tail.wrote_position
+            end = start + len(units)
+            if tail.start_offset + start == position and end <= tail.reserved:
+                tail.view[start:end] = units
+                tail.wrote_position = end
+                self.max_phys_offset = phys_end
+                return
         segments = self.segments
-        if not segments.segments:
+        if not files:
             segment = segments.segment_for_append(position)
             padding = position - segment.start_offset
             if padding:

@@ -46,7 +46,21 @@ def append_all(store: MessageStore, puts: list[Put], deliver: Deliver) -> list[A
 def _append_group(
     store: MessageStore, group: list[Put], ready: list[Answer], deliver: Deliver
 ) -> None:
-    """Append one topic-queue's puts as one batch; rejected puts answer on their own."""
+    """Append one topic-queue's puts as one batch; rejected puts answer on their own.
+
+    The merged batch is checked once (one topic, one queue, body sizes); only when that finds
+    a problem, or a put holds a transaction record, is each put looked at on its own."""
+    system = group[0][1]
+    merged: Sequence[NewMessage] = (
+        [m for put in group for m in put[0]] if len(group) > 1 else group[0][0]
+    )
+    if (
+        merged
+        and store.check(merged, system=system) is None
+        and not any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in merged)
+    ):
+        _append(store, group, merged, ready, deliver)
+        return
     accepted: list[Put] = []
     for put in group:
         rejection = store.check(put[0], system=put[1])

@@ -9,6 +9,7 @@ import pytest
 
 from localstore import MessageStore, NewMessage, PutResult, PutStatus
 from localstore.async_writer import AsyncStoreWriter
+from localstore.codec import SYSFLAG_TRANSACTION_PREPARED as PREPARED
 
 
 def _message(queue_id: int, body: bytes) -> NewMessage:
@@ -107,3 +108,26 @@ def test_answers_for_a_closed_loop_are_dropped(tmp_path: Path):
         writer._deliver([(orphan, PutResult(PutStatus.PUT_OK, ""))])  # as the flush thread does
         assert not orphan.done()
         assert store.put(_message(0, b"after")).status is PutStatus.PUT_OK  # flushing goes on
+
+
+def test_a_prepared_transaction_put_gets_no_offset_among_plain_ones(tmp_path: Path):
+    async def main(store: MessageStore) -> list[PutResult]:
+        writer = AsyncStoreWriter(store)
+        try:
+            return list(
+                await asyncio.gather(
+                    writer.put(_message(0, b"plain-1")),
+                    writer.put(NewMessage("AsyncTopic", b"half", 0, sys_flag=PREPARED)),
+                    writer.put(_message(0, b"plain-2")),
+                )
+            )
+        finally:
+            writer.close()
+
+    with MessageStore(tmp_path) as store:
+        results = asyncio.run(main(store))
+        assert all(r.ok for r in results)
+        assert [r.queue_offset for r in results] == [0, 0, 1]  # the prepared one: offset 0
+        got = store.get_messages("AsyncTopic", 0, 0)
+        assert [m.body for m in got.messages] == [b"plain-1", b"plain-2"]
+        assert store.message_at(results[1].phys_offset).body == b"half"
