@@ -171,7 +171,8 @@ def encode_batch(
         tail = tails.get(props_len)
         if tail is None:
             tail = tails[props_len] = topic_field + SHORT.pack(props_len)
-        append(tail + props if props_len else tail)
+        append(tail)
+        append(props)
         add_phys(position)
         position += size
 
