@@ -84,29 +84,28 @@ def check_batch(
         if problem is not None:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, problem, topic, queue_id)
         valid_topics.add(topic)
-    if len(messages) > 1:
-        for index, message in enumerate(messages):
-            if message.topic != topic or message.queue_id != queue_id:
-                return PutResult(
-                    PutStatus.MESSAGE_ILLEGAL,
-                    f"a batch goes to one queue: message {index} is for {message.topic}/"
-                    f"{message.queue_id}, message 0 for {topic}/{queue_id}",
-                    topic,
-                    queue_id,
-                )
-        sizes = [len(message.body) for message in messages]
-        smallest, largest = min(sizes), max(sizes)
-    else:
-        smallest = largest = len(first.body)
-    if not smallest or largest > max_body:
-        for index, message in enumerate(messages):
-            size = len(message.body)
-            if not size or size > max_body:
-                what = "is empty" if not size else f"is {size} bytes, over the limit {max_body}"
-                return PutResult(
-                    PutStatus.MESSAGE_ILLEGAL,
-                    f"message {index}: the body {what}",
-                    topic,
-                    queue_id,
-                )
+    if len(messages) == 1:
+        size = len(first.body)
+        if 0 < size <= max_body:
+            return None
+        return _body_rejection(0, size, max_body, topic, queue_id)
+    for index, message in enumerate(messages):  # one pass: the put path's per-message check
+        size = len(message.body)
+        if message.topic != topic or message.queue_id != queue_id:
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                f"a batch goes to one queue: message {index} is for {message.topic}/"
+                f"{message.queue_id}, message 0 for {topic}/{queue_id}",
+                topic,
+                queue_id,
+            )
+        if not 0 < size <= max_body:
+            return _body_rejection(index, size, max_body, topic, queue_id)
     return None
+
+
+def _body_rejection(index: int, size: int, max_body: int, topic: str, queue_id: int) -> PutResult:
+    what = "is empty" if not size else f"is {size} bytes, over the limit {max_body}"
+    return PutResult(
+        PutStatus.MESSAGE_ILLEGAL, f"message {index}: the body {what}", topic, queue_id
+    )
