@@ -26,6 +26,7 @@ to noting the unit, as the general path does.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 import zlib
@@ -45,10 +46,24 @@ if TYPE_CHECKING:
     from localstore.offset_index import CommitLogOffsetIndex
 
 
+# The IPv4 header (codec.HEADER_V4) as the single put packs it: TOTALSIZE and MAGICCODE apart,
+# since they are written last.
+_SIZE_AND_MAGIC = struct.Struct(">ii")
+_HEADER_AFTER_MAGIC = struct.Struct(">" + HEADER_V4.format[3:])
+
+
 class QueuePutState:
     """One writable topic-queue as the put paths see it."""
 
-    __slots__ = ("magic", "next_offset", "plain_size", "queue", "time_index", "topic_field")
+    __slots__ = (
+        "magic",
+        "next_offset",
+        "plain_size",
+        "queue",
+        "tails",
+        "time_index",
+        "topic_field",
+    )
 
     def __init__(self, queue: ConsumeQueue, time_index: QueueTimeIndex):
         self.queue = queue
@@ -57,6 +72,14 @@ class QueuePutState:
         self.magic, self.topic_field = topic_field(queue.topic)
         # A v1 record with IPv4 hosts, less its body and properties.
         self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
+        self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
+
+    def tail(self, properties_length: int) -> bytes:
+        """The record's bytes between body and properties: topic field, properties length."""
+        tail = self.topic_field + SHORT.pack(properties_length)
+        if len(self.tails) < 256:
+            self.tails[properties_length] = tail
+        return tail
 
 
 class SinglePut:
@@ -145,9 +168,7 @@ class SinglePut:
             position = commitlog.max_offset
             queue_offset = state.next_offset
             store_timestamp = time.time_ns() // 1_000_000
-            header = HEADER_V4.pack(
-                size,
-                state.magic,
+            rest_header = _HEADER_AFTER_MAGIC.pack(
                 crc,
                 queue_id,
                 message.flag,
@@ -162,14 +183,20 @@ class SinglePut:
                 message.prepared_transaction_offset,
                 body_len,
             )
-            rest = b"".join((header[8:], body, state.topic_field, SHORT.pack(props_len), props))
+            tail = state.tails.get(props_len)
+            if tail is None:
+                tail = state.tail(props_len)
+            rest = b"".join((rest_header, body, tail, props))
             end = position + size
-            if not commitlog.append_record(header[:8], rest, end, store_timestamp):
+            first = _SIZE_AND_MAGIC.pack(size, state.magic)
+            if not commitlog.append_record(first, rest, end, store_timestamp):
                 return None
             state.queue.append(queue_offset, UNIT.pack(position, size, code), end)
             state.next_offset = queue_offset + 1
             self._checkpoint.logics_msg_timestamp = store_timestamp
-            state.time_index.append(queue_offset, 1, store_timestamp)
+            time_index = state.time_index
+            if queue_offset >= time_index.next_due:  # most puts add no time index entry
+                time_index.append(queue_offset, 1, store_timestamp)
             self._offset_index.append_one(position, end)
             if self._index is not None:
                 self._index.build_batch(topic, (message,), (position,), store_timestamp)

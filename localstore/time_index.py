@@ -209,7 +209,7 @@ class QueueTimeIndex:
         self._segments: list[_TimeSegment] = []
         self._active: _TimeSegment | None = None
         self._last_ts = 0
-        self._next_due = 0  # queue offset from which the next entry is due
+        self.next_due = 0  # queue offset from which the next entry is due (read by SinglePut)
         self._segment_end = 0  # queue offset just past the active segment
         self.error: OSError | None = None  # why indexing stopped (see _give_up)
 
@@ -232,12 +232,12 @@ class QueueTimeIndex:
         """Note ``count`` units from ``queue_offset``, all stored at ``store_timestamp`` (one
         batch). O(1): one comparison unless an entry is due."""
         end = queue_offset + count
-        if end > self._next_due:
+        if end > self.next_due:
             self._append_due(queue_offset, end, store_timestamp)
 
     def _append_due(self, first: int, end: int, timestamp: int) -> None:
-        while first < end and end > self._next_due:
-            unit = max(first, self._next_due)
+        while first < end and end > self.next_due:
+            unit = max(first, self.next_due)
             if unit >= self._segment_end:
                 self._start_segment(unit, timestamp)
             elif timestamp > self._last_ts:
@@ -265,14 +265,14 @@ class QueueTimeIndex:
         put path is not failed for a derived file; lookups stay exact, searching more units."""
         self.error = error
         self._active = None
-        self._next_due = self._segment_end = _NO_UPPER
+        self.next_due = self._segment_end = _NO_UPPER
 
     def _add_entry(self, unit: int, timestamp: int) -> None:
         active = self._active
         assert active is not None
         active.file.append(ENTRY.pack(timestamp, unit - active.base))  # full: stays sparser
         self._last_ts = timestamp
-        self._next_due = min(unit + self.interval, self._segment_end)
+        self.next_due = min(unit + self.interval, self._segment_end)
 
     def _activate(self, segment: _TimeSegment, earlier: list[_TimeSegment]) -> None:
         """Make ``segment`` the one the put path appends to, after ``earlier``."""
@@ -282,7 +282,7 @@ class QueueTimeIndex:
         self._active = segment
         self._last_ts = last_ts
         self._segment_end = segment.base + self.units_per_file
-        self._next_due = min(segment.base + relative + self.interval, self._segment_end)
+        self.next_due = min(segment.base + relative + self.interval, self._segment_end)
 
     # -- lookups ---------------------------------------------------------------------------
     def bracket(self, timestamp_ms: int) -> tuple[int, int]:
@@ -393,7 +393,7 @@ class QueueTimeIndex:
             self._active.file.seal()
         self._segments = []
         self._active = None
-        self._last_ts = self._next_due = self._segment_end = 0
+        self._last_ts = self.next_due = self._segment_end = 0
         self.error = None
 
     # -- helpers ---------------------------------------------------------------------------
