@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from localstore.offset_index import CommitLogOffsetIndex
 
 
+_crc32 = zlib.crc32
+
 # The IPv4 header (codec.HEADER_V4) as the single put packs it: TOTALSIZE and MAGICCODE apart,
 # since they are written last.
 _SIZE_AND_MAGIC = struct.Struct(">ii")
@@ -160,35 +162,43 @@ class SinglePut:
         body_len = len(body)
         props_len = len(props)
         size = state.plain_size + body_len + props_len
-        crc = zlib.crc32(body) & 0x7FFFFFFF
-        with self._lock:
+        crc = _crc32(body) & 0x7FFFFFFF
+        tail = state.tails.get(props_len)
+        if tail is None:
+            tail = state.tail(props_len)
+        first = _SIZE_AND_MAGIC.pack(size, state.magic)
+        lock = self._lock
+        lock.acquire()  # not ``with``: acquire and release cost half as much on this path
+        try:
             if self.closed:
                 return None
             commitlog = self._commitlog
             position = commitlog.max_offset
             queue_offset = state.next_offset
             store_timestamp = time.time_ns() // 1_000_000
-            rest_header = _HEADER_AFTER_MAGIC.pack(
-                crc,
-                queue_id,
-                message.flag,
-                queue_offset,
-                position,
-                0,
-                message.born_timestamp or store_timestamp,
-                born_host,
-                store_timestamp,
-                store_host,
-                message.reconsume_times,
-                message.prepared_transaction_offset,
-                body_len,
+            rest = b"".join(
+                (
+                    _HEADER_AFTER_MAGIC.pack(
+                        crc,
+                        queue_id,
+                        message.flag,
+                        queue_offset,
+                        position,
+                        0,
+                        message.born_timestamp or store_timestamp,
+                        born_host,
+                        store_timestamp,
+                        store_host,
+                        message.reconsume_times,
+                        message.prepared_transaction_offset,
+                        body_len,
+                    ),
+                    body,
+                    tail,
+                    props,
+                )
             )
-            tail = state.tails.get(props_len)
-            if tail is None:
-                tail = state.tail(props_len)
-            rest = b"".join((rest_header, body, tail, props))
             end = position + size
-            first = _SIZE_AND_MAGIC.pack(size, state.magic)
             if not commitlog.append_record(first, rest, end, store_timestamp):
                 return None
             state.queue.append(queue_offset, UNIT.pack(position, size, code), end)
@@ -202,6 +212,8 @@ class SinglePut:
                 self._index.build_batch(topic, (message,), (position,), store_timestamp)
             flusher = self._flusher
             waiter = flusher.request(end) if flusher is not None else None
+        finally:
+            lock.release()
         result = PutResult(
             PutStatus.PUT_OK,
             "",
