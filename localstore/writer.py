@@ -2,8 +2,9 @@
 
 Batches are the unit of speed, so puts gathered over a short while (one turn of an event loop,
 see :mod:`localstore.async_writer`) are grouped by topic-queue and each group is appended as
-one batch. Each put is validated on its own first, so one bad put never fails its neighbours,
-and puts to one queue keep their arrival order. A merged batch's result is cut back into one
+one batch. A group is validated as one batch; only when that finds a problem (or a put holds
+a transaction record) is each put validated and appended on its own, so one bad put never
+fails its neighbours. Puts to one queue keep their arrival order. A merged batch's result is cut back into one
 result per put. Under sync flush a merged batch registers one flush request; when group commit
 has made it durable, every put in it is answered at once.
 
