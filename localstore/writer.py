@@ -4,9 +4,9 @@ Batches are the unit of speed, so puts gathered over a short while (one turn of 
 see :mod:`localstore.async_writer`) are grouped by topic-queue and each group is appended as
 one batch. A group is validated as one batch; only when that finds a problem (or a put holds
 a transaction record) is each put validated and appended on its own, so one bad put never
-fails its neighbours. Puts to one queue keep their arrival order. A merged batch's result is cut back into one
-result per put. Under sync flush a merged batch registers one flush request; when group commit
-has made it durable, every put in it is answered at once.
+fails its neighbours. Puts to one queue keep their arrival order. A merged batch's result is
+cut back into one result per put. Under sync flush a merged batch registers one flush request;
+when group commit has made it durable, every put in it is answered at once.
 
 Answers go through a ``deliver`` callable with (token, result) pairs: at once for rejections
 and under async flush, or from the flush thread (one call per merged batch) once durable.
