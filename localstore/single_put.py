@@ -17,8 +17,10 @@ its consume-queue unit, index notes and result made, here without them. The comm
 
 Anything else answers None and the caller takes the general path (``MessageStore.append`` with
 ``encode_batch``), which owns every other rule: rejections and their texts, blank records and
-segment rolls, IPv6 hosts, transactions, the schedule topic's tag codes. Both paths write the
-same bytes (v1 record, :mod:`localstore.codec`); a test compares them.
+segment rolls, IPv6 hosts, transactions, the schedule topic's tag codes, and a disk that refuses
+blocks (``CREATE_MAPPED_FILE_FAILED``; nothing was written). Both paths write the
+same bytes (a v1 record, or v2 for topics over 127 characters: :mod:`localstore.codec`); a
+test compares them.
 
 Thread safety: :meth:`SinglePut.put` holds the store's put lock from reading the write position
 to noting the unit, as the general path does.
@@ -199,7 +201,10 @@ class SinglePut:
                 )
             )
             end = position + size
-            if not commitlog.append_record(first, rest, end, store_timestamp):
+            try:
+                if not commitlog.append_record(first, rest, end, store_timestamp):
+                    return None
+            except OSError:  # no disk blocks (nothing written): the general path reports it
                 return None
             state.queue.append(queue_offset, UNIT.pack(position, size, code), end)
             state.next_offset = queue_offset + 1

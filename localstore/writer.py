@@ -3,8 +3,10 @@
 Batches are the unit of speed, so puts gathered over a short while (one turn of an event loop,
 see :mod:`localstore.async_writer`) are grouped by topic-queue and each group is appended as
 one batch. A group is validated as one batch; only when that finds a problem (or a put holds
-a transaction record) is each put validated and appended on its own, so one bad put never
-fails its neighbours. Puts to one queue keep their arrival order. A merged batch's result is
+a transaction record) is each put validated on its own, and the valid ones are appended
+together. A merged append that the encoder refuses for one message (properties over 32,767
+bytes, a record too large) wrote nothing and is retried put by put, so one bad put never fails
+its neighbours. Puts to one queue keep their arrival order. A merged batch's result is
 cut back into one result per put. Under sync flush a merged batch registers one flush request;
 when group commit has made it durable, every put in it is answered at once.
 
@@ -76,6 +78,11 @@ def _append_group(
         _append(store, accepted, merged, ready, deliver)
 
 
+# Rejections the encoder gives for one message (its properties or record size): a merged
+# append refused this way is retried put by put, so only the put that holds it is refused.
+_ONE_MESSAGE_REJECTIONS = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
+
+
 def _append(
     store: MessageStore,
     puts: list[Put],
@@ -90,6 +97,10 @@ def _append(
         )
     except Exception as exc:  # never leave a submitter without an answer
         result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
+    if len(puts) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
+        for put in puts:  # the merged append wrote nothing: each put gets its own answer
+            _append(store, [put], put[0], ready, deliver)
+        return
     answers = _split(result, puts)
     if waiter is None:
         ready.extend(answers)

@@ -131,3 +131,33 @@ def test_a_prepared_transaction_put_gets_no_offset_among_plain_ones(tmp_path: Pa
         got = store.get_messages("AsyncTopic", 0, 0)
         assert [m.body for m in got.messages] == [b"plain-1", b"plain-2"]
         assert store.message_at(results[1].phys_offset).body == b"half"
+
+
+def test_a_put_only_the_encoder_refuses_does_not_fail_its_neighbours(tmp_path: Path):
+    """Properties over 32,767 bytes pass the batch check and are refused while encoding; the
+    merged append is then retried put by put."""
+    huge = NewMessage("AsyncTopic", b"huge", 0, {"P": "v" * 40_000})
+
+    async def main(store: MessageStore) -> list[PutResult]:
+        writer = AsyncStoreWriter(store)
+        try:
+            return list(
+                await asyncio.gather(
+                    writer.put(_message(0, b"good-1")),
+                    writer.put(huge),
+                    writer.put(_message(0, b"good-2")),
+                )
+            )
+        finally:
+            writer.close()
+
+    with MessageStore(tmp_path) as store:
+        results = asyncio.run(main(store))
+        assert [r.status for r in results] == [
+            PutStatus.PUT_OK,
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+            PutStatus.PUT_OK,
+        ]
+        assert [r.queue_offset for r in (results[0], results[2])] == [0, 1]
+        got = store.get_messages("AsyncTopic", 0, 0)
+        assert [m.body for m in got.messages] == [b"good-1", b"good-2"]

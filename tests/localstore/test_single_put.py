@@ -3,6 +3,8 @@ exactly the files the general path leaves for the same puts."""
 
 from __future__ import annotations
 
+import errno
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -170,3 +172,24 @@ def test_single_puts_leave_the_files_batches_of_one_leave(messages: list[NewMess
                 ]
             files.append((statuses, store_files(root)))
     assert files[0] == files[1]
+
+
+def test_a_disk_that_refuses_blocks_gets_a_status_not_an_exception(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(**TINY_GEOMETRY)  # segments not warmed: blocks are reserved as they fill
+    first = store.put(NewMessage("Orders", b"first"))
+    segment = store.commitlog.segments.segments[-1]
+    segment.reserved = segment.wrote_position  # the next write must reserve blocks
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    refused = store.put(NewMessage("Orders", b"second"))
+    assert refused.status is PutStatus.CREATE_MAPPED_FILE_FAILED
+    assert "No space left on device" in refused.detail
+    monkeypatch.undo()
+    third = store.put(NewMessage("Orders", b"third"))
+    assert third.ok and third.queue_offset == first.queue_offset + 1  # the refusal took none
+    assert [m.body for m in read_all(store, "Orders", 0)] == [b"first", b"third"]
