@@ -253,23 +253,13 @@ class MessageStore:
         *,
         system: bool = False,
         on_durable: Callable[[bool], None] | None = None,
-        prechecked: bool = False,
     ) -> tuple[PutResult, FlushWaiter | None]:
         """Append without waiting for durability: under sync flush the returned waiter (or
-        ``on_durable``, called on the flush thread) tells when the batch is on disk.
-        ``prechecked``: the caller already ran :meth:`check` on these messages (a writer that
-        merges separately checked puts), so it is not run twice."""
-        first = messages[0] if messages else None
-        if not prechecked and (  # a valid single put passes these without the general loop
-            first is None
-            or len(messages) > 1
-            or first.topic not in (self._valid_system_topics if system else self._valid_topics)
-            or not 0 < len(first.body) <= self._max_body
-        ):
-            rejection = self.check(messages, system=system)
-            if rejection is not None:
-                return rejection, None
-        assert first is not None  # check() refuses an empty batch
+        ``on_durable``, called on the flush thread) tells when the batch is on disk."""
+        rejection = self.check(messages, system=system)
+        if rejection is not None:
+            return rejection, None
+        first = messages[0]
         topic, queue_id = first.topic, first.queue_id
         with self._put_lock:
             if self._closed:

@@ -2,13 +2,12 @@
 
 Batches are the unit of speed, so puts gathered over a short while (one turn of an event loop,
 see :mod:`localstore.async_writer`) are grouped by topic-queue and each group is appended as
-one batch. A group is validated as one batch; only when that finds a problem (or a put holds
-a transaction record) is each put validated on its own, and the valid ones are appended
-together. A merged append that the encoder refuses for one message (properties over 32,767
-bytes, a record too large) wrote nothing and is retried put by put, so one bad put never fails
-its neighbours. Puts to one queue keep their arrival order. A merged batch's result is
-cut back into one result per put. Under sync flush a merged batch registers one flush request;
-when group commit has made it durable, every put in it is answered at once.
+one batch, checked once by the store. A merged batch the store refuses for something one
+message holds (an empty body, properties over 32,767 bytes, ...) wrote nothing and is retried
+put by put, so one bad put never fails its neighbours. Puts to one queue keep their arrival
+order. A merged batch's result is cut back into one result per put. Under sync flush a merged
+batch registers one flush request; when group commit has made it durable, every put in it is
+answered at once.
 
 Answers go through a ``deliver`` callable with (token, result) pairs: at once for rejections
 and under async flush, or from the flush thread (one call per merged batch) once durable.
@@ -49,37 +48,20 @@ def append_all(store: MessageStore, puts: list[Put], deliver: Deliver) -> list[A
 def _append_group(
     store: MessageStore, group: list[Put], ready: list[Answer], deliver: Deliver
 ) -> None:
-    """Append one topic-queue's puts as one batch; rejected puts answer on their own.
-
-    The merged batch is checked once (one topic, one queue, body sizes); only when that finds
-    a problem, or a put holds a transaction record, is each put looked at on its own."""
-    system = group[0][1]
-    merged: Sequence[NewMessage] = (
-        [m for put in group for m in put[0]] if len(group) > 1 else group[0][0]
-    )
-    if (
-        merged
-        and store.check(merged, system=system) is None
-        and not any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in merged)
-    ):
+    """Append one topic-queue's puts as one batch (the store checks it once; see ``_append``
+    for a batch it refuses). Transaction records get no queue offsets, so a result cannot be
+    cut per put around them: a group holding one appends put by put."""
+    merged = [m for put in group for m in put[0]] if len(group) > 1 else group[0][0]
+    if len(group) > 1 and any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in merged):
+        for put in group:
+            _append(store, [put], put[0], ready, deliver)
+    else:
         _append(store, group, merged, ready, deliver)
-        return
-    accepted: list[Put] = []
-    for put in group:
-        rejection = store.check(put[0], system=put[1])
-        if rejection is not None:
-            ready.append((put[2], rejection))
-        elif any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in put[0]):
-            _append(store, [put], put[0], ready, deliver)  # transaction records: no offsets
-        else:
-            accepted.append(put)
-    if accepted:
-        merged = [m for put in accepted for m in put[0]] if len(accepted) > 1 else accepted[0][0]
-        _append(store, accepted, merged, ready, deliver)
 
 
-# Rejections the encoder gives for one message (its properties or record size): a merged
-# append refused this way is retried put by put, so only the put that holds it is refused.
+# Rejections for something one message holds (topic, body, properties, record size): a merged
+# batch refused with one wrote nothing and is retried put by put, so only the puts at fault
+# are refused.
 _ONE_MESSAGE_REJECTIONS = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
 
 
@@ -92,13 +74,11 @@ def _append(
 ) -> None:
     callback = _DurableCallback(deliver)
     try:
-        result, waiter = store.append(
-            messages, system=puts[0][1], on_durable=callback, prechecked=True
-        )
+        result, waiter = store.append(messages, system=puts[0][1], on_durable=callback)
     except Exception as exc:  # never leave a submitter without an answer
         result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
     if len(puts) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
-        for put in puts:  # the merged append wrote nothing: each put gets its own answer
+        for put in puts:
             _append(store, [put], put[0], ready, deliver)
         return
     answers = _split(result, puts)
