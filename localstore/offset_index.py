@@ -127,14 +127,6 @@ class CommitLogOffsetIndex:
             self._records += len(phys_offsets)
         self._end = end_offset
 
-    def append_one(self, phys_offset: int, end_offset: int) -> None:
-        """:meth:`append_batch` for one record (the single put), without a list."""
-        if phys_offset != self._end or phys_offset >= self._next_due:
-            self._append_due((phys_offset,))
-        else:
-            self._records += 1
-        self._end = end_offset
-
     def _append_due(self, offsets: Sequence[int]) -> None:
         size = self.segment_size
         first = offsets[0]

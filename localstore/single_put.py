@@ -4,10 +4,11 @@
 consume queue, its time index, the next queue offset, and the topic's encoded field. Both put
 paths read it with one dict lookup.
 
-:class:`SinglePut` writes one message of the common shape in one function. A single put's cost
-is mostly per-call bookkeeping rather than bytes (the encoder's batch lists, its result tuple,
-one helper call per structure), so for the common shape the record is packed and written, and
-its consume-queue unit, index notes and result made, here without them. The common shape:
+:class:`SinglePut` packs and writes one message of the common shape in one function. A single
+put's cost is mostly per-call bookkeeping rather than bytes (the encoder's batch lists and
+result tuple, the segment-run writer), so for the common shape the record is packed and written
+here without them. What a put notes after the write (units, indexes, checkpoint time, flush
+request) is ``MessageStore._note_appended``, the same for both paths. The common shape:
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
@@ -32,6 +33,7 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from localstore.codec import HEADER_V4, MAX_PROPERTIES_BYTES, SHORT, NewMessage, topic_field
@@ -41,11 +43,8 @@ from localstore.tags import _TAG_CODES, tag_code
 from localstore.time_index import QueueTimeIndex
 
 if TYPE_CHECKING:
-    from localstore.checkpoint import Checkpoint
     from localstore.commitlog import CommitLog
-    from localstore.flush import FlushService, FlushWaiter
-    from localstore.index_service import IndexService
-    from localstore.offset_index import CommitLogOffsetIndex
+    from localstore.flush import FlushWaiter
 
 
 _crc32 = zlib.crc32
@@ -86,17 +85,33 @@ class QueuePutState:
         return tail
 
 
+if TYPE_CHECKING:
+    # MessageStore._note_appended: (state, messages, queue offset, units, next queue offset,
+    # end of the last unit's record, record offsets, end offset, store time) -> flush waiter
+    NoteAppended = Callable[
+        [
+            QueuePutState,
+            Sequence[NewMessage],
+            int,
+            bytes,
+            int,
+            int,
+            Sequence[int],
+            int,
+            int,
+        ],
+        FlushWaiter | None,
+    ]
+
+
 class SinglePut:
     """The fast path of ``MessageStore.put`` (see the module docstring)."""
 
     __slots__ = (
-        "_checkpoint",
         "_commitlog",
-        "_flusher",
-        "_index",
         "_lock",
         "_max_body",
-        "_offset_index",
+        "_note_appended",
         "_states",
         "_store_host",
         "_valid_topics",
@@ -110,10 +125,7 @@ class SinglePut:
         valid_topics: set[str],
         lock: threading.Lock,
         commitlog: CommitLog,
-        checkpoint: Checkpoint,
-        offset_index: CommitLogOffsetIndex,
-        index: IndexService | None,
-        flusher: FlushService | None,
+        note_appended: NoteAppended,
         store_host: bytes,
         max_body: int,
     ):
@@ -121,10 +133,7 @@ class SinglePut:
         self._valid_topics = valid_topics
         self._lock = lock
         self._commitlog = commitlog
-        self._checkpoint = checkpoint
-        self._offset_index = offset_index
-        self._index = index
-        self._flusher = flusher  # set under sync flush only: puts then wait for durability
+        self._note_appended = note_appended  # the store's notes after a write (both paths)
         self._store_host = store_host if len(store_host) == 8 else None
         self._max_body = max_body
         self.closed = False  # set by the store under the put lock
@@ -206,17 +215,17 @@ class SinglePut:
                     return None
             except OSError:  # no disk blocks (nothing written): the general path reports it
                 return None
-            state.queue.append(queue_offset, UNIT.pack(position, size, code), end)
-            state.next_offset = queue_offset + 1
-            self._checkpoint.logics_msg_timestamp = store_timestamp
-            time_index = state.time_index
-            if queue_offset >= time_index.next_due:  # most puts add no time index entry
-                time_index.append(queue_offset, 1, store_timestamp)
-            self._offset_index.append_one(position, end)
-            if self._index is not None:
-                self._index.build_batch(topic, (message,), (position,), store_timestamp)
-            flusher = self._flusher
-            waiter = flusher.request(end) if flusher is not None else None
+            waiter = self._note_appended(
+                state,
+                (message,),
+                queue_offset,
+                UNIT.pack(position, size, code),
+                queue_offset + 1,
+                end,
+                (position,),
+                end,
+                store_timestamp,
+            )
         finally:
             lock.release()
         result = PutResult(

@@ -165,10 +165,7 @@ class MessageStore:
             valid_topics=self._valid_topics,
             lock=self._put_lock,
             commitlog=self.commitlog,
-            checkpoint=self.checkpoint,
-            offset_index=self.offset_index,
-            index=self.index,
-            flusher=self.flusher if sync else None,
+            note_appended=self._note_appended,
             store_host=self._store_host,
             max_body=self._max_body,
         )
@@ -297,20 +294,17 @@ class MessageStore:
                     topic,
                     queue_id,
                 ), None
-            if encoded.units:
-                state.queue.append(queue_offset, encoded.units, encoded.last_unit_phys_end)
-                state.next_offset = encoded.next_queue_offset
-                self.checkpoint.logics_msg_timestamp = store_timestamp
-                state.time_index.append(
-                    queue_offset, encoded.next_queue_offset - queue_offset, store_timestamp
-                )
-            self.offset_index.append_batch(encoded.phys_offsets, encoded.end_offset)
-            if self.index is not None:
-                self.index.build_batch(topic, messages, encoded.phys_offsets, store_timestamp)
-            waiter = (
-                self.flusher.request(encoded.end_offset, on_durable)
-                if commitlog.sync_flush
-                else None
+            waiter = self._note_appended(
+                state,
+                messages,
+                queue_offset,
+                encoded.units,
+                encoded.next_queue_offset,
+                encoded.last_unit_phys_end,
+                encoded.phys_offsets,
+                encoded.end_offset,
+                store_timestamp,
+                on_durable,
             )
         # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
         if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
@@ -326,6 +320,36 @@ class MessageStore:
             self._store_host,
         )
         return result, waiter
+
+    def _note_appended(
+        self,
+        state: QueuePutState,
+        messages: Sequence[NewMessage],
+        queue_offset: int,
+        units: bytes,
+        next_offset: int,
+        last_unit_end: int,
+        phys_offsets: Sequence[int],
+        end_offset: int,
+        store_timestamp: int,
+        on_durable: Callable[[bool], None] | None = None,
+    ) -> FlushWaiter | None:
+        """Everything a put notes once its records are written, under the put lock, for both
+        put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
+        offset index, key index; under sync flush, the flush request it waits on."""
+        if units:
+            state.queue.append(queue_offset, units, last_unit_end)
+            state.next_offset = next_offset
+            self.checkpoint.logics_msg_timestamp = store_timestamp
+            time_index = state.time_index
+            if next_offset > time_index.next_due:  # most puts add no time index entry
+                time_index.append(queue_offset, next_offset - queue_offset, store_timestamp)
+        self.offset_index.append_batch(phys_offsets, end_offset)
+        if self.index is not None:
+            self.index.build_batch(state.queue.topic, messages, phys_offsets, store_timestamp)
+        if self.commitlog.sync_flush:
+            return self.flusher.request(end_offset, on_durable)
+        return None
 
     def _new_put_state(self, topic: str, queue_id: int) -> QueuePutState:
         """The put state of a topic-queue about to get its first put of this run."""

@@ -44,7 +44,7 @@ def store_files(root: Path) -> dict[str, bytes]:
     """Every file the put path writes (the lock, the abort marker and config aside)."""
     return {
         str(path.relative_to(root)): path.read_bytes()
-        for sub in ("commitlog", "consumequeue", "index", "checkpoint")
+        for sub in ("commitlog", "consumequeue", "index", "timeindex", "offsetindex", "checkpoint")
         for path in sorted((root / sub).rglob("*") if (root / sub).is_dir() else [root / sub])
         if path.is_file()
     }
