@@ -26,6 +26,7 @@ from localstore.codec import (
     MAX_PROPERTIES_BYTES,
     SHORT,
     SYSFLAG_BORNHOST_V6,
+    SYSFLAG_HOSTS_V6,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
@@ -34,7 +35,7 @@ from localstore.codec import (
 from localstore.codec import topic_field as encode_topic_field
 from localstore.tags import _TAG_CODES, schedule_tag_code, tag_code
 
-_V6_BITS = ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+_V6_BITS = ~SYSFLAG_HOSTS_V6
 # PREPARED (0x4) and ROLLBACK (0xC) are the transaction types with bit 0x4 set.
 _PREPARED_OR_ROLLBACK = SYSFLAG_TRANSACTION_PREPARED & SYSFLAG_TRANSACTION_ROLLBACK
 

@@ -56,6 +56,7 @@ SYSFLAG_TRANSACTION_COMMIT = 0x8
 SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 SYSFLAG_BORNHOST_V6 = 0x10
 SYSFLAG_STOREHOST_V6 = 0x20
+SYSFLAG_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6  # either host IPv6: a longer header
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -367,7 +368,7 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
                 fields = layout.unpack_from(buf, pos)
             except struct.error:  # not a v4 record after all: the general path decides
                 fields = None
-            if fields is not None and fields[7] & _SYSFLAG_HOSTS_V6:
+            if fields is not None and fields[7] & SYSFLAG_HOSTS_V6:
                 fields = None
         if fields is None:
             header = HEADER_STRUCTS[(_INT_AT(buf, pos + OFFSET_SYSFLAG)[0] >> 4) & 3]
@@ -377,7 +378,7 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
             if body:
                 start = pos + header_size
                 body_bytes = bytes(buf[start : start + head[14]])
-                if len(body_bytes) == head[14] and not head[7] & _SYSFLAG_HOSTS_V6:
+                if len(body_bytes) == head[14] and not head[7] & SYSFLAG_HOSTS_V6:
                     _remember_layout(head[14])
             fields = (*head, body_bytes)
         (
@@ -444,7 +445,6 @@ _INT_AT = INT.unpack_from
 _SHORT_AT = SHORT.unpack_from
 _V4_HEADER_SIZE = HEADER_V4.size
 _V4_BODY_LENGTH_AT = _V4_HEADER_SIZE - 4
-_SYSFLAG_HOSTS_V6 = 0x30
 _V4_WITH_BODY: dict[int, struct.Struct] = {}  # body length -> IPv4 header + body
 _V4_NO_BODY = struct.Struct(f"{HEADER_V4.format}0s")  # the header and an empty "body" field
 _LAYOUT_CACHE_LIMIT = 4096

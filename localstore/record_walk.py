@@ -15,7 +15,15 @@ from __future__ import annotations
 import struct
 import zlib
 
-from localstore.codec import BLANK_MAGIC, HEADER_STRUCTS, INT, MAGIC_V1, MAGIC_V2, SHORT
+from localstore.codec import (
+    BLANK_MAGIC,
+    HEADER_STRUCTS,
+    INT,
+    MAGIC_V1,
+    MAGIC_V2,
+    SHORT,
+    SYSFLAG_HOSTS_V6,
+)
 
 Buffer = bytes | memoryview
 
@@ -28,7 +36,6 @@ WALK_LIMIT = 2  # reached or passed the limit it was given (the position says wh
 # hosts: TOTALSIZE, MAGICCODE, BODYCRC, PHYSICALOFFSET, SYSFLAG, BODYLENGTH (the rest skipped).
 _HEAD_V4 = struct.Struct(">iii16xqi44xi")
 _HEADER_V4_SIZE = HEADER_STRUCTS[0].size
-_HOST_V6_BITS = 0x30  # SYSFLAG bits of IPv6 born/store hosts: a longer header
 _PAIR = struct.Struct(">ii")  # total, magic
 _HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
 
@@ -63,7 +70,7 @@ def walk_segment(
             or phys != base + pos
         ):
             return pos, records, WALK_INVALID
-        if sys_flag & _HOST_V6_BITS:  # longer header: BODYLENGTH sits further on
+        if sys_flag & SYSFLAG_HOSTS_V6:  # longer header: BODYLENGTH sits further on
             body_at = pos + _HEADER_SIZES[(sys_flag >> 4) & 3]
             if body_at > stop:
                 return pos, records, WALK_INVALID
