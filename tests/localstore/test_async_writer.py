@@ -16,6 +16,19 @@ def _message(queue_id: int, body: bytes) -> NewMessage:
     return NewMessage("AsyncTopic", body, queue_id, {"KEYS": body.decode()})
 
 
+def put_in_one_turn(store: MessageStore, messages: list[NewMessage]) -> list[PutResult]:
+    """Put ``messages`` from one turn of an event loop (one merged append per queue)."""
+
+    async def main() -> list[PutResult]:
+        writer = AsyncStoreWriter(store)
+        try:
+            return list(await asyncio.gather(*(writer.put(m) for m in messages)))
+        finally:
+            writer.close()
+
+    return asyncio.run(main())
+
+
 @pytest.mark.parametrize("flush_mode", ["sync", "async"])
 def test_concurrent_producers_keep_per_queue_order_and_offsets(tmp_path: Path, flush_mode: str):
     producers, per_producer = 16, 50
@@ -50,20 +63,16 @@ def test_concurrent_producers_keep_per_queue_order_and_offsets(tmp_path: Path, f
 
 
 def test_a_bad_put_does_not_fail_its_neighbours(tmp_path: Path):
-    async def main(store: MessageStore) -> list[PutStatus]:
-        writer = AsyncStoreWriter(store)
-        try:
-            results = await asyncio.gather(
-                writer.put(_message(0, b"good-1")),
-                writer.put(NewMessage("AsyncTopic", b"", 0)),  # empty body: rejected
-                writer.put(_message(0, b"good-2")),
-            )
-        finally:
-            writer.close()
-        return [r.status for r in results]
-
     with MessageStore(tmp_path, flush_mode="sync") as store:
-        statuses = asyncio.run(main(store))
+        results = put_in_one_turn(
+            store,
+            [
+                _message(0, b"good-1"),
+                NewMessage("AsyncTopic", b"", 0),  # empty body: rejected
+                _message(0, b"good-2"),
+            ],
+        )
+        statuses = [r.status for r in results]
         assert statuses == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK]
         got = store.get_messages("AsyncTopic", 0, 0)
         assert [m.body for m in got.messages] == [b"good-1", b"good-2"]
@@ -111,21 +120,15 @@ def test_answers_for_a_closed_loop_are_dropped(tmp_path: Path):
 
 
 def test_a_prepared_transaction_put_gets_no_offset_among_plain_ones(tmp_path: Path):
-    async def main(store: MessageStore) -> list[PutResult]:
-        writer = AsyncStoreWriter(store)
-        try:
-            return list(
-                await asyncio.gather(
-                    writer.put(_message(0, b"plain-1")),
-                    writer.put(NewMessage("AsyncTopic", b"half", 0, sys_flag=PREPARED)),
-                    writer.put(_message(0, b"plain-2")),
-                )
-            )
-        finally:
-            writer.close()
-
     with MessageStore(tmp_path) as store:
-        results = asyncio.run(main(store))
+        results = put_in_one_turn(
+            store,
+            [
+                _message(0, b"plain-1"),
+                NewMessage("AsyncTopic", b"half", 0, sys_flag=PREPARED),
+                _message(0, b"plain-2"),
+            ],
+        )
         assert all(r.ok for r in results)
         assert [r.queue_offset for r in results] == [0, 0, 1]  # the prepared one: offset 0
         got = store.get_messages("AsyncTopic", 0, 0)
@@ -138,21 +141,8 @@ def test_a_put_only_the_encoder_refuses_does_not_fail_its_neighbours(tmp_path: P
     merged append is then retried put by put."""
     huge = NewMessage("AsyncTopic", b"huge", 0, {"P": "v" * 40_000})
 
-    async def main(store: MessageStore) -> list[PutResult]:
-        writer = AsyncStoreWriter(store)
-        try:
-            return list(
-                await asyncio.gather(
-                    writer.put(_message(0, b"good-1")),
-                    writer.put(huge),
-                    writer.put(_message(0, b"good-2")),
-                )
-            )
-        finally:
-            writer.close()
-
     with MessageStore(tmp_path) as store:
-        results = asyncio.run(main(store))
+        results = put_in_one_turn(store, [_message(0, b"good-1"), huge, _message(0, b"good-2")])
         assert [r.status for r in results] == [
             PutStatus.PUT_OK,
             PutStatus.PROPERTIES_SIZE_EXCEEDED,
