@@ -10,6 +10,14 @@ pwrite, because after the kernel writes a mapped page back, the next store into 
 Reads always go through the mapping, which on Linux shows both kinds of write at once. ``flush``
 is ``os.fdatasync``, which releases the GIL (``mmap.flush`` does not) and covers pages dirtied
 through the mapping too.
+
+Read-ahead: a page fault in a file mapping reads around the faulting page (``read_ahead_kb``, 8 MiB
+on these machines), and over a hole that means allocating and zeroing the whole window: a 2 ms
+stall on the first store into a new consume queue, and again every few MiB of a new segment.
+A segment this process creates is written before it is read, so its mapping is advised
+``MADV_RANDOM`` (one page per fault) while it is the one being written; ``writing_done`` restores
+normal read-ahead once the writer has moved on, for readers that come back to it after its pages
+left the page cache. Segments mapped at open (written earlier) keep normal read-ahead.
 """
 
 from __future__ import annotations
@@ -50,7 +58,8 @@ class MappedFile:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             length = os.fstat(self._fd).st_size
-            if length == 0:
+            created = length == 0
+            if created:
                 os.ftruncate(self._fd, size)
             elif length != size:
                 raise ValueError(f"{path} is {length} bytes, expected the segment size {size}")
@@ -63,6 +72,8 @@ class MappedFile:
                 )
             else:
                 self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
+                if created:
+                    self._map.madvise(mmap.MADV_RANDOM)  # see the module docstring
         except BaseException:
             os.close(self._fd)
             raise
@@ -80,6 +91,11 @@ class MappedFile:
         if warm:
             warm_file(path, size)
         return cls(path, start_offset, size)
+
+    def writing_done(self) -> None:
+        """The writer has moved to the next segment: page faults read ahead again, for readers
+        that come to this segment once its pages have left the page cache."""
+        self._map.madvise(mmap.MADV_NORMAL)
 
     @property
     def end_offset(self) -> int:

@@ -94,6 +94,8 @@ class SegmentQueue:
         return self.add_segment(start)
 
     def add_segment(self, start: int) -> MappedFile:
+        if self.segments:
+            self.segments[-1].writing_done()
         self.directory.mkdir(parents=True, exist_ok=True)
         if self._factory is not None:
             segment = self._factory(start)
