@@ -1,0 +1,57 @@
+"""The order in which a sync-flush run reaches the file (``MappedFile.pwrite``): a run that spans
+pages is written without its first 8 bytes (the first record's size and magic), which follow in
+a second write, so a process killed between the two leaves no visible part of the run; a run
+within one page is one write, which the kernel applies whole or not at all."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localstore.mapped_file import MappedFile
+
+SEGMENT = 16 * 4096
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> Iterator[MappedFile]:
+    mapped = MappedFile.create(tmp_path, 0, SEGMENT)
+    yield mapped
+    mapped.close()
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bytes]]:
+    """Every ``os.pwrite`` as (position, bytes), passed on to the real call."""
+    seen: list[tuple[int, bytes]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, position: int) -> int:
+        seen.append((position, bytes(data)))
+        return real(fd, data, position)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    return seen
+
+
+@pytest.mark.parametrize(("position", "length"), [(0, 4096), (100, 3000), (4096 + 4000, 96)])
+def test_a_run_within_one_page_is_one_write(
+    segment: MappedFile, writes: list[tuple[int, bytes]], position: int, length: int
+) -> None:
+    data = os.urandom(length)
+    segment.pwrite(position, data)
+    assert writes == [(position, data)]
+    assert bytes(segment.view[position : position + length]) == data
+
+
+@pytest.mark.parametrize(("position", "length"), [(0, 4097), (4000, 200), (100, 3 * 4096)])
+def test_a_run_across_pages_publishes_its_first_8_bytes_last(
+    segment: MappedFile, writes: list[tuple[int, bytes]], position: int, length: int
+) -> None:
+    data = os.urandom(length)
+    segment.pwrite(position, data)
+    assert writes == [(position + 8, data[8:]), (position, data[:8])]
+    assert bytes(segment.view[position : position + length]) == data
