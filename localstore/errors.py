@@ -33,3 +33,8 @@ class CorruptStoreError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store was used after ``close()``."""
+
+
+class IndexProcessError(StoreError):
+    """The key-index process (``StoreOptions.index_process``) could not answer: it stopped
+    indexing on a record it could not read, or it exited and a restart did not help."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from localstore.codec import (
     PROPERTY_KEYS,
@@ -31,6 +32,9 @@ from localstore.codec import (
 )
 from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from localstore.javahash import _HIGH, _LOW, _POW31, java_hash, java_hash_concat
+
+if TYPE_CHECKING:
+    from localstore.retention import RetiredFiles
 
 MAX_QUERY_RESULTS = 64  # RocketMQ's maxMsgsNumBatch
 _ROLLBACK = SYSFLAG_TRANSACTION_ROLLBACK
@@ -48,8 +52,58 @@ _POW31_4 = 31**4
 _POW31_28 = pow(31, _UNIQ_PREFIX, 1 << 32)
 
 
+class KeyedMessage(Protocol):
+    """What indexing reads of a message: its properties (KEYS, UNIQ_KEY) and SYSFLAG."""
+
+    @property
+    def properties(self) -> dict[str, str]: ...
+
+    @property
+    def sys_flag(self) -> int: ...
+
+
+class KeyIndex(Protocol):
+    """What the store asks of its key index, built in its process (:class:`IndexService`) or
+    in a child process (:class:`localstore.index_process.IndexProcess`)."""
+
+    completed_timestamp: int  # end time of the newest full, flushed file (the checkpoint's)
+
+    def on_appended(
+        self,
+        topic: str,
+        messages: Sequence[NewMessage],
+        phys_offsets: Sequence[int],
+        store_timestamp: int,
+        end_offset: int,
+    ) -> None:
+        """A put wrote ``messages`` (one topic, one store time); the commitlog ends at
+        ``end_offset``. Called under the put lock."""
+
+    def wait_caught_up(self) -> None:
+        """Return once every message appended so far is in the index."""
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_count: int,
+        begin_ms: int,
+        end_ms: int,
+        load: Callable[[int], StoredMessage | None],
+    ) -> list[StoredMessage]:
+        """See :meth:`IndexService.query`."""
+
+    def delete_files_before(self, commitlog_min: int, retired: RetiredFiles) -> list[Path]:
+        """Retention: leading files (never the last) whose last message is below
+        ``commitlog_min``; returns their paths."""
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class IndexService:
-    """The ordered index files of one store."""
+    """The ordered index files of one store, built in the put path (a :class:`KeyIndex`)."""
 
     def __init__(self, directory: Path, slots: int, entries: int):
         self.directory = directory
@@ -116,10 +170,23 @@ class IndexService:
         return known
 
     # -- building --------------------------------------------------------------------------
+    def on_appended(
+        self,
+        topic: str,
+        messages: Sequence[NewMessage],
+        phys_offsets: Sequence[int],
+        store_timestamp: int,
+        end_offset: int,
+    ) -> None:
+        self.build_batch(topic, messages, phys_offsets, store_timestamp)
+
+    def wait_caught_up(self) -> None:
+        pass  # built in the put path: always caught up
+
     def build_batch(
         self,
         topic: str,
-        messages: Sequence[NewMessage | StoredMessage],
+        messages: Sequence[KeyedMessage],
         phys_offsets: Sequence[int],
         store_timestamp: int,
     ) -> None:
@@ -138,7 +205,7 @@ class IndexService:
     def _key_hashes(
         self,
         topic: str,
-        messages: Sequence[NewMessage | StoredMessage],
+        messages: Sequence[KeyedMessage],
         phys_offsets: Sequence[int],
     ) -> tuple[list[int], list[int]]:
         """Index hashes of ``topic#UNIQ_KEY`` and ``topic#key`` per message, with its offset.
@@ -254,6 +321,20 @@ class IndexService:
                     if len(found) >= max_count:
                         return found
         return found
+
+    def delete_files_before(self, commitlog_min: int, retired: RetiredFiles) -> list[Path]:
+        """Retention: leading files (never the last) whose last message is below
+        ``commitlog_min``; returns their paths."""
+        files = self.files
+        count = 0
+        for index_file in files[:-1]:
+            if index_file.end_phy_offset >= commitlog_min:
+                break
+            count += 1
+        self.files = files[count:]  # rebound, never mutated: queries iterate the old list
+        for index_file in files[:count]:
+            retired.retire(index_file.path, index_file.destroy)
+        return [f.path for f in files[:count]]
 
     def flush(self) -> None:
         for index in self.files[-2:]:

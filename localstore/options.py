@@ -18,6 +18,9 @@ class StoreOptions:
     sync_flush_timeout_ms: int = 5000
     store_host: str = "127.0.0.1:10911"
     warm_segments: bool = False
+    # Build the key index in a child process, on another core (localstore.index_process):
+    # puts skip the indexing work (about a third of a put); queries wait for it to catch up.
+    index_process: bool = False
     delay_levels: str = DEFAULT_DELAY_LEVELS
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     clean_interval_ms: int = 10_000  # periodic retention check (0: only on request)

@@ -57,7 +57,7 @@ from typing import Protocol
 
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from localstore.index_service import IndexService
+from localstore.index_service import KeyIndex
 from localstore.segments import SegmentQueue
 
 HOUR_MS = 3_600_000
@@ -244,7 +244,7 @@ class CleanReport:
 def clean(
     commitlog: CommitLog,
     queues: QueueSet,
-    index: IndexService | None,
+    index: KeyIndex | None,
     policy: RetentionPolicy,
     now_ms: int,
     *,
@@ -272,7 +272,7 @@ def clean(
             report.queue_min_offsets[key] = queue.min_offset
         report.queue_files += delete_queue_files(queue, floor, retired)
     if index is not None:
-        report.index_files = delete_index_files(index, floor, retired)
+        report.index_files = index.delete_files_before(floor, retired)
     report.still_mapped = retired.reap()
     return report
 
@@ -325,23 +325,6 @@ def delete_queue_files(
             break
         count += 1
     return _drop_leading(queue.segments, count, retired)
-
-
-def delete_index_files(
-    index: IndexService, commitlog_min: int, retired: RetiredFiles
-) -> list[Path]:
-    """Step 4: leading index files (never the last) whose last message is below
-    ``commitlog_min``."""
-    files = index.files
-    count = 0
-    for index_file in files[:-1]:
-        if index_file.end_phy_offset >= commitlog_min:
-            break
-        count += 1
-    index.files = files[count:]  # rebound, never mutated: queries iterate the old list
-    for index_file in files[:count]:
-        retired.retire(index_file.path, index_file.destroy)
-    return [f.path for f in files[:count]]
 
 
 def _drop_leading(queue: SegmentQueue, count: int, retired: RetiredFiles) -> list[Path]:

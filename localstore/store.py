@@ -40,10 +40,11 @@ from localstore.codec import (
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dir_lock import acquire_directory_lock
-from localstore.errors import StoreClosedError, StoreError
+from localstore.errors import IndexProcessError, StoreClosedError, StoreError
 from localstore.flush import FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
-from localstore.index_service import IndexService
+from localstore.index_process import IndexProcess
+from localstore.index_service import IndexService, KeyIndex
 from localstore.message_id import parse_offset_msg_id
 from localstore.offset_index import CommitLogOffsetIndex
 from localstore.options import StoreOptions
@@ -109,12 +110,13 @@ class MessageStore:
         self.queues.load()
         self.topics = TopicTable(self.root)
         self.topics.load(self.root / "consumequeue")
-        self.index: IndexService | None = None
-        if self.geometry.index_enabled:
-            self.index = IndexService(
+        self.index: KeyIndex | None = None
+        in_process_index = None
+        if self.geometry.index_enabled and not options.index_process:
+            in_process_index = self.index = IndexService(
                 self.root / "index", self.geometry.index_slots, self.geometry.index_entries
             )
-            self.index.load(
+            in_process_index.load(
                 crashed=self.crashed_last_time,
                 checkpoint_timestamp=self.checkpoint.index_msg_timestamp,
             )
@@ -124,8 +126,20 @@ class MessageStore:
             self.checkpoint,
             crashed=self.crashed_last_time,
             delay_levels=self._delay_levels,
-            index=self.index,
+            index=in_process_index,
         )
+        if self.geometry.index_enabled and options.index_process:
+            # The child loads the files itself and catches up from the commitlog.
+            self.index = IndexProcess(
+                self.root,
+                slots=self.geometry.index_slots,
+                entries=self.geometry.index_entries,
+                segment_size=self.geometry.commitlog_file_size,
+                crashed=self.crashed_last_time,
+                checkpoint_timestamp=self.checkpoint.index_msg_timestamp,
+                min_offset=self.commitlog.min_offset,
+                end=self.commitlog.max_offset,
+            )
         for queue in self.queues.queues.values():  # files alone cannot tell what retention cut
             correct_min_offset(queue, self.commitlog.min_offset)
         self._retired = RetiredFiles()
@@ -184,13 +198,20 @@ class MessageStore:
             time_index.close()
         self.offset_index.close()
         self.queues.close()
+        index_failure = None
         if self.index is not None:
-            self.index.close()
+            try:
+                self.index.close()
+            except IndexProcessError as exc:
+                index_failure = exc  # the abort marker stays: the next open rebuilds the index
         self.commitlog.close()
         self._retired.close()
         self.checkpoint.close()
-        self._abort.remove()
+        if index_failure is None:
+            self._abort.remove()
         self._lock_file.release()
+        if index_failure is not None:
+            raise index_failure
 
     def __enter__(self) -> MessageStore:
         return self
@@ -346,7 +367,9 @@ class MessageStore:
                 time_index.append(queue_offset, next_offset - queue_offset, store_timestamp)
         self.offset_index.append_batch(phys_offsets, end_offset)
         if self.index is not None:
-            self.index.build_batch(state.queue.topic, messages, phys_offsets, store_timestamp)
+            self.index.on_appended(
+                state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
+            )
         if self.commitlog.sync_flush:
             return self.flusher.request(end_offset, on_durable)
         return None
@@ -515,6 +538,14 @@ class MessageStore:
         """Look a message up by its server-side id (host, port and commitlog offset)."""
         _, phys_offset = parse_offset_msg_id(offset_msg_id)
         return self.message_at(phys_offset)
+
+    def wait_indexed(self) -> None:
+        """Return once every message stored so far is in the key index: at once for the
+        in-process index, after the child caught up with ``StoreOptions.index_process``.
+        Queries wait by themselves; a benchmark that counts indexing in its puts calls this."""
+        self._ensure_open()
+        if self.index is not None:
+            self.index.wait_caught_up()
 
     def query_by_key(
         self,

@@ -1,0 +1,408 @@
+"""The key-index process: follows a store's commitlog and builds its index files on another core.
+
+Run as ``python -m localstore.index_worker`` by :class:`localstore.index_process.IndexProcess`,
+which talks to it over stdin/stdout (:mod:`localstore.index_protocol`). The process owns the
+store's ``index/`` directory while it runs: it loads the files (dropping, after a crash, those
+newer than the checkpoint, as the in-process index does), builds them, answers queries, flushes
+and deletes them. It reads the commitlog through read-only mappings of its own and never writes
+it.
+
+Where it starts: records before ``--end`` (the commitlog's valid end when the store opened) are
+indexed unless the files already hold them (the newest file's last message and everything
+before it; see :mod:`localstore.index_service`); every record after ``--end`` is new and always
+indexed. Records come in commitlog order, grouped into runs of one topic and one store time as
+the put path's batches are, so the files come out byte for byte as the in-process index writes
+them.
+
+A failure while indexing (a record that does not decode) stops indexing and is reported as the
+answer to every later request; the store's queries then raise it. End of input (the store's
+process is gone) flushes, closes and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import signal
+import struct
+import sys
+import traceback
+from collections import deque
+from pathlib import Path
+
+import orjson
+
+from localstore.codec import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_HOSTS_V6,
+    RecordError,
+    StoredMessage,
+    decode_properties,
+    decode_record,
+)
+from localstore.index_protocol import (
+    CLOSE,
+    ERROR,
+    FLUSH,
+    KEYS,
+    OFFSET,
+    QUERY,
+    RETIRE,
+    SYNC,
+    frame,
+    split_frames,
+    write_all,
+)
+from localstore.index_service import IndexService
+from localstore.mapped_file import segment_name
+from localstore.retention import RetiredFiles
+
+_READ_CHUNK = 1 << 16
+_RUN_LIMIT = 4096  # records per build call at most (bounds memory on a long catch-up)
+# TOTALSIZE, MAGICCODE, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODY length: a v1 record with
+# IPv4 hosts, whose body starts right after these 88 bytes.
+_V1_IPV4_HEAD = struct.Struct(">ii20xqi16xq20xi")
+_SIZE_MAGIC = struct.Struct(">ii")
+_STRETCH_BYTES = 4 << 20  # copied out of the mapping at a time
+_KEY_MARKERS = tuple(
+    (name, PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR)
+    for name in (PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
+)
+
+
+class _KeyedRecord:
+    """What indexing reads of a record (``IndexService.build_batch`` takes these in place of
+    whole messages): its SYSFLAG and its KEYS and UNIQ_KEY properties."""
+
+    __slots__ = ("properties", "sys_flag")
+
+    def __init__(self, properties: dict[str, str], sys_flag: int):
+        self.properties = properties
+        self.sys_flag = sys_flag
+
+
+def _read_keys(record: bytes, at: int, phys: int, magic: int) -> tuple[str, int, _KeyedRecord]:
+    """(topic, store time, keyed record) of the whole record at ``at`` of ``record``, reading
+    only those fields: a v1 record with IPv4 hosts at its fixed offsets (see
+    :mod:`localstore.codec`), anything else through the full decoder."""
+    _, _, stored_at, sys_flag, store_time, body_length = _V1_IPV4_HEAD.unpack_from(record, at)
+    if magic != MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or stored_at != phys:
+        message = decode_record(record, at, body=False)
+        if message.phys_offset != phys:
+            raise RecordError(f"the record at {phys} says it is at {message.phys_offset}")
+        keyed = _KeyedRecord(message.properties, message.sys_flag)
+        return message.topic, message.store_timestamp, keyed
+    topic_at = at + _V1_IPV4_HEAD.size + body_length
+    topic_end = topic_at + 1 + record[topic_at]
+    properties_at = topic_end + 2
+    text = (
+        "\x02"
+        + record[
+            properties_at : properties_at + (record[topic_end] << 8 | record[topic_end + 1])
+        ].decode()
+    )
+    properties = {}
+    for name, marker in _KEY_MARKERS:
+        value = _last_value(text, marker)
+        if value:
+            properties[name] = value
+        elif value is not None:  # an empty value: leave the rare case to the full parser
+            found = decode_properties(text[1:]).get(name)
+            if found:
+                properties[name] = found
+    return record[topic_at + 1 : topic_end].decode(), store_time, _KeyedRecord(properties, sys_flag)
+
+
+def _last_value(text: str, marker: str) -> str | None:
+    """The value after the last ``marker`` (``\x02name\x01``) up to the next separator."""
+    at = text.rfind(marker)
+    if at < 0:
+        return None
+    start = at + len(marker)
+    end = text.find(PROPERTY_SEPARATOR, start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+class CommitLogReader:
+    """Read-only mappings of commitlog segments, opened as the follower reaches them."""
+
+    def __init__(self, directory: Path, segment_size: int):
+        self.directory = directory
+        self.segment_size = segment_size
+        self._maps: dict[int, mmap.mmap] = {}
+
+    def segment(self, offset: int) -> tuple[mmap.mmap, int] | None:
+        """The mapped segment holding ``offset`` and the position in it; None if it is gone."""
+        start = offset - offset % self.segment_size
+        mapping = self._maps.get(start)
+        if mapping is None:
+            try:
+                fd = os.open(self.directory / segment_name(start), os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            try:
+                mapping = self._maps[start] = mmap.mmap(
+                    fd, self.segment_size, access=mmap.ACCESS_READ
+                )
+            finally:
+                os.close(fd)
+        return mapping, offset - start
+
+    def release_before(self, offset: int) -> None:
+        """Unmap segments that end at or before ``offset``."""
+        for start in [s for s in self._maps if s + self.segment_size <= offset]:
+            self._maps.pop(start).close()
+
+    def close(self) -> None:
+        self.release_before(1 << 62)
+
+
+class IndexFollower:
+    """Indexes the commitlog's records: first those before the open-time end that the files
+    lack (read from the commitlog), then each batch the store sends the keys of."""
+
+    def __init__(self, index: IndexService, reader: CommitLogReader, min_offset: int, end: int):
+        self.index = index
+        self.reader = reader
+        self.end = end
+        self.position = self._start(min_offset, end)
+        self.failure = ""
+
+    @property
+    def catching_up(self) -> bool:
+        return self.position < self.end and not self.failure
+
+    def _start(self, min_offset: int, end: int) -> int:
+        """Where to walk from: the newest file's last message when a record starts there, the
+        end when the files reach it, else the commitlog's start (``IndexService.needs`` skips
+        what is indexed either way)."""
+        last = self.index.end_phy_offset
+        if last >= end:
+            return end  # everything before the end is indexed (or the files are ahead of it)
+        if last > min_offset and self._record_at(last) is not None:
+            return last
+        return min_offset
+
+    def _record_at(self, offset: int) -> StoredMessage | None:
+        located = self.reader.segment(offset)
+        if located is None:
+            return None
+        mapping, pos = located
+        if pos + 8 > len(mapping):
+            return None
+        size = _SIZE_MAGIC.unpack_from(mapping, pos)[0]
+        if size <= 0 or pos + size > len(mapping):
+            return None
+        try:
+            message = decode_record(mapping[pos : pos + size], 0, body=False)
+        except RecordError:
+            return None
+        return message if message.phys_offset == offset else None
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        traceback.print_exc(file=sys.stderr)
+        self.failure = (
+            f"the key index stopped {what}: {exc}; queries by key fail until the store is reopened"
+        )
+
+    # -- catching up from the commitlog ----------------------------------------------------
+    def catch_up_stretch(self) -> None:
+        """Index the records of the next stretch (up to 4 MiB) before the open-time end."""
+        try:
+            self._scan_stretch()
+        except (RecordError, OSError, ValueError) as exc:
+            self._fail(f"at commitlog offset {self.position}", exc)
+
+    def _scan_stretch(self) -> None:
+        """One copy out of the mapping (slicing and unpacking bytes costs less than reading
+        the mapping field by field), its whole records read from the copy, in runs of one
+        topic and store time as the put path's batches come."""
+        position = self.position
+        size = self.reader.segment_size
+        located = self.reader.segment(position)
+        if located is None:
+            raise RecordError(f"no commitlog segment holds offset {position}")
+        mapping, pos = located
+        stretch = mapping[pos : min(size, pos + self.end - position, pos + _STRETCH_BYTES)]
+        needs = self.index.needs
+        run: list[_KeyedRecord] = []
+        offsets: list[int] = []
+        run_topic, run_time = "", -1
+        at = 0
+        while at + 8 <= len(stretch):
+            record_size, magic = _SIZE_MAGIC.unpack_from(stretch, at)
+            if magic == BLANK_MAGIC or at + record_size > len(stretch):
+                break  # a segment's blank end, or a record the stretch cut: read on
+            phys = position + at
+            topic, store_time, record = _read_keys(stretch, at, phys, magic)
+            at += record_size
+            if not needs(phys):
+                continue
+            if topic != run_topic or store_time != run_time or len(run) >= _RUN_LIMIT:
+                if run:
+                    self.index.build_batch(run_topic, run, offsets, run_time)
+                run, offsets = [], []
+                run_topic, run_time = topic, store_time
+            run.append(record)
+            offsets.append(phys)
+        if run:
+            self.index.build_batch(run_topic, run, offsets, run_time)
+        if at == 0:  # nothing whole in the stretch: the segment's end (or damage)
+            if pos + 8 <= size and _SIZE_MAGIC.unpack_from(mapping, pos)[1] != BLANK_MAGIC:
+                raise RecordError(f"no whole record at commitlog offset {position}")
+            at = size - pos
+        self.position = position + at
+        self.reader.release_before(self.position)
+
+    # -- following the store's puts --------------------------------------------------------
+    def add_keys(self, payload: bytes) -> None:
+        """Index the batches of a KEYS frame (see :mod:`localstore.index_protocol`)."""
+        if self.failure:
+            return
+        try:
+            for store_time, topic, offsets, uniqs, keys, flags in orjson.loads(payload):
+                records = [
+                    _KeyedRecord(_key_properties(uniq, key), 0)
+                    for uniq, key in zip(uniqs, keys, strict=True)
+                ]
+                if flags is not None:
+                    for record, flag in zip(records, flags, strict=True):
+                        record.sys_flag = flag
+                self.index.build_batch(topic, records, offsets, store_time)
+        except (OSError, ValueError, TypeError) as exc:
+            self._fail("on the keys the store sent", exc)
+
+    def query(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[int]:
+        """Offsets of the matching messages this process can read (a record not yet in the
+        file, under sync flush, is left to the store, which would not show it either)."""
+        found = self.index.query(topic, key, max_count, begin, end, self._record_at)
+        return [message.phys_offset for message in found]
+
+
+def _key_properties(uniq: str | None, keys: str | None) -> dict[str, str]:
+    properties = {}
+    if uniq:
+        properties[PROPERTY_UNIQ_KEY] = uniq
+    if keys:
+        properties[PROPERTY_KEYS] = keys
+    return properties
+
+
+class _FrameReader:
+    """Frames from the store, read as they come (blocking) or as far as they have come."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._buffer = bytearray()
+        self._frames: deque[tuple[bytes, bytes]] = deque()
+        self.ended = False
+
+    def drain(self) -> None:
+        """Take in what the pipe holds now, without waiting (keeps the store's writes going
+        while a long catch-up runs)."""
+        os.set_blocking(self._fd, False)
+        try:
+            while not self.ended:
+                try:
+                    chunk = os.read(self._fd, _READ_CHUNK)
+                except BlockingIOError:
+                    break
+                self._take(chunk)
+        finally:
+            os.set_blocking(self._fd, True)
+
+    def next(self) -> tuple[bytes, bytes] | None:
+        """The next frame, waiting for it; None once the store's end of the pipe is closed."""
+        while not self._frames and not self.ended:
+            self._take(os.read(self._fd, _READ_CHUNK))
+        return self._frames.popleft() if self._frames else None
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
+            self.ended = True
+            return
+        self._buffer += chunk
+        self._frames.extend(split_frames(self._buffer))
+
+
+def serve(follower: IndexFollower, requests: int, replies: int) -> None:
+    """Catch up, then handle frames in order until CLOSE or the end of input."""
+    frames = _FrameReader(requests)
+    while follower.catching_up:
+        follower.catch_up_stretch()
+        frames.drain()
+    while True:
+        received = frames.next()
+        if received is None:
+            _finish(follower)
+            return
+        kind, payload = received
+        if kind == KEYS:
+            follower.add_keys(payload)
+            continue
+        if follower.failure and kind != CLOSE:
+            write_all(replies, frame(ERROR, follower.failure.encode()))
+            continue
+        try:
+            reply = _answer(follower, kind, payload)
+        except Exception as exc:  # the request failed; the process goes on
+            traceback.print_exc(file=sys.stderr)
+            write_all(replies, frame(ERROR, f"{type(exc).__name__}: {exc}".encode()))
+            continue
+        write_all(replies, frame(kind, reply))
+        if kind == CLOSE:
+            return
+
+
+def _answer(follower: IndexFollower, kind: bytes, payload: bytes) -> bytes:
+    index = follower.index
+    if kind == SYNC:
+        return b""
+    if kind == FLUSH:
+        index.flush()
+        return OFFSET.pack(index.completed_timestamp)
+    if kind == QUERY:
+        topic, key, max_count, begin, end = orjson.loads(payload)
+        return orjson.dumps(follower.query(topic, key, max_count, begin, end))
+    if kind == RETIRE:
+        deleted = index.delete_files_before(OFFSET.unpack(payload)[0], RetiredFiles(grace_s=0))
+        return orjson.dumps([str(path) for path in deleted])
+    if kind == CLOSE:
+        _finish(follower)
+        return b""
+    raise ValueError(f"unknown request {kind!r}")
+
+
+def _finish(follower: IndexFollower) -> None:
+    follower.index.flush()
+    follower.index.close()
+    follower.reader.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m localstore.index_worker")
+    parser.add_argument("--root", type=Path, required=True, help="the store directory")
+    parser.add_argument("--slots", type=int, required=True)
+    parser.add_argument("--entries", type=int, required=True)
+    parser.add_argument("--segment-size", type=int, required=True)
+    parser.add_argument("--min-offset", type=int, required=True, help="commitlog start")
+    parser.add_argument("--end", type=int, required=True, help="commitlog end at open")
+    parser.add_argument("--crashed", action="store_true", help="the last run did not close")
+    parser.add_argument("--checkpoint-timestamp", type=int, default=0)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the store decides when this process ends
+    index = IndexService(args.root / "index", args.slots, args.entries)
+    index.load(crashed=args.crashed, checkpoint_timestamp=args.checkpoint_timestamp)
+    reader = CommitLogReader(args.root / "commitlog", args.segment_size)
+    follower = IndexFollower(index, reader, args.min_offset, args.end)
+    serve(follower, sys.stdin.fileno(), sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""The key index built by a child process (``StoreOptions.index_process``), with real processes:
+its files are byte for byte those of the in-process index, whether it builds them from the keys
+the puts send or catches up from the commitlog; queries see every message stored before them;
+retention deletes its files; a killed child or a killed store loses no key after the next open,
+and no child outlives its store."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localstore import MessageStore, NewMessage, StoreOptions
+from localstore.errors import IndexProcessError
+from localstore.index_process import IndexProcess
+
+from .conftest import StoreFactory
+
+TOPICS = ("Orders", "Payments")
+# Small files: 4 KiB commitlog segments, index files of 40 keys (20 messages with two keys).
+GEOMETRY: dict[str, Any] = {
+    "commitlog_file_size": 4096,
+    "cq_entries_per_file": 16,
+    "index_slots": 16,
+    "index_entries": 41,
+}
+CHILD = StoreOptions(index_process=True)
+
+
+def keyed(number: int, *, sys_flag: int = 0) -> NewMessage:
+    topic = TOPICS[number % 2]
+    properties = {"KEYS": f"key{number} shared", "UNIQ_KEY": f"U{number:031d}"}
+    return NewMessage(topic, f"m{number}".encode(), number % 4, properties, sys_flag=sys_flag)
+
+
+def put_mixed(store: MessageStore, start: int, count: int) -> None:
+    """Batches of three (of one topic and queue) from every multiple of 5, single puts
+    between them, ROLLBACK records (never indexed) among those at multiples of 7."""
+    number = start
+    while number < start + count:
+        if number % 5 == 0:
+            batch = [keyed(n) for n in range(number, number + 3)]
+            for message in batch:
+                message.topic, message.queue_id = batch[0].topic, batch[0].queue_id
+            assert store.put_batch(batch).ok
+            number += 3
+            continue
+        flag = 0xC if number % 7 == 0 else 0
+        assert store.put(keyed(number, sys_flag=flag)).ok
+        number += 1
+
+
+def index_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "index").iterdir())}
+
+
+def child_pid(store: MessageStore) -> int:
+    assert isinstance(store.index, IndexProcess)
+    return store.index.pid
+
+
+def gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether process ``pid`` has exited (and been reaped) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def found_numbers(store: MessageStore, key: str, topic: str) -> list[int]:
+    return sorted(int(m.body[1:]) for m in store.query_by_key(topic, key))
+
+
+@pytest.mark.parametrize("flush_mode", ["async", "sync"])
+def test_files_are_those_of_the_in_process_index(
+    open_store: StoreFactory, tmp_path: Path, flush_mode: str
+) -> None:
+    with_child = tmp_path / "child"
+    store = open_store(with_child, options=CHILD, flush_mode=flush_mode, **GEOMETRY)
+    put_mixed(store, 0, 120)
+    store.close()
+    built = index_files(with_child)
+    assert len(built) > 3  # several index files rolled
+
+    # The same commitlog indexed in the store's process (recovery rebuilds a missing index).
+    rebuilt = tmp_path / "in-process"
+    shutil.copytree(with_child, rebuilt)
+    shutil.rmtree(rebuilt / "index")
+    open_store(rebuilt, flush_mode=flush_mode, **GEOMETRY).close()
+    assert index_files(rebuilt) == built
+
+    # And by a child catching up from the commitlog.
+    caught_up = tmp_path / "caught-up"
+    shutil.copytree(with_child, caught_up)
+    shutil.rmtree(caught_up / "index")
+    reopened = open_store(caught_up, options=CHILD, flush_mode=flush_mode, **GEOMETRY)
+    reopened.wait_indexed()
+    reopened.close()
+    assert index_files(caught_up) == built
+
+
+@pytest.mark.parametrize("flush_mode", ["async", "sync"])
+def test_queries_see_every_message_stored_before_them(
+    open_store: StoreFactory, flush_mode: str
+) -> None:
+    store = open_store(options=CHILD, flush_mode=flush_mode, **GEOMETRY)
+    for number in range(40):
+        result = store.put(keyed(number))
+        # Right after the put, by its key and by its UNIQ_KEY (no wait in between).
+        assert found_numbers(store, f"key{number}", TOPICS[number % 2]) == [number]
+        (by_id,) = store.query_by_id(f"U{number:031d}")
+        assert by_id.phys_offset == result.phys_offset
+    assert found_numbers(store, "shared", "Orders") == list(range(0, 40, 2))
+    assert store.query_by_key("Orders", "key1") == []  # key1 is a Payments message
+
+
+def test_keys_reach_the_child_without_a_query(open_store: StoreFactory, store_dir: Path) -> None:
+    """Puts send their keys every few hundred messages: the parent holds no unbounded backlog
+    and the files grow while nobody asks (not even the periodic flush)."""
+    options = StoreOptions(index_process=True, cq_flush_interval_ms=3_600_000)
+    store = open_store(options=options, index_slots=64, index_entries=4096)
+    batch = [keyed(n) for n in range(100)]
+    for message in batch:
+        message.topic, message.queue_id = "Orders", 0
+    for _ in range(10):
+        assert store.put_batch(batch).ok
+
+    def keys_on_disk() -> int:
+        index_dir = store_dir / "index"
+        files = list(index_dir.iterdir()) if index_dir.is_dir() else []
+        return sum(struct.unpack_from(">i", f.read_bytes(), 36)[0] - 1 for f in files)
+
+    deadline = time.monotonic() + 10
+    while keys_on_disk() < 1000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert keys_on_disk() >= 1000  # of 2000 keys sent; the rest waits for the next send
+
+
+def test_rollback_records_are_not_indexed(open_store: StoreFactory) -> None:
+    store = open_store(options=CHILD, **GEOMETRY)
+    put_mixed(store, 0, 30)
+    assert found_numbers(store, "key14", TOPICS[0]) == []  # a single put of a ROLLBACK record
+    assert found_numbers(store, "key13", TOPICS[1]) == [13]
+
+
+def test_retention_deletes_index_files_through_the_child(open_store: StoreFactory) -> None:
+    store = open_store(options=CHILD, **GEOMETRY)
+    put_mixed(store, 0, 120)
+    store.wait_indexed()
+    before = set(index_files(store.root))
+    report = store.clean(force=True, manual=False)
+    assert report.commitlog_files and report.index_files
+    assert {p.name for p in report.index_files} <= before
+    assert not any(p.exists() for p in report.index_files)
+    assert found_numbers(store, "key0", TOPICS[0]) == []  # its segment is gone
+    assert found_numbers(store, "key118", TOPICS[0]) == [118]
+
+
+def test_close_ends_the_child(open_store: StoreFactory) -> None:
+    store = open_store(options=CHILD, **GEOMETRY)
+    pid = child_pid(store)
+    put_mixed(store, 0, 10)
+    store.close()
+    assert gone(pid)
+    assert not (store.root / "abort").exists()
+
+
+def test_a_killed_child_fails_queries_and_the_next_open_rebuilds(
+    open_store: StoreFactory, store_dir: Path
+) -> None:
+    store = open_store(options=CHILD, **GEOMETRY)
+    put_mixed(store, 0, 60)
+    store.wait_indexed()
+    os.kill(child_pid(store), signal.SIGKILL)
+    assert gone(child_pid(store))
+    put_mixed(store, 60, 60)  # puts go on
+    with pytest.raises(IndexProcessError, match="key-index process"):
+        store.query_by_key(TOPICS[0], "key100")
+    with pytest.raises(IndexProcessError):
+        store.close()
+    assert (store_dir / "abort").exists()  # so the next open treats the index as crashed
+
+    reopened = open_store(options=CHILD, **GEOMETRY)
+    assert reopened.crashed_last_time
+    for number in (0, 58, 100, 118):
+        assert found_numbers(reopened, f"key{number}", TOPICS[number % 2]) == [number]
+
+
+WRITER = r"""
+import sys
+from localstore import MessageStore, NewMessage, StoreOptions
+store = MessageStore(sys.argv[1], options=StoreOptions(index_process=True),
+                     commitlog_file_size=4096, cq_entries_per_file=16, index_slots=16,
+                     index_entries=41)
+for number in range(200):
+    message = NewMessage("Orders", f"m{number}".encode(), 0, {"KEYS": f"key{number}"})
+    assert store.put(message).ok
+store.wait_indexed()
+print(store.index.pid, flush=True)
+sys.stdin.read()  # killed while waiting here
+"""
+
+
+@pytest.mark.integration
+def test_a_killed_store_takes_its_child_along_and_loses_no_key(
+    open_store: StoreFactory, store_dir: Path
+) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(store_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        assert writer.stdout is not None
+        child = int(writer.stdout.readline())
+        writer.kill()
+        writer.wait()
+        assert gone(child)  # its stdin closed with the store's process
+    reopened = open_store(options=CHILD, **GEOMETRY)
+    assert reopened.crashed_last_time
+    for number in range(0, 200, 7):
+        assert found_numbers(reopened, f"key{number}", "Orders") == [number]
+
+
+def test_the_option_needs_an_index(open_store: StoreFactory) -> None:
+    store = open_store(options=CHILD, index_enabled=False, **GEOMETRY)
+    assert store.index is None
+    store.wait_indexed()  # nothing to wait for
+    assert store.put(keyed(0)).ok
