@@ -95,6 +95,12 @@ def add_parser(subparsers: Any) -> None:
     e2e.add_argument("--pull-batch", type=int, default=64, help="messages per queue per pull")
     e2e.add_argument("--consume-threads", type=int, default=2, help="listener threads")
     e2e.add_argument("--commitlog-file-size", type=int, default=1 << 30)
+    e2e.add_argument(
+        "--in-process-index",
+        action="store_true",
+        help="build the key index in the put path, not in a child process "
+        "(StoreOptions.index_process=False)",
+    )
     e2e.add_argument("--json", action="store_true", help="one JSON line per figure")
     e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")
     e2e.set_defaults(func=_run_e2e)
@@ -206,6 +212,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
         pull_batch=args.pull_batch,
         consume_threads=args.consume_threads,
         commitlog_file_size=args.commitlog_file_size,
+        index_process=not args.in_process_index,
     )
     return _run_bench(
         args,

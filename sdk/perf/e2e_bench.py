@@ -4,7 +4,9 @@ Figures (the shape ``../shared/bench/peers.py --with`` reads, names as its embed
 
 * ``put_msgs_per_s``: a :class:`sdk.Producer` sending ``--count`` messages of ``--size`` bytes in
   batches of ``--batch`` (``send_batch``: one request, one append), round-robin over the topic's
-  queues; every message indexed (keys and ``UNIQ_KEY``), async flush.
+  queues; every message indexed (keys and ``UNIQ_KEY``), async flush. The key index is built by
+  its child process (``StoreOptions.index_process``; ``--in-process-index`` builds it in the put
+  path instead), and the clock stops once the index holds every message (``wait_indexed``).
 * ``get_msgs_per_s``: a :class:`sdk.PushConsumer` (clustering, FIRST_OFFSET) draining that backlog:
   from its start until its listener has seen every message and the offsets of all of them are
   committed in memory (listener batches of ``--consume-batch``; ``--pull-batch`` per queue and
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from localstore import StoreOptions
 from sdk import (
     ConsumeFrom,
     ConsumeResult,
@@ -48,6 +51,7 @@ class E2EBenchConfig:
     pull_batch: int = 64
     consume_threads: int = 2
     commitlog_file_size: int = 1 << 30
+    index_process: bool = True
 
 
 def _percentile(samples: list[float], pct: float) -> float:
@@ -64,15 +68,22 @@ def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure
     """Yield the figures of the module docstring, measured in ``config.data_dir / "e2e"``."""
     root = config.data_dir / "e2e"
     with (
-        EmbeddedBroker(root, commitlog_file_size=config.commitlog_file_size) as broker,
+        EmbeddedBroker(
+            root,
+            store_options=StoreOptions(index_process=config.index_process),
+            commitlog_file_size=config.commitlog_file_size,
+        ) as broker,
         Producer(broker, "bench-producer") as producer,
     ):
-        yield _produce(producer, config, progress)
+        broker.service.store.wait_indexed()  # the index process is up before the clock starts
+        yield _produce(broker, producer, config, progress)
         yield _drain(broker, config, progress)
         yield from _latency(broker, producer, config, progress)
 
 
-def _produce(producer: Producer, config: E2EBenchConfig, progress: Progress) -> Figure:
+def _produce(
+    broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig, progress: Progress
+) -> Figure:
     body = _body(config.size)
     started = time.perf_counter()
     sent = 0
@@ -81,6 +92,7 @@ def _produce(producer: Producer, config: E2EBenchConfig, progress: Progress) -> 
         producer.send_batch([Message(TOPIC, body, keys=(f"k{sent + i}",)) for i in range(n)])
         sent += n
         progress.update("put", sent, config.count)
+    broker.service.store.wait_indexed()  # indexing is part of the put
     elapsed = time.perf_counter() - started
     progress.done("put")
     return Figure("put_msgs_per_s", config.count / elapsed, config.count, config.size, config.batch)

@@ -42,10 +42,11 @@ def test_perf_lookup_and_recovery_figures():
     assert recovery["recovery_redispatch_records_per_s"] > 0
 
 
-def test_perf_e2e_figures(tmp_path):
+@pytest.mark.parametrize("index", [[], ["--in-process-index"]], ids=["index-process", "in-process"])
+def test_perf_e2e_figures(tmp_path, index):
     data = tmp_path / "bench"
     got = figures("e2e", "--data", data, "--count", "3000", "--latency-samples", "50",
-                  "--commitlog-file-size", "4194304")  # fmt: skip
+                  "--commitlog-file-size", "4194304", *index)  # fmt: skip
     assert set(got) == {"put_msgs_per_s", "get_msgs_per_s", "e2e_p50_ms", "e2e_p99_ms"}
     assert all(value > 0 for value in got.values())
     assert got["e2e_p50_ms"] <= got["e2e_p99_ms"]
