@@ -16,7 +16,10 @@ them.
 
 A failure while indexing (a record that does not decode) stops indexing and is reported as the
 answer to every later request; the store's queries then raise it. End of input (the store's
-process is gone) flushes, closes and exits.
+process is gone) stops a catch-up where it is, flushes, closes and exits: the store died, so
+its next open recovers as after a crash and rebuilds what the files lack. The process holds
+``quiver-tmp/index.lock`` while it works, so that such a late child and the next store's child
+never write the files at once.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import traceback
 from collections import deque
 from pathlib import Path
 
+import filelock
 import orjson
 
 from localstore.codec import (
@@ -64,6 +68,7 @@ from localstore.mapped_file import segment_name
 from localstore.retention import RetiredFiles
 
 _READ_CHUNK = 1 << 16
+_LOCK_TIMEOUT_S = 60.0  # for a previous child (of a killed store) to finish
 _RUN_LIMIT = 4096  # records per build call at most (bounds memory on a long catch-up)
 # TOTALSIZE, MAGICCODE, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODY length: a v1 record with
 # IPv4 hosts, whose body starts right after these 88 bytes.
@@ -334,7 +339,7 @@ class _FrameReader:
 def serve(follower: IndexFollower, requests: int, replies: int) -> None:
     """Catch up, then handle frames in order until CLOSE or the end of input."""
     frames = _FrameReader(requests)
-    while follower.catching_up:
+    while follower.catching_up and not frames.ended:
         follower.catch_up_stretch()
         frames.drain()
     while True:
@@ -397,11 +402,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint-timestamp", type=int, default=0)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the store decides when this process ends
-    index = IndexService(args.root / "index", args.slots, args.entries)
-    index.load(crashed=args.crashed, checkpoint_timestamp=args.checkpoint_timestamp)
-    reader = CommitLogReader(args.root / "commitlog", args.segment_size)
-    follower = IndexFollower(index, reader, args.min_offset, args.end)
-    serve(follower, sys.stdin.fileno(), sys.stdout.fileno())
+    # One writer of index/ at a time: the child of a killed store may still be finishing when
+    # the store is opened again.
+    scratch = args.root / "quiver-tmp"
+    scratch.mkdir(exist_ok=True)
+    with filelock.FileLock(scratch / "index.lock", timeout=_LOCK_TIMEOUT_S):
+        index = IndexService(args.root / "index", args.slots, args.entries)
+        index.load(crashed=args.crashed, checkpoint_timestamp=args.checkpoint_timestamp)
+        reader = CommitLogReader(args.root / "commitlog", args.segment_size)
+        follower = IndexFollower(index, reader, args.min_offset, args.end)
+        serve(follower, sys.stdin.fileno(), sys.stdout.fileno())
 
 
 if __name__ == "__main__":
