@@ -62,7 +62,9 @@ class CommitLog:
         self.segments.truncate(offset)
         last = self.segments.find(offset)
         if last is not None:
-            last.zero_from(offset - last.start_offset)
+            if last.zero_from(offset - last.start_offset):
+                # Synced now: a sync-flush write later makes only its own range durable.
+                last.sync()
             if self._allocator is not None:
                 self._prepare_next_at = last.start_offset + self.segment_size // 2
         self.max_offset = self.flushed_offset = offset
@@ -138,11 +140,15 @@ class CommitLog:
             pending, self._pending = self._pending, []
             target, timestamp = self.max_offset, self.last_store_timestamp
         if pending:
-            for segment, position, data in _coalesce(pending):
-                segment.pwrite(position, data)
-            for segment in {id(s): s for s, _, _ in pending}.values():
-                segment.sync()
-                segment.flushed_position = segment.wrote_position
+            runs = _coalesce(pending)
+            if len(runs) == 1 and runs[0][0].pwrite_durably(runs[0][1], runs[0][2]):
+                runs[0][0].flushed_position = runs[0][0].wrote_position
+            else:
+                for segment, position, data in runs:
+                    segment.pwrite(position, data)
+                for segment in {id(s): s for s, _, _ in pending}.values():
+                    segment.sync()
+                    segment.flushed_position = segment.wrote_position
             self.flushed_offset = target
         return target, timestamp
 

@@ -29,6 +29,7 @@ from pathlib import Path
 NAME_DIGITS = 20
 _WARM_CHUNK_BYTES = 1 << 20
 _PAGE = 4096
+_RWF_DSYNC: int | None = getattr(os, "RWF_DSYNC", None)
 _RESERVE_CHUNK_BYTES = 4 << 20
 
 
@@ -168,6 +169,20 @@ class MappedFile:
             return
         self._pwrite_all(position + 8, view[8:])
         self._pwrite_all(position, view[:8])
+
+    def pwrite_durably(self, position: int, data: bytes) -> bool:
+        """Write ``data`` at ``position`` and make it durable in one system call (``pwritev``
+        with ``RWF_DSYNC``: the write, then what an fdatasync of its range does), when the data
+        lies within one page (see :meth:`pwrite`). False, and nothing written, otherwise or
+        where the flag is missing; the caller then uses ``pwrite`` and ``sync``. One call hands
+        the GIL over once per group commit instead of twice."""
+        if _RWF_DSYNC is None or position // _PAGE != (position + len(data) - 1) // _PAGE:
+            return False
+        written = os.pwritev(self._fd, [data], position, _RWF_DSYNC)
+        if written < len(data):  # not seen for a regular file; finish the ordinary way
+            self._pwrite_all(position + written, memoryview(data)[written:])
+            os.fdatasync(self._fd)
+        return True
 
     def _pwrite_all(self, position: int, data: memoryview) -> None:
         written = os.pwrite(self._fd, data, position)

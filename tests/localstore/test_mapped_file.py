@@ -55,3 +55,37 @@ def test_a_run_across_pages_publishes_its_first_8_bytes_last(
     segment.pwrite(position, data)
     assert writes == [(position + 8, data[8:]), (position, data[:8])]
     assert bytes(segment.view[position : position + length]) == data
+
+
+@pytest.fixture
+def durable_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bytes, int]]:
+    """Every ``os.pwritev`` as (position, bytes, flags), passed on to the real call."""
+    seen: list[tuple[int, bytes, int]] = []
+    real = os.pwritev
+
+    def recording(fd: int, buffers: list[bytes], position: int, flags: int = 0) -> int:
+        seen.append((position, b"".join(buffers), flags))
+        return real(fd, buffers, position, flags)
+
+    monkeypatch.setattr(os, "pwritev", recording)
+    return seen
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_DSYNC"), reason="pwritev's RWF_DSYNC is Linux's")
+def test_a_run_within_one_page_is_written_and_synced_in_one_call(
+    segment: MappedFile, durable_writes: list[tuple[int, bytes, int]]
+) -> None:
+    data = os.urandom(300)
+    assert segment.pwrite_durably(4096 + 100, data)
+    assert durable_writes == [(4096 + 100, data, os.RWF_DSYNC)]
+    assert bytes(segment.view[4196 : 4196 + 300]) == data
+
+
+def test_a_run_across_pages_is_left_to_pwrite_and_sync(
+    segment: MappedFile,
+    durable_writes: list[tuple[int, bytes, int]],
+    writes: list[tuple[int, bytes]],
+) -> None:
+    assert not segment.pwrite_durably(4000, os.urandom(200))
+    assert durable_writes == [] and writes == []
+    assert bytes(segment.view[4000:4200]) == bytes(200)

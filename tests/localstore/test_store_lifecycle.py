@@ -227,6 +227,27 @@ def test_sync_flush_group_commit(open_store: StoreFactory) -> None:
     assert store.commitlog.flushed_offset == store.commitlog.max_offset
 
 
+@pytest.mark.skipif(not hasattr(os, "RWF_DSYNC"), reason="pwritev's RWF_DSYNC is Linux's")
+def test_sync_flush_writes_and_syncs_a_one_page_group_in_one_call(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync")
+    store.put(message(body=b"first"))  # the topic's queue and the segment exist
+    durable: list[tuple[int, int, int]] = []
+    real = os.pwritev
+
+    def recording(fd: int, buffers: list[bytes], position: int, flags: int = 0) -> int:
+        durable.append((position, sum(map(len, buffers)), flags))
+        return real(fd, buffers, position, flags)
+
+    monkeypatch.setattr(os, "pwritev", recording)
+    result = store.put(message(body=b"second"))
+    assert result.ok and store.commitlog.flushed_offset == store.commitlog.max_offset
+    assert durable == [
+        (result.phys_offset, store.commitlog.max_offset - result.phys_offset, os.RWF_DSYNC)
+    ]
+
+
 def test_sync_flush_readers_see_only_flushed_records(open_store: StoreFactory) -> None:
     store = open_store(flush_mode="sync")
     waiters = []
