@@ -36,5 +36,6 @@ class StoreClosedError(StoreError):
 
 
 class IndexProcessError(StoreError):
-    """The key-index process (``StoreOptions.index_process``) could not answer: it stopped
-    indexing on a record it could not read, or it exited and a restart did not help."""
+    """The key-index process (``StoreOptions.index_process``) could not start or answer: it
+    stopped indexing on a record it could not read, it exited, or a request to it was cut
+    short. Reopening the store rebuilds what the index lacks."""

@@ -23,10 +23,13 @@ files lack from the commitlog.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import select
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,16 +45,33 @@ from localstore.index_protocol import (
     KEYS,
     OFFSET,
     QUERY,
+    READY,
     RETIRE,
     SYNC,
     frame,
     read_frame,
     write_all,
 )
+from localstore.index_service import matches_key
 from localstore.retention import RetiredFiles
 
+_START_TIMEOUT_S = 90.0  # loading; a late child of a killed store may hold the lock 60 s
 _CLOSE_TIMEOUT_S = 60.0
+_RETIRE_WAIT_S = 1.0  # retention runs under the put lock: it does not wait for a long query
 _SEND_EVERY = 512  # messages whose keys are gathered before one write to the child
+_PIPE_BYTES = 1 << 20  # room for the keys of about 15,000 messages while the child is busy
+
+_LIVE: weakref.WeakSet[IndexProcess] = weakref.WeakSet()
+
+
+def _close_pipes_after_fork() -> None:
+    """A forked copy of the store's process must not keep the child's stdin open: the child
+    would then never see the store's process end."""
+    for index in list(_LIVE):
+        index.drop_pipes_in_forked_process()
+
+
+os.register_at_fork(after_in_child=_close_pipes_after_fork)
 
 
 class IndexProcess:
@@ -78,25 +98,6 @@ class IndexProcess:
         self._closed = False
         self._failure = ""
         self.completed_timestamp = 0
-        self._child = self._spawn(
-            root, slots, entries, segment_size, crashed, checkpoint_timestamp, min_offset, end
-        )
-
-    @property
-    def pid(self) -> int:
-        return self._child.pid
-
-    @staticmethod
-    def _spawn(
-        root: Path,
-        slots: int,
-        entries: int,
-        segment_size: int,
-        crashed: bool,
-        checkpoint_timestamp: int,
-        min_offset: int,
-        end: int,
-    ) -> subprocess.Popen[bytes]:
         command = [
             sys.executable,
             "-m",
@@ -117,9 +118,31 @@ class IndexProcess:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_parent, env.get("PYTHONPATH", "")) if p
         )
-        return subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True
+        self._child = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
         )
+        assert self._child.stdin is not None and self._child.stdout is not None
+        self._to_child = self._child.stdin.fileno()
+        self._from_child = self._child.stdout.fileno()
+        with contextlib.suppress(OSError):  # a bigger pipe where the system allows it
+            fcntl.fcntl(self._to_child, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        _LIVE.add(self)
+        ready = self._read_reply(_START_TIMEOUT_S)
+        if ready is None or ready[0] != READY:
+            self.abandon()
+            raise IndexProcessError(
+                f"the key-index process did not start (exit status {self._child.poll()}); "
+                "its error output says why"
+            )
+
+    @property
+    def pid(self) -> int:
+        return self._child.pid
 
     # -- following the puts ------------------------------------------------------------------
     def on_appended(
@@ -138,7 +161,7 @@ class IndexProcess:
                 (
                     store_timestamp,
                     topic,
-                    phys_offsets,
+                    list(phys_offsets),
                     [p.get(PROPERTY_UNIQ_KEY) for p in properties],
                     [p.get(PROPERTY_KEYS) for p in properties],
                     flags if any(flags) else None,
@@ -158,44 +181,86 @@ class IndexProcess:
         self._write(frame(KEYS, payload))
 
     def _write(self, data: bytes) -> None:
-        stdin = self._child.stdin
-        if self._failure or stdin is None:
+        """Write a whole frame, or mark the channel failed (under ``_write_lock``)."""
+        if self._failure:
             return
         try:
-            write_all(stdin.fileno(), data)
-        except OSError as exc:  # the child is gone: puts go on, requests report it
-            self._failure = self._exited(exc)
+            write_all(self._to_child, data)
+        except BaseException as exc:  # gone, or cut short: the framing cannot be trusted
+            self._fail(f"writing to it failed ({exc!r})")
+            if not isinstance(exc, OSError):
+                raise
 
-    def _exited(self, cause: object) -> str:
-        return (
-            f"the key-index process (pid {self._child.pid}) is gone ({cause}, exit status "
-            f"{self._child.poll()}); queries by key fail until the store is reopened, which "
-            "rebuilds what the index lacks"
-        )
+    def _fail(self, why: str) -> None:
+        if not self._failure:
+            self._failure = (
+                f"the key-index process (pid {self._child.pid}) can no longer be used: {why}; "
+                "queries by key fail until the store is reopened, which rebuilds what the "
+                "index lacks"
+            )
+            self._kill()
+
+    def _kill(self) -> None:
+        if self._child.poll() is None:
+            self._child.kill()
+        self._child.wait()
+
+    def abandon(self) -> None:
+        """The store failed to open: end the child at once, without waiting for it."""
+        with self._write_lock:
+            self._closed = True
+            self._kill()
+            for pipe in (self._child.stdin, self._child.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            _LIVE.discard(self)
+
+    def drop_pipes_in_forked_process(self) -> None:
+        for fd in (self._to_child, self._from_child):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._failure = self._failure or "this is a forked copy of the store's process"
 
     # -- requests ----------------------------------------------------------------------------
-    def _request(self, kind: bytes, payload: bytes = b"") -> bytes:
-        """Send what is gathered, then a request; return the reply's payload."""
-        with self._request_lock:
+    def _request(self, kind: bytes, payload: bytes = b"", *, wait_s: float = -1) -> bytes:
+        """Send what is gathered, then a request; return the reply's payload. ``wait_s`` >= 0
+        bounds the wait for another request in flight (IndexProcessError when it is up)."""
+        if not self._request_lock.acquire(timeout=wait_s):
+            raise IndexProcessError("the key-index process is busy with another request")
+        try:
             if self._closed:
                 raise IndexProcessError("the store's key index is closed")
             with self._write_lock:
                 self._send_gathered()
                 self._write(frame(kind, payload))
             reply = None
-            stdout = self._child.stdout
-            if not self._failure and stdout is not None:
+            if not self._failure:
                 try:
-                    reply = read_frame(stdout.fileno())
-                except OSError as exc:
-                    self._failure = self._exited(exc)
-            if reply is None:
-                self._failure = self._failure or self._exited("no answer")
+                    reply = self._read_reply(None if kind != CLOSE else _CLOSE_TIMEOUT_S)
+                except BaseException as exc:  # cut short: its answer would meet the next one
+                    self._fail(f"a request was cut short ({exc!r})")
+                    raise
+                if reply is None or reply[0] not in (kind, ERROR):
+                    self._fail("it ended or answered out of turn")
+            if self._failure:
                 raise IndexProcessError(self._failure)
+        finally:
+            self._request_lock.release()
+        assert reply is not None
         answer_kind, answer = reply
         if answer_kind == ERROR:
             raise IndexProcessError(answer.decode())
         return answer
+
+    def _read_reply(self, timeout_s: float | None) -> tuple[bytes, bytes] | None:
+        """One frame from the child; None at end of file or when ``timeout_s`` passes first."""
+        if timeout_s is not None and not select.select([self._from_child], [], [], timeout_s)[0]:
+            return None
+        try:
+            return read_frame(self._from_child)
+        except OSError:
+            return None
 
     def wait_caught_up(self) -> None:
         self._request(SYNC)
@@ -210,27 +275,37 @@ class IndexProcess:
         load: Callable[[int], StoredMessage | None],
     ) -> list[StoredMessage]:
         """See :meth:`localstore.index_service.IndexService.query`: the child finds the
-        messages, this process reads them."""
+        messages, this process reads them and checks them again."""
         offsets = orjson.loads(
             self._request(QUERY, orjson.dumps([topic, key, max_count, begin_ms, end_ms]))
         )
-        return [message for message in map(load, offsets) if message is not None]
+        found = []
+        for offset in offsets:
+            message = load(offset)
+            if message is not None and matches_key(message, topic, key):
+                found.append(message)
+        return found
 
     def delete_files_before(self, commitlog_min: int, retired: RetiredFiles) -> list[Path]:
-        """Retention: the child deletes the files (it holds their only mappings)."""
-        deleted = orjson.loads(self._request(RETIRE, OFFSET.pack(commitlog_min)))
-        return [Path(path) for path in deleted]
+        """Retention: the child deletes the files (it holds their only mappings). Nothing is
+        deleted when the child is gone or busy: the next run deletes them."""
+        try:
+            answer = self._request(RETIRE, OFFSET.pack(commitlog_min), wait_s=_RETIRE_WAIT_S)
+        except IndexProcessError:
+            return []
+        return [Path(path) for path in orjson.loads(answer)]
 
     def flush(self) -> None:
-        """Have the child sync its newest files; a dead child is left for ``close`` to report
-        (the flush thread must go on flushing the rest of the store)."""
+        """Have the child sync its newest files. Never raises and never queues behind another
+        request: the flush thread must go on flushing the rest of the store (a dead child is
+        left for ``close`` to report)."""
         if self._failure:
             return
         with contextlib.suppress(IndexProcessError):
-            self.completed_timestamp = OFFSET.unpack(self._request(FLUSH))[0]
+            self.completed_timestamp = OFFSET.unpack(self._request(FLUSH, wait_s=0))[0]
 
     def close(self) -> None:
-        """Let the child index what is left, flush and exit; then release the pipes. Raises
+        """Let the child flush and exit; then release the pipes. Raises
         :class:`IndexProcessError` when the child could not finish (the files may then lack
         keys: the store leaves its abort marker, so the next open rebuilds them)."""
         if self._closed:
@@ -248,5 +323,5 @@ class IndexProcess:
                 try:
                     child.wait(_CLOSE_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
+                    self._kill()
+                _LIVE.discard(self)

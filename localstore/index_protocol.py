@@ -15,6 +15,8 @@ payload. The store writes requests on the process's stdin and reads replies on i
     R     RETIRE: commitlog min offset (8)           R: JSON list of deleted file paths
     C     CLOSE: flush, close, exit                  C: empty
     E     (reply only) the request failed            E: UTF-8 message
+    Y     (index process only) READY: the files are loaded and the process serves; sent once,
+          first
 
 Frames are handled in order, so an answer covers every batch whose keys were sent before it.
 """
@@ -31,6 +33,7 @@ QUERY = b"Q"
 RETIRE = b"R"
 CLOSE = b"C"
 ERROR = b"E"
+READY = b"Y"
 
 FRAME_HEAD = struct.Struct(">cI")
 OFFSET = struct.Struct(">q")

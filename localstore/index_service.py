@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import filelock
+
 from localstore.codec import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -344,6 +346,22 @@ class IndexService:
         for index in self.files:
             index.close()
         self.files.clear()
+
+
+def index_writer_lock(root: Path, *, timeout_s: float) -> filelock.BaseFileLock:
+    """``{root}/quiver-tmp/index.lock``, held by whoever writes ``index/`` (the store, or its
+    index process), so that the index process of a killed store, still finishing, and the
+    next store's index never write the files at once. Not yet acquired."""
+    scratch = root / "quiver-tmp"
+    scratch.mkdir(exist_ok=True)
+    return filelock.FileLock(
+        scratch / "index.lock", timeout=timeout_s, thread_local=False, is_singleton=False
+    )
+
+
+def matches_key(message: StoredMessage, topic: str, key: str) -> bool:
+    """Whether ``message`` is of ``topic`` and holds ``key`` (a KEYS token or its UNIQ_KEY)."""
+    return _matches(message, topic, key)
 
 
 def _matches(message: StoredMessage, topic: str, key: str) -> bool:

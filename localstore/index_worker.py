@@ -34,7 +34,6 @@ import traceback
 from collections import deque
 from pathlib import Path
 
-import filelock
 import orjson
 
 from localstore.codec import (
@@ -57,18 +56,20 @@ from localstore.index_protocol import (
     KEYS,
     OFFSET,
     QUERY,
+    READY,
     RETIRE,
     SYNC,
     frame,
     split_frames,
     write_all,
 )
-from localstore.index_service import IndexService
+from localstore.index_service import IndexService, index_writer_lock
 from localstore.mapped_file import segment_name
 from localstore.retention import RetiredFiles
 
 _READ_CHUNK = 1 << 16
 _LOCK_TIMEOUT_S = 60.0  # for a previous child (of a killed store) to finish
+_HOLD_LIMIT = 64 << 20  # bytes of frames held while catching up
 _RUN_LIMIT = 4096  # records per build call at most (bounds memory on a long catch-up)
 # TOTALSIZE, MAGICCODE, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODY length: a v1 record with
 # IPv4 hosts, whose body starts right after these 88 bytes.
@@ -164,8 +165,14 @@ class CommitLogReader:
         for start in [s for s in self._maps if s + self.segment_size <= offset]:
             self._maps.pop(start).close()
 
+    def release_all_but(self, offset: int) -> None:
+        """Unmap every segment except the one holding ``offset`` (-1: every one)."""
+        keep = offset - offset % self.segment_size if offset >= 0 else -1
+        for start in [s for s in self._maps if s != keep]:
+            self._maps.pop(start).close()
+
     def close(self) -> None:
-        self.release_before(1 << 62)
+        self.release_all_but(-1)
 
 
 class IndexFollower:
@@ -231,10 +238,14 @@ class IndexFollower:
         position = self.position
         size = self.reader.segment_size
         located = self.reader.segment(position)
-        if located is None:
-            raise RecordError(f"no commitlog segment holds offset {position}")
+        if located is None:  # deleted by retention meanwhile: what it held needs no index
+            self.position = position - position % size + size
+            return
         mapping, pos = located
-        stretch = mapping[pos : min(size, pos + self.end - position, pos + _STRETCH_BYTES)]
+        length = min(size - pos, self.end - position)
+        if pos + 8 <= size:  # at least the record that starts here, however big
+            length = max(min(length, _STRETCH_BYTES), _SIZE_MAGIC.unpack_from(mapping, pos)[0])
+        stretch = mapping[pos : pos + min(length, size - pos)]
         needs = self.index.needs
         run: list[_KeyedRecord] = []
         offsets: list[int] = []
@@ -286,7 +297,10 @@ class IndexFollower:
     def query(self, topic: str, key: str, max_count: int, begin: int, end: int) -> list[int]:
         """Offsets of the matching messages this process can read (a record not yet in the
         file, under sync flush, is left to the store, which would not show it either)."""
-        found = self.index.query(topic, key, max_count, begin, end, self._record_at)
+        try:
+            found = self.index.query(topic, key, max_count, begin, end, self._record_at)
+        finally:
+            self.reader.release_all_but(self.position if self.catching_up else -1)
         return [message.phys_offset for message in found]
 
 
@@ -306,14 +320,15 @@ class _FrameReader:
         self._fd = fd
         self._buffer = bytearray()
         self._frames: deque[tuple[bytes, bytes]] = deque()
+        self._held = 0  # payload bytes of the frames held
         self.ended = False
 
     def drain(self) -> None:
-        """Take in what the pipe holds now, without waiting (keeps the store's writes going
-        while a long catch-up runs)."""
+        """Take in what the pipe holds now, without waiting, up to ``_HOLD_LIMIT`` bytes of
+        frames (beyond it the pipe fills and the store's puts wait: back-pressure)."""
         os.set_blocking(self._fd, False)
         try:
-            while not self.ended:
+            while not self.ended and self._held < _HOLD_LIMIT:
                 try:
                     chunk = os.read(self._fd, _READ_CHUNK)
                 except BlockingIOError:
@@ -326,22 +341,59 @@ class _FrameReader:
         """The next frame, waiting for it; None once the store's end of the pipe is closed."""
         while not self._frames and not self.ended:
             self._take(os.read(self._fd, _READ_CHUNK))
-        return self._frames.popleft() if self._frames else None
+        if not self._frames:
+            return None
+        kind, payload = self._frames.popleft()
+        self._held -= len(payload)
+        return kind, payload
+
+    def take_request(self) -> tuple[bytes, bytes] | None:
+        """Remove and return the request held among the frames, if any (the store has at
+        most one in flight); the KEYS frames stay in order."""
+        for position, (kind, payload) in enumerate(self._frames):
+            if kind != KEYS:
+                del self._frames[position]
+                self._held -= len(payload)
+                return kind, payload
+        return None
+
+    def put_back(self, request: tuple[bytes, bytes]) -> None:
+        """Hold ``request`` again, after the KEYS frames that came before it."""
+        self._frames.append(request)
+        self._held += len(request[1])
 
     def _take(self, chunk: bytes) -> None:
         if not chunk:
             self.ended = True
             return
         self._buffer += chunk
-        self._frames.extend(split_frames(self._buffer))
+        for kind, payload in split_frames(self._buffer):
+            self._frames.append((kind, payload))
+            self._held += len(payload)
 
 
 def serve(follower: IndexFollower, requests: int, replies: int) -> None:
-    """Catch up, then handle frames in order until CLOSE or the end of input."""
+    """Catch up, then handle frames in order until CLOSE or the end of input.
+
+    While catching up, FLUSH and RETIRE are answered at once (they do not depend on the keys
+    still to come, and the store's flush thread and retention wait for them), CLOSE stops the
+    catch-up where it is (the next open goes on from the files' end), and SYNC and QUERY wait
+    for the catch-up. End of input drops whatever is held: the store is gone, and its next
+    open recovers as after a crash."""
     frames = _FrameReader(requests)
-    while follower.catching_up and not frames.ended:
+    while follower.catching_up:
         follower.catch_up_stretch()
         frames.drain()
+        if frames.ended:
+            _finish(follower)
+            return
+        request = frames.take_request()
+        if request is None:
+            continue
+        if request[0] in (SYNC, QUERY):
+            frames.put_back(request)
+        elif not _reply(follower, replies, *request) or request[0] == CLOSE:
+            return
     while True:
         received = frames.next()
         if received is None:
@@ -350,19 +402,28 @@ def serve(follower: IndexFollower, requests: int, replies: int) -> None:
         kind, payload = received
         if kind == KEYS:
             follower.add_keys(payload)
-            continue
-        if follower.failure and kind != CLOSE:
-            write_all(replies, frame(ERROR, follower.failure.encode()))
-            continue
+        elif not _reply(follower, replies, kind, payload) or kind == CLOSE:
+            return
+
+
+def _reply(follower: IndexFollower, replies: int, kind: bytes, payload: bytes) -> bool:
+    """Answer one request; False when the store can no longer be answered (its process is
+    gone: the files are flushed and closed, and this process should end)."""
+    if follower.failure and kind != CLOSE:
+        answer = frame(ERROR, follower.failure.encode())
+    else:
         try:
-            reply = _answer(follower, kind, payload)
+            answer = frame(kind, _answer(follower, kind, payload))
         except Exception as exc:  # the request failed; the process goes on
             traceback.print_exc(file=sys.stderr)
-            write_all(replies, frame(ERROR, f"{type(exc).__name__}: {exc}".encode()))
-            continue
-        write_all(replies, frame(kind, reply))
-        if kind == CLOSE:
-            return
+            answer = frame(ERROR, f"{type(exc).__name__}: {exc}".encode())
+    try:
+        write_all(replies, answer)
+    except OSError:
+        if kind != CLOSE:
+            _finish(follower)
+        return False
+    return True
 
 
 def _answer(follower: IndexFollower, kind: bytes, payload: bytes) -> bytes:
@@ -376,7 +437,9 @@ def _answer(follower: IndexFollower, kind: bytes, payload: bytes) -> bytes:
         topic, key, max_count, begin, end = orjson.loads(payload)
         return orjson.dumps(follower.query(topic, key, max_count, begin, end))
     if kind == RETIRE:
-        deleted = index.delete_files_before(OFFSET.unpack(payload)[0], RetiredFiles(grace_s=0))
+        commitlog_min = OFFSET.unpack(payload)[0]
+        deleted = index.delete_files_before(commitlog_min, RetiredFiles(grace_s=0))
+        follower.reader.release_before(commitlog_min)  # those segments are gone
         return orjson.dumps([str(path) for path in deleted])
     if kind == CLOSE:
         _finish(follower)
@@ -401,17 +464,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--crashed", action="store_true", help="the last run did not close")
     parser.add_argument("--checkpoint-timestamp", type=int, default=0)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the store decides when this process ends
-    # One writer of index/ at a time: the child of a killed store may still be finishing when
-    # the store is opened again.
-    scratch = args.root / "quiver-tmp"
-    scratch.mkdir(exist_ok=True)
-    with filelock.FileLock(scratch / "index.lock", timeout=_LOCK_TIMEOUT_S):
+    # The store decides when this process ends: a CLOSE request or the end of its input.
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+    # Replies go to the store on the original stdout; anything printed goes to stderr.
+    replies = os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    with index_writer_lock(args.root, timeout_s=_LOCK_TIMEOUT_S):
         index = IndexService(args.root / "index", args.slots, args.entries)
         index.load(crashed=args.crashed, checkpoint_timestamp=args.checkpoint_timestamp)
         reader = CommitLogReader(args.root / "commitlog", args.segment_size)
         follower = IndexFollower(index, reader, args.min_offset, args.end)
-        serve(follower, sys.stdin.fileno(), sys.stdout.fileno())
+        write_all(replies, frame(READY))
+        serve(follower, sys.stdin.fileno(), replies)
 
 
 if __name__ == "__main__":

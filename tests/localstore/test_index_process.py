@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import localstore.index_process as index_process_module
 from localstore import MessageStore, NewMessage, StoreOptions
 from localstore.errors import IndexProcessError
 from localstore.index_process import IndexProcess
@@ -93,6 +94,12 @@ def test_files_are_those_of_the_in_process_index(
     with_child = tmp_path / "child"
     store = open_store(with_child, options=CHILD, flush_mode=flush_mode, **GEOMETRY)
     put_mixed(store, 0, 120)
+    for number in range(120, 150):  # one topic, one put each: runs the catch-up merges
+        message = keyed(number)
+        message.topic = "Orders"
+        if number % 3 == 0:
+            message.properties.clear()  # no key at all
+        assert store.put(message).ok
     store.close()
     built = index_files(with_child)
     assert len(built) > 3  # several index files rolled
@@ -148,7 +155,7 @@ def test_keys_reach_the_child_without_a_query(open_store: StoreFactory, store_di
     deadline = time.monotonic() + 10
     while keys_on_disk() < 1000 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert keys_on_disk() >= 1000  # of 2000 keys sent; the rest waits for the next send
+    assert keys_on_disk() >= 1000  # of the 1,800 keys put; those not sent yet wait
 
 
 def test_rollback_records_are_not_indexed(open_store: StoreFactory) -> None:
@@ -188,7 +195,7 @@ def test_a_killed_child_fails_queries_and_the_next_open_rebuilds(
     store.wait_indexed()
     os.kill(child_pid(store), signal.SIGKILL)
     assert gone(child_pid(store))
-    put_mixed(store, 60, 60)  # puts go on
+    put_mixed(store, 60, 1200)  # puts go on, their keys sent to a dead pipe
     with pytest.raises(IndexProcessError, match="key-index process"):
         store.query_by_key(TOPICS[0], "key100")
     with pytest.raises(IndexProcessError):
@@ -197,7 +204,7 @@ def test_a_killed_child_fails_queries_and_the_next_open_rebuilds(
 
     reopened = open_store(options=CHILD, **GEOMETRY)
     assert reopened.crashed_last_time
-    for number in (0, 58, 100, 118):
+    for number in (0, 58, 100, 118, 1258):
         assert found_numbers(reopened, f"key{number}", TOPICS[number % 2]) == [number]
 
 
@@ -246,3 +253,67 @@ def test_the_option_needs_an_index(open_store: StoreFactory) -> None:
     assert store.index is None
     store.wait_indexed()  # nothing to wait for
     assert store.put(keyed(0)).ok
+
+
+def test_a_record_bigger_than_a_read_stretch_is_caught_up(
+    open_store: StoreFactory, store_dir: Path
+) -> None:
+    """The catch-up copies the commitlog 4 MiB at a time; a record of the largest body
+    (4 MiB) is bigger than that."""
+    geometry = {"commitlog_file_size": 16 << 20, "index_slots": 16, "index_entries": 41}
+    store = open_store(**geometry)
+    big = NewMessage("Orders", b"b" * (4 << 20), 0, {"KEYS": "big"})
+    assert store.put(big).ok
+    assert store.put(NewMessage("Orders", b"m1", 0, {"KEYS": "key1"})).ok
+    store.close()
+    shutil.rmtree(store_dir / "index")
+    reopened = open_store(options=CHILD, **geometry)
+    assert [len(m.body) for m in reopened.query_by_key("Orders", "big")] == [4 << 20]
+    assert found_numbers(reopened, "key1", "Orders") == [1]
+
+
+def test_a_request_cut_short_fails_the_channel_not_the_next_answer(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception while a query waits (a Ctrl-C) would leave its answer to the next request:
+    the channel is marked failed instead, and the flush thread's flush does not raise."""
+    store = open_store(options=CHILD, **GEOMETRY)
+    put_mixed(store, 0, 30)
+    real = index_process_module.read_frame
+
+    def interrupted(fd: int) -> tuple[bytes, bytes] | None:
+        monkeypatch.setattr(index_process_module, "read_frame", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(index_process_module, "read_frame", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.query_by_key(TOPICS[0], "key0")
+    with pytest.raises(IndexProcessError, match="cut short"):
+        store.query_by_key(TOPICS[1], "key1")
+    assert store.index is not None
+    store.index.flush()  # the flush thread's call: no exception
+    assert store.put(keyed(30)).ok
+    with pytest.raises(IndexProcessError):
+        store.close()
+
+
+def test_retention_goes_on_without_the_child(open_store: StoreFactory) -> None:
+    store = open_store(options=CHILD, **GEOMETRY)
+    put_mixed(store, 0, 120)
+    os.kill(child_pid(store), signal.SIGKILL)
+    assert gone(child_pid(store))
+    report = store.clean(force=True, manual=False)
+    assert report.commitlog_files and report.index_files == []
+    assert store.get_messages(TOPICS[0], 0, 0).status.value == "OFFSET_TOO_SMALL"
+    with pytest.raises(IndexProcessError):
+        store.close()
+
+
+def test_a_child_that_cannot_start_fails_the_open(
+    open_store: StoreFactory, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(IndexProcessError, match="did not start"):
+        MessageStore(store_dir, options=CHILD, **GEOMETRY)
+    monkeypatch.undo()
+    assert open_store(**GEOMETRY).put(keyed(0)).ok  # the directory was released
