@@ -27,7 +27,6 @@ import fcntl
 import os
 import select
 import subprocess
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -35,7 +34,6 @@ from pathlib import Path
 
 import orjson
 
-import localstore
 from localstore.codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, NewMessage, StoredMessage
 from localstore.errors import IndexProcessError
 from localstore.index_protocol import (
@@ -54,6 +52,7 @@ from localstore.index_protocol import (
 )
 from localstore.index_service import matches_key
 from localstore.retention import RetiredFiles
+from localstore.worker_command import worker_command, worker_env
 
 _START_TIMEOUT_S = 90.0  # loading; a late child of a killed store may hold the lock 60 s
 _CLOSE_TIMEOUT_S = 60.0
@@ -98,10 +97,7 @@ class IndexProcess:
         self._closed = False
         self._failure = ""
         self.completed_timestamp = 0
-        command = [
-            sys.executable,
-            "-m",
-            "localstore.index_worker",
+        arguments = [
             f"--root={root}",
             f"--slots={slots}",
             f"--entries={entries}",
@@ -111,18 +107,12 @@ class IndexProcess:
             f"--checkpoint-timestamp={checkpoint_timestamp}",
         ]
         if crashed:
-            command.append("--crashed")
-        # The child imports this very package, wherever it was imported from here.
-        package_parent = str(Path(localstore.__file__).resolve().parent.parent)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_parent, env.get("PYTHONPATH", "")) if p
-        )
+            arguments.append("--crashed")
         self._child = subprocess.Popen(
-            command,
+            worker_command("localstore.index_worker", *arguments),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
+            env=worker_env(),
             close_fds=True,
             start_new_session=True,
         )

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
 from localstore.record_walk import WALK_LIMIT, Buffer, walk_segment
+from localstore.worker_command import worker_command, worker_env
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,8 @@ class _Worker:
         arguments = [str(path), str(base), str(size), str(pos), str(limit), str(int(check_crc))]
         return cls(
             subprocess.Popen(
-                [sys.executable, "-m", _WORKER_MODULE, *arguments],
+                worker_command(_WORKER_MODULE, *arguments),
+                env=worker_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -317,3 +317,16 @@ def test_a_child_that_cannot_start_fails_the_open(
         MessageStore(store_dir, options=CHILD, **GEOMETRY)
     monkeypatch.undo()
     assert open_store(**GEOMETRY).put(keyed(0)).ok  # the directory was released
+
+
+def test_the_child_imports_this_package_whatever_the_working_directory(
+    open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` would import a ``localstore`` from the working directory first."""
+    decoy = tmp_path / "app" / "localstore"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy was imported')\n")
+    monkeypatch.chdir(decoy.parent)
+    store = open_store(tmp_path / "store", options=CHILD, **GEOMETRY)
+    put_mixed(store, 0, 10)
+    assert found_numbers(store, "key8", TOPICS[0]) == [8]
