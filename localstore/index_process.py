@@ -34,7 +34,7 @@ from pathlib import Path
 
 import orjson
 
-from localstore.codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, NewMessage, StoredMessage
+from localstore.codec import NewMessage, StoredMessage
 from localstore.errors import IndexProcessError
 from localstore.index_protocol import (
     CLOSE,
@@ -92,7 +92,7 @@ class IndexProcess:
         # reply); a request holds ``_request_lock`` until its reply.
         self._write_lock = threading.Lock()
         self._request_lock = threading.Lock()
-        self._gathered: list[tuple[object, ...]] = []
+        self._gathered: list[bytes] = []  # one JSON array a put batch
         self._gathered_messages = 0
         self._closed = False
         self._failure = ""
@@ -144,19 +144,18 @@ class IndexProcess:
         end_offset: int,
     ) -> None:
         """Gather the batch's keys (under the put lock, so batches keep commitlog order)."""
-        properties = [message.properties for message in messages]
         flags = [message.sys_flag for message in messages]
-        with self._write_lock:
-            self._gathered.append(
-                (
-                    store_timestamp,
-                    topic,
-                    list(phys_offsets),
-                    [p.get(PROPERTY_UNIQ_KEY) for p in properties],
-                    [p.get(PROPERTY_KEYS) for p in properties],
-                    flags if any(flags) else None,
-                )
+        batch = orjson.dumps(  # now: the caller may change its objects once the put returns
+            (
+                store_timestamp,
+                topic,
+                phys_offsets,
+                [message.properties for message in messages],
+                flags if any(flags) else None,
             )
+        )
+        with self._write_lock:
+            self._gathered.append(batch)
             self._gathered_messages += len(messages)
             if self._gathered_messages >= _SEND_EVERY:
                 self._send_gathered()
@@ -165,7 +164,7 @@ class IndexProcess:
         """Write the gathered keys to the child (under ``_write_lock``)."""
         if not self._gathered:
             return
-        payload = orjson.dumps(self._gathered)
+        payload = b"[" + b",".join(self._gathered) + b"]"
         self._gathered = []
         self._gathered_messages = 0
         self._write(frame(KEYS, payload))

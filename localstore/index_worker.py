@@ -282,11 +282,8 @@ class IndexFollower:
         if self.failure:
             return
         try:
-            for store_time, topic, offsets, uniqs, keys, flags in orjson.loads(payload):
-                records = [
-                    _KeyedRecord(_key_properties(uniq, key), 0)
-                    for uniq, key in zip(uniqs, keys, strict=True)
-                ]
+            for store_time, topic, offsets, properties, flags in orjson.loads(payload):
+                records = [_KeyedRecord(p, 0) for p in properties]
                 if flags is not None:
                     for record, flag in zip(records, flags, strict=True):
                         record.sys_flag = flag
@@ -302,15 +299,6 @@ class IndexFollower:
         finally:
             self.reader.release_all_but(self.position if self.catching_up else -1)
         return [message.phys_offset for message in found]
-
-
-def _key_properties(uniq: str | None, keys: str | None) -> dict[str, str]:
-    properties = {}
-    if uniq:
-        properties[PROPERTY_UNIQ_KEY] = uniq
-    if keys:
-        properties[PROPERTY_KEYS] = keys
-    return properties
 
 
 class _FrameReader:
