@@ -9,6 +9,10 @@ Layout under the store root (RocketMQ's, so either can open the other's files)::
     consumequeue/{topic}/{q}/{20 digits}   20-byte units per message
     config/topics.json           topic configs (RocketMQ's broker format)
     config/store.json            Quiver's own: the geometry (RocketMQ never reads it)
+    index/{yyyyMMddHHmmssSSS}    the key index files
+    timeindex/, offsetindex/     Quiver's own sparse indexes (derived, rebuilt when missing)
+    quiver-tmp/                  Quiver's own scratch: segments being warmed, index.lock (held
+                                 by whoever writes index/: the store or its index process)
 
 Thread safety: puts are serialized by one lock (the batch is appended under one acquisition with
 one write per segment); gets may run concurrently with puts from other threads. Queue offsets are
