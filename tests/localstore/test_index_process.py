@@ -330,3 +330,44 @@ def test_the_child_imports_this_package_whatever_the_working_directory(
     store = open_store(tmp_path / "store", options=CHILD, **GEOMETRY)
     put_mixed(store, 0, 10)
     assert found_numbers(store, "key8", TOPICS[0]) == [8]
+
+
+OPENER = r"""
+import sys
+from localstore import MessageStore, StoreOptions
+store = MessageStore(sys.argv[1], options=StoreOptions(index_process=True), index_slots=1024,
+                     index_entries=8192)
+print(store.index.pid, flush=True)
+sys.stdin.read()  # killed while its index process catches up
+"""
+
+
+@pytest.mark.integration
+def test_a_store_killed_while_its_child_catches_up_loses_no_key(
+    open_store: StoreFactory, store_dir: Path
+) -> None:
+    geometry = {"index_slots": 1024, "index_entries": 8192}
+    store = open_store(**geometry)
+    for start in range(0, 60_000, 1000):
+        batch = [
+            NewMessage("Orders", f"m{n}".encode(), 0, {"KEYS": f"key{n}"})
+            for n in range(start, start + 1000)
+        ]
+        assert store.put_batch(batch).ok
+    store.close()
+    shutil.rmtree(store_dir / "index")  # the next child has 60,000 messages to catch up
+    with subprocess.Popen(
+        [sys.executable, "-c", OPENER, str(store_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as opener:
+        assert opener.stdout is not None
+        child = int(opener.stdout.readline())
+        opener.kill()
+        opener.wait()
+        assert gone(child)
+    reopened = open_store(options=CHILD, **geometry)
+    assert reopened.crashed_last_time
+    for number in (0, 29_999, 59_999):
+        assert found_numbers(reopened, f"key{number}", "Orders") == [number]
