@@ -7,12 +7,11 @@ newer than the checkpoint, as the in-process index does), builds them, answers q
 and deletes them. It reads the commitlog through read-only mappings of its own and never writes
 it.
 
-Where it starts: records before ``--end`` (the commitlog's valid end when the store opened) are
-indexed unless the files already hold them (the newest file's last message and everything
-before it; see :mod:`localstore.index_service`); every record after ``--end`` is new and always
-indexed. Records come in commitlog order, grouped into runs of one topic and one store time as
-the put path's batches are, so the files come out byte for byte as the in-process index writes
-them.
+What it indexes: first the records before ``--end`` (the commitlog's valid end when the store
+opened) that the files lack (those after the newest file's last message; see
+:mod:`localstore.index_service`), read from the commitlog and decoded as recovery decodes them,
+in runs of one topic and store time; then, batch by batch, the keys the store sends of every
+later put. Either way the files come out byte for byte as the in-process index writes them.
 
 A failure while indexing (a record that does not decode) stops indexing and is reported as the
 answer to every later request; the store's queries then raise it. End of input (the store's
@@ -28,27 +27,15 @@ import argparse
 import mmap
 import os
 import signal
-import struct
 import sys
 import traceback
 from collections import deque
+from itertools import islice
 from pathlib import Path
 
 import orjson
 
-from localstore.codec import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_SEPARATOR,
-    PROPERTY_UNIQ_KEY,
-    SYSFLAG_HOSTS_V6,
-    RecordError,
-    StoredMessage,
-    decode_properties,
-    decode_record,
-)
+from localstore.codec import RecordError, StoredMessage, decode_record
 from localstore.index_protocol import (
     CLOSE,
     ERROR,
@@ -64,27 +51,19 @@ from localstore.index_protocol import (
     write_all,
 )
 from localstore.index_service import IndexService, index_writer_lock
+from localstore.log_scan import iter_records
 from localstore.mapped_file import segment_name
 from localstore.retention import RetiredFiles
 
 _READ_CHUNK = 1 << 16
 _LOCK_TIMEOUT_S = 60.0  # for a previous child (of a killed store) to finish
 _HOLD_LIMIT = 64 << 20  # bytes of frames held while catching up
-_RUN_LIMIT = 4096  # records per build call at most (bounds memory on a long catch-up)
-# TOTALSIZE, MAGICCODE, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODY length: a v1 record with
-# IPv4 hosts, whose body starts right after these 88 bytes.
-_V1_IPV4_HEAD = struct.Struct(">ii20xqi16xq20xi")
-_SIZE_MAGIC = struct.Struct(">ii")
-_STRETCH_BYTES = 4 << 20  # copied out of the mapping at a time
-_KEY_MARKERS = tuple(
-    (name, PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR)
-    for name in (PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
-)
+_CATCH_UP_STEP = 4096  # records indexed between two looks at the pipe while catching up
 
 
 class _KeyedRecord:
-    """What indexing reads of a record (``IndexService.build_batch`` takes these in place of
-    whole messages): its SYSFLAG and its KEYS and UNIQ_KEY properties."""
+    """What indexing reads of a message whose keys the store sent (``IndexService.build_batch``
+    takes these in place of whole messages): its properties and SYSFLAG."""
 
     __slots__ = ("properties", "sys_flag")
 
@@ -93,83 +72,45 @@ class _KeyedRecord:
         self.sys_flag = sys_flag
 
 
-def _read_keys(record: bytes, at: int, phys: int, magic: int) -> tuple[str, int, _KeyedRecord]:
-    """(topic, store time, keyed record) of the whole record at ``at`` of ``record``, reading
-    only those fields: a v1 record with IPv4 hosts at its fixed offsets (see
-    :mod:`localstore.codec`), anything else through the full decoder."""
-    _, _, stored_at, sys_flag, store_time, body_length = _V1_IPV4_HEAD.unpack_from(record, at)
-    if magic != MAGIC_V1 or sys_flag & SYSFLAG_HOSTS_V6 or stored_at != phys:
-        message = decode_record(record, at, body=False)
-        if message.phys_offset != phys:
-            raise RecordError(f"the record at {phys} says it is at {message.phys_offset}")
-        keyed = _KeyedRecord(message.properties, message.sys_flag)
-        return message.topic, message.store_timestamp, keyed
-    topic_at = at + _V1_IPV4_HEAD.size + body_length
-    topic_end = topic_at + 1 + record[topic_at]
-    properties_at = topic_end + 2
-    text = (
-        "\x02"
-        + record[
-            properties_at : properties_at + (record[topic_end] << 8 | record[topic_end + 1])
-        ].decode()
-    )
-    properties = {}
-    for name, marker in _KEY_MARKERS:
-        value = _last_value(text, marker)
-        if value:
-            properties[name] = value
-        elif value is not None:  # an empty value: leave the rare case to the full parser
-            found = decode_properties(text[1:]).get(name)
-            if found:
-                properties[name] = found
-    return record[topic_at + 1 : topic_end].decode(), store_time, _KeyedRecord(properties, sys_flag)
-
-
-def _last_value(text: str, marker: str) -> str | None:
-    """The value after the last ``marker`` (``\x02name\x01``) up to the next separator."""
-    at = text.rfind(marker)
-    if at < 0:
-        return None
-    start = at + len(marker)
-    end = text.find(PROPERTY_SEPARATOR, start)
-    return text[start:] if end < 0 else text[start:end]
-
-
 class CommitLogReader:
-    """Read-only mappings of commitlog segments, opened as the follower reaches them."""
+    """Read-only mappings of commitlog segments, opened as they are needed."""
 
     def __init__(self, directory: Path, segment_size: int):
         self.directory = directory
         self.segment_size = segment_size
-        self._maps: dict[int, mmap.mmap] = {}
+        self._maps: dict[int, tuple[mmap.mmap, memoryview]] = {}
 
-    def segment(self, offset: int) -> tuple[mmap.mmap, int] | None:
-        """The mapped segment holding ``offset`` and the position in it; None if it is gone."""
+    def segment_view(self, offset: int) -> tuple[memoryview, int] | None:
+        """The mapped segment holding ``offset`` and the position in it; None if it is gone
+        (a :data:`localstore.log_scan.SegmentView`)."""
         start = offset - offset % self.segment_size
-        mapping = self._maps.get(start)
-        if mapping is None:
+        mapped = self._maps.get(start)
+        if mapped is None:
             try:
                 fd = os.open(self.directory / segment_name(start), os.O_RDONLY)
             except FileNotFoundError:
                 return None
             try:
-                mapping = self._maps[start] = mmap.mmap(
-                    fd, self.segment_size, access=mmap.ACCESS_READ
-                )
+                mapping = mmap.mmap(fd, self.segment_size, access=mmap.ACCESS_READ)
             finally:
                 os.close(fd)
-        return mapping, offset - start
+            mapped = self._maps[start] = (mapping, memoryview(mapping))
+        return mapped[1], offset - start
 
     def release_before(self, offset: int) -> None:
         """Unmap segments that end at or before ``offset``."""
-        for start in [s for s in self._maps if s + self.segment_size <= offset]:
-            self._maps.pop(start).close()
+        self._release([s for s in self._maps if s + self.segment_size <= offset])
 
     def release_all_but(self, offset: int) -> None:
         """Unmap every segment except the one holding ``offset`` (-1: every one)."""
         keep = offset - offset % self.segment_size if offset >= 0 else -1
-        for start in [s for s in self._maps if s != keep]:
-            self._maps.pop(start).close()
+        self._release([s for s in self._maps if s != keep])
+
+    def _release(self, starts: list[int]) -> None:
+        for start in starts:
+            mapping, view = self._maps.pop(start)
+            view.release()
+            mapping.close()
 
     def close(self) -> None:
         self.release_all_but(-1)
@@ -185,6 +126,8 @@ class IndexFollower:
         self.end = end
         self.position = self._start(min_offset, end)
         self.failure = ""
+        self._missing_at: int | None = None  # where the walk found no segment
+        self._walk = iter_records(self._segment_view, self.position, end, body=False)
 
     @property
     def catching_up(self) -> bool:
@@ -202,17 +145,11 @@ class IndexFollower:
         return min_offset
 
     def _record_at(self, offset: int) -> StoredMessage | None:
-        located = self.reader.segment(offset)
+        located = self.reader.segment_view(offset)
         if located is None:
             return None
-        mapping, pos = located
-        if pos + 8 > len(mapping):
-            return None
-        size = _SIZE_MAGIC.unpack_from(mapping, pos)[0]
-        if size <= 0 or pos + size > len(mapping):
-            return None
         try:
-            message = decode_record(mapping[pos : pos + size], 0, body=False)
+            message = decode_record(*located, body=False)
         except RecordError:
             return None
         return message if message.phys_offset == offset else None
@@ -224,57 +161,52 @@ class IndexFollower:
         )
 
     # -- catching up from the commitlog ----------------------------------------------------
-    def catch_up_stretch(self) -> None:
-        """Index the records of the next stretch (up to 4 MiB) before the open-time end."""
+    def catch_up_step(self) -> None:
+        """Index the next records (up to ``_CATCH_UP_STEP``) before the open-time end."""
         try:
-            self._scan_stretch()
+            self._index_next_records()
         except (RecordError, OSError, ValueError) as exc:
             self._fail(f"at commitlog offset {self.position}", exc)
 
-    def _scan_stretch(self) -> None:
-        """One copy out of the mapping (slicing and unpacking bytes costs less than reading
-        the mapping field by field), its whole records read from the copy, in runs of one
-        topic and store time as the put path's batches come."""
-        position = self.position
-        size = self.reader.segment_size
-        located = self.reader.segment(position)
-        if located is None:  # deleted by retention meanwhile: what it held needs no index
-            self.position = position - position % size + size
-            return
-        mapping, pos = located
-        length = min(size - pos, self.end - position)
-        if pos + 8 <= size:  # at least the record that starts here, however big
-            length = max(min(length, _STRETCH_BYTES), _SIZE_MAGIC.unpack_from(mapping, pos)[0])
-        stretch = mapping[pos : pos + min(length, size - pos)]
+    def _index_next_records(self) -> None:
+        """Records decoded as recovery decodes them (:func:`localstore.log_scan.iter_records`),
+        indexed in runs of one topic and store time, as the put path's batches come."""
         needs = self.index.needs
-        run: list[_KeyedRecord] = []
-        offsets: list[int] = []
-        run_topic, run_time = "", -1
-        at = 0
-        while at + 8 <= len(stretch):
-            record_size, magic = _SIZE_MAGIC.unpack_from(stretch, at)
-            if magic == BLANK_MAGIC or at + record_size > len(stretch):
-                break  # a segment's blank end, or a record the stretch cut: read on
-            phys = position + at
-            topic, store_time, record = _read_keys(stretch, at, phys, magic)
-            at += record_size
-            if not needs(phys):
+        run: list[StoredMessage] = []
+        walked = 0
+        for message in islice(self._walk, _CATCH_UP_STEP):
+            walked += 1
+            self.position = message.phys_offset + message.store_size
+            if not needs(message.phys_offset):
                 continue
-            if topic != run_topic or store_time != run_time or len(run) >= _RUN_LIMIT:
-                if run:
-                    self.index.build_batch(run_topic, run, offsets, run_time)
-                run, offsets = [], []
-                run_topic, run_time = topic, store_time
-            run.append(record)
-            offsets.append(phys)
+            if run and (
+                message.topic != run[0].topic or message.store_timestamp != run[0].store_timestamp
+            ):
+                self._build(run)
+                run = []
+            run.append(message)
         if run:
-            self.index.build_batch(run_topic, run, offsets, run_time)
-        if at == 0:  # nothing whole in the stretch: the segment's end (or damage)
-            if pos + 8 <= size and _SIZE_MAGIC.unpack_from(mapping, pos)[1] != BLANK_MAGIC:
-                raise RecordError(f"no whole record at commitlog offset {position}")
-            at = size - pos
-        self.position = position + at
-        self.reader.release_before(self.position)
+            self._build(run)
+        size = self.reader.segment_size
+        if walked < _CATCH_UP_STEP:  # the walk is over
+            missing, self._missing_at = self._missing_at, None
+            if missing is None:
+                self.position = self.end
+            else:  # at a segment retention deleted meanwhile: nothing there needs an index
+                self.position = missing - missing % size + size
+                self._walk = iter_records(self._segment_view, self.position, self.end, body=False)
+        self.reader.release_before(self.position - self.position % size)
+
+    def _segment_view(self, offset: int) -> tuple[memoryview, int] | None:
+        located = self.reader.segment_view(offset)
+        if located is None:
+            self._missing_at = offset
+        return located
+
+    def _build(self, run: list[StoredMessage]) -> None:
+        self.index.build_batch(
+            run[0].topic, run, [m.phys_offset for m in run], run[0].store_timestamp
+        )
 
     # -- following the store's puts --------------------------------------------------------
     def add_keys(self, payload: bytes) -> None:
@@ -370,7 +302,7 @@ def serve(follower: IndexFollower, requests: int, replies: int) -> None:
     open recovers as after a crash."""
     frames = _FrameReader(requests)
     while follower.catching_up:
-        follower.catch_up_stretch()
+        follower.catch_up_step()
         frames.drain()
         if frames.ended:
             _finish(follower)

@@ -67,19 +67,25 @@ def scan_valid_end(
         position = base + segment.size  # blank record or segment end: go on in the next one
 
 
+SegmentView = Callable[[int], "tuple[memoryview, int] | None"]
+"""``segment_view(offset)``: the whole segment holding a log offset and the position in it, or
+None when no segment holds it (:meth:`CommitLog.segment_view`, or the index process's own
+read-only mappings)."""
+
+
 def iter_records(
-    commitlog: CommitLog, start: int, end: int, *, body: bool = True
+    segment_view: SegmentView, start: int, end: int, *, body: bool = True
 ) -> Iterator[StoredMessage]:
     """Decoded records in [start, end) (a range ``scan_valid_end`` found valid); ``body=False``
-    leaves bodies out."""
+    leaves bodies out. The walk ends early where no segment holds the next offset."""
     position = start
     while position < end:
-        segment = commitlog.segments.find(position)
-        if segment is None:
+        located = segment_view(position)
+        if located is None:
             return
-        view, pos = segment.view, position - segment.start_offset
-        if pos + 8 > segment.size or INT.unpack_from(view, pos + 4)[0] == BLANK_MAGIC:
-            position = segment.end_offset
+        view, pos = located
+        if pos + 8 > len(view) or INT.unpack_from(view, pos + 4)[0] == BLANK_MAGIC:
+            position += len(view) - pos  # the segment's end: the next one
             continue
         message = decode_record(view, pos, body=body)
         yield message

@@ -76,7 +76,7 @@ def recover(
         redispatch_from = commitlog.min_offset
     redispatch_from = max(redispatch_from, commitlog.min_offset)
     dispatcher = Dispatcher(queues, index, delay_levels)
-    for message in iter_records(commitlog, redispatch_from, end, body=False):
+    for message in iter_records(commitlog.segment_view, redispatch_from, end, body=False):
         dispatcher.add(message)
     dispatcher.flush()
     return RecoveryReport(abnormal, start, end, scanned, dispatcher.units_added, truncated, rebuilt)

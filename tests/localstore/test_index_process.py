@@ -22,6 +22,8 @@ import localstore.index_process as index_process_module
 from localstore import MessageStore, NewMessage, StoreOptions
 from localstore.errors import IndexProcessError
 from localstore.index_process import IndexProcess
+from localstore.index_service import IndexService
+from localstore.index_worker import CommitLogReader, IndexFollower
 
 from .conftest import StoreFactory
 
@@ -371,3 +373,27 @@ def test_a_store_killed_while_its_child_catches_up_loses_no_key(
     assert reopened.crashed_last_time
     for number in (0, 29_999, 59_999):
         assert found_numbers(reopened, f"key{number}", "Orders") == [number]
+
+
+def test_catch_up_passes_a_segment_retention_deleted(
+    open_store: StoreFactory, store_dir: Path
+) -> None:
+    """Retention may delete segments the catch-up has not reached yet: it goes on after them."""
+    store = open_store(**GEOMETRY)
+    put_mixed(store, 0, 120)
+    end = store.commitlog.max_offset
+    store.close()
+    segments = sorted((store_dir / "commitlog").iterdir())
+    assert len(segments) > 4
+    segments[2].unlink()
+    shutil.rmtree(store_dir / "index")
+    index = IndexService(store_dir / "index", GEOMETRY["index_slots"], GEOMETRY["index_entries"])
+    index.load(crashed=False, checkpoint_timestamp=0)
+    follower = IndexFollower(index, CommitLogReader(store_dir / "commitlog", 4096), 0, end)
+    while follower.catching_up:
+        follower.catch_up_step()
+    assert follower.failure == "" and follower.position == end
+    found = follower.query(TOPICS[0], "key118", 64, 0, 2**62)
+    assert len(found) == 1 and found[0] > int(segments[2].name)
+    index.close()
+    follower.reader.close()
