@@ -32,6 +32,7 @@ from localstore.codec import (
     StoredMessage,
     split_keys,
 )
+from localstore.errors import StoreError
 from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from localstore.javahash import _HIGH, _LOW, _POW31, java_hash, java_hash_concat
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from localstore.retention import RetiredFiles
 
 MAX_QUERY_RESULTS = 64  # RocketMQ's maxMsgsNumBatch
+WRITER_LOCK_TIMEOUT_S = 60.0  # for the index process of a killed store to finish
 _ROLLBACK = SYSFLAG_TRANSACTION_ROLLBACK
 _TIME_DIFF_RESOLUTION_MS = 1000  # index times are whole seconds after the file's begin time
 
@@ -103,6 +105,9 @@ class KeyIndex(Protocol):
 
     def close(self) -> None: ...
 
+    def abandon(self) -> None:
+        """The store failed to open: let go of the files (and any process) at once."""
+
 
 class IndexService:
     """The ordered index files of one store, built in the put path (a :class:`KeyIndex`)."""
@@ -117,11 +122,22 @@ class IndexService:
         self.completed_timestamp = 0  # end time of the newest full, flushed file
         self._indexed_any = False  # whether end_phy_offset names an indexed message
         self._reindex_last = False  # files were dropped: index the message at end once more
+        self._writer_lock: filelock.BaseFileLock | None = None
 
     def load(self, *, crashed: bool, checkpoint_timestamp: int) -> None:
-        """Map the files. After a crash drop those newer than the checkpoint; always drop a
-        file with a damaged header or length, and every file after it. Recovery's re-dispatch
-        rebuilds what was dropped."""
+        """Take the writer's lock (see :func:`index_writer_lock`; released by ``close``), then map
+        the files. After a crash drop those newer than the checkpoint; always drop a file with a
+        damaged header or length, and every file after it. Recovery's re-dispatch rebuilds what
+        was dropped."""
+        lock = index_writer_lock(self.directory.parent, timeout_s=WRITER_LOCK_TIMEOUT_S)
+        try:
+            lock.acquire()
+        except filelock.Timeout as exc:
+            raise StoreError(
+                f"{self.directory} is still being written by another process after "
+                f"{WRITER_LOCK_TIMEOUT_S:.0f} s (the index process of a store that was killed?)"
+            ) from exc
+        self._writer_lock = lock
         if not self.directory.is_dir():
             return
         dropping = False
@@ -346,12 +362,19 @@ class IndexService:
         for index in self.files:
             index.close()
         self.files.clear()
+        if self._writer_lock is not None:
+            self._writer_lock.release()
+            self._writer_lock = None
+
+    def abandon(self) -> None:
+        self.close()
 
 
 def index_writer_lock(root: Path, *, timeout_s: float) -> filelock.BaseFileLock:
-    """``{root}/quiver-tmp/index.lock``, held by whoever writes ``index/`` (the store, or its
-    index process), so that the index process of a killed store, still finishing, and the
-    next store's index never write the files at once. Not yet acquired."""
+    """``{root}/quiver-tmp/index.lock``, held by the :class:`IndexService` that writes
+    ``index/`` (in the store's process or in its index process), so that the index process of
+    a killed store, still finishing, and the next store's index never write the files at once.
+    Not yet acquired."""
     scratch = root / "quiver-tmp"
     scratch.mkdir(exist_ok=True)
     return filelock.FileLock(

@@ -50,13 +50,12 @@ from localstore.index_protocol import (
     split_frames,
     write_all,
 )
-from localstore.index_service import IndexService, index_writer_lock
+from localstore.index_service import IndexService
 from localstore.log_scan import iter_records
 from localstore.mapped_file import segment_name
 from localstore.retention import RetiredFiles
 
 _READ_CHUNK = 1 << 16
-_LOCK_TIMEOUT_S = 60.0  # for a previous child (of a killed store) to finish
 _HOLD_LIMIT = 64 << 20  # bytes of frames held while catching up
 _CATCH_UP_STEP = 4096  # records indexed between two looks at the pipe while catching up
 
@@ -390,13 +389,12 @@ def main(argv: list[str] | None = None) -> None:
     # Replies go to the store on the original stdout; anything printed goes to stderr.
     replies = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    with index_writer_lock(args.root, timeout_s=_LOCK_TIMEOUT_S):
-        index = IndexService(args.root / "index", args.slots, args.entries)
-        index.load(crashed=args.crashed, checkpoint_timestamp=args.checkpoint_timestamp)
-        reader = CommitLogReader(args.root / "commitlog", args.segment_size)
-        follower = IndexFollower(index, reader, args.min_offset, args.end)
-        write_all(replies, frame(READY))
-        serve(follower, sys.stdin.fileno(), replies)
+    index = IndexService(args.root / "index", args.slots, args.entries)
+    index.load(crashed=args.crashed, checkpoint_timestamp=args.checkpoint_timestamp)
+    reader = CommitLogReader(args.root / "commitlog", args.segment_size)
+    follower = IndexFollower(index, reader, args.min_offset, args.end)
+    write_all(replies, frame(READY))
+    serve(follower, sys.stdin.fileno(), replies)  # ends with index.close(): the lock goes
 
 
 if __name__ == "__main__":

@@ -30,8 +30,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from filelock import BaseFileLock
-
 from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import AbortMarker, Checkpoint
 from localstore.codec import (
@@ -50,7 +48,7 @@ from localstore.errors import IndexProcessError, StoreClosedError, StoreError
 from localstore.flush import FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_process import IndexProcess
-from localstore.index_service import IndexService, KeyIndex, index_writer_lock
+from localstore.index_service import IndexService, KeyIndex
 from localstore.message_id import parse_offset_msg_id
 from localstore.offset_index import CommitLogOffsetIndex
 from localstore.options import StoreOptions
@@ -73,7 +71,6 @@ from localstore.validation import check_batch
 
 ENCODER_SLACK_BYTES = 64 * 1024  # a record may exceed max_message_size by this much (headers)
 DEFAULT_MAX_BYTES = 256 * 1024
-_INDEX_LOCK_TIMEOUT_S = 60.0  # for the index process of a killed store to finish
 
 
 class MessageStore:
@@ -91,14 +88,11 @@ class MessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_file = acquire_directory_lock(self.root)
         self.index: KeyIndex | None = None
-        self._index_lock: BaseFileLock | None = None
         try:
             self._open(geometry)
         except BaseException:
-            if isinstance(self.index, IndexProcess):
+            if self.index is not None:
                 self.index.abandon()
-            if self._index_lock is not None:
-                self._index_lock.release()
             self._lock_file.release()
             raise
 
@@ -125,8 +119,6 @@ class MessageStore:
         self.topics.load(self.root / "consumequeue")
         in_process_index = None
         if self.geometry.index_enabled and not options.index_process:
-            self._index_lock = index_writer_lock(self.root, timeout_s=_INDEX_LOCK_TIMEOUT_S)
-            self._index_lock.acquire()
             in_process_index = self.index = IndexService(
                 self.root / "index", self.geometry.index_slots, self.geometry.index_entries
             )
@@ -218,8 +210,6 @@ class MessageStore:
                 self.index.close()
             except IndexProcessError as exc:
                 index_failure = exc  # the abort marker stays: the next open rebuilds the index
-        if self._index_lock is not None:
-            self._index_lock.release()
         self.commitlog.close()
         self._retired.close()
         self.checkpoint.close()

@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import filelock
 import pytest
 
 import localstore.index_process as index_process_module
 from localstore import MessageStore, NewMessage, StoreOptions
 from localstore.errors import IndexProcessError
 from localstore.index_process import IndexProcess
-from localstore.index_service import IndexService
+from localstore.index_service import IndexService, index_writer_lock
 from localstore.index_worker import CommitLogReader, IndexFollower
 
 from .conftest import StoreFactory
@@ -397,3 +398,15 @@ def test_catch_up_passes_a_segment_retention_deleted(
     assert len(found) == 1 and found[0] > int(segments[2].name)
     index.close()
     follower.reader.close()
+
+
+@pytest.mark.parametrize("options", [StoreOptions(), CHILD], ids=["in-process", "index-process"])
+def test_whoever_writes_the_index_holds_its_lock(
+    open_store: StoreFactory, store_dir: Path, options: StoreOptions
+) -> None:
+    store = open_store(options=options, **GEOMETRY)
+    with pytest.raises(filelock.Timeout):
+        index_writer_lock(store_dir, timeout_s=0).acquire()
+    store.close()
+    with index_writer_lock(store_dir, timeout_s=0):
+        pass
