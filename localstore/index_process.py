@@ -197,13 +197,18 @@ class IndexProcess:
     def abandon(self) -> None:
         """The store failed to open: end the child at once, without waiting for it."""
         with self._write_lock:
-            self._closed = True
             self._kill()
-            for pipe in (self._child.stdin, self._child.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
-            _LIVE.discard(self)
+            self._release()
+
+    def _release(self) -> None:
+        """Closed for good: close the pipes (nothing is buffered in them; a broken one may
+        complain) and forget the process (under ``_write_lock``)."""
+        self._closed = True
+        for pipe in (self._child.stdin, self._child.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        _LIVE.discard(self)
 
     def drop_pipes_in_forked_process(self) -> None:
         for fd in (self._to_child, self._from_child):
@@ -303,14 +308,8 @@ class IndexProcess:
             self._request(CLOSE)
         finally:
             with self._request_lock, self._write_lock:
-                self._closed = True
-                child = self._child
-                for pipe in (child.stdin, child.stdout):
-                    if pipe is not None:
-                        with contextlib.suppress(OSError):  # nothing buffered; maybe broken
-                            pipe.close()
+                self._release()
                 try:
-                    child.wait(_CLOSE_TIMEOUT_S)
+                    self._child.wait(_CLOSE_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     self._kill()
-                _LIVE.discard(self)

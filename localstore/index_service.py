@@ -332,7 +332,7 @@ class IndexService:
                     continue
                 seen.add(phys)
                 message = load(phys)
-                if message is None or not _matches(message, topic, key):
+                if message is None or not matches_key(message, topic, key):
                     continue
                 if begin_ms <= message.store_timestamp <= end_ms:
                     found.append(message)
@@ -384,10 +384,6 @@ def index_writer_lock(root: Path, *, timeout_s: float) -> filelock.BaseFileLock:
 
 def matches_key(message: StoredMessage, topic: str, key: str) -> bool:
     """Whether ``message`` is of ``topic`` and holds ``key`` (a KEYS token or its UNIQ_KEY)."""
-    return _matches(message, topic, key)
-
-
-def _matches(message: StoredMessage, topic: str, key: str) -> bool:
     if message.topic != topic:
         return False
     if message.properties.get(PROPERTY_UNIQ_KEY) == key:

@@ -86,6 +86,23 @@ def gone(pid: int, within_s: float = 10.0) -> bool:
     return False
 
 
+def kill_store_process(script: str, store_dir: Path) -> None:
+    """Run ``script`` (given the store directory; it prints its index process's pid once it
+    is where it should die), kill -9 it there, and check the index process ends with it (its
+    stdin closes with the store's process)."""
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(store_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as store_process:
+        assert store_process.stdout is not None
+        child = int(store_process.stdout.readline())
+        store_process.kill()
+        store_process.wait()
+    assert gone(child)
+
+
 def found_numbers(store: MessageStore, key: str, topic: str) -> list[int]:
     return sorted(int(m.body[1:]) for m in store.query_by_key(topic, key))
 
@@ -234,17 +251,7 @@ sys.stdin.read()  # killed while waiting here
 def test_a_killed_store_takes_its_child_along_and_loses_no_key(
     open_store: StoreFactory, store_dir: Path
 ) -> None:
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(store_dir)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as writer:
-        assert writer.stdout is not None
-        child = int(writer.stdout.readline())
-        writer.kill()
-        writer.wait()
-        assert gone(child)  # its stdin closed with the store's process
+    kill_store_process(WRITER, store_dir)
     reopened = open_store(options=CHILD, **GEOMETRY)
     assert reopened.crashed_last_time
     for number in [*range(0, 300, 7), 299]:
@@ -359,17 +366,7 @@ def test_a_store_killed_while_its_child_catches_up_loses_no_key(
         assert store.put_batch(batch).ok
     store.close()
     shutil.rmtree(store_dir / "index")  # the next child has 60,000 messages to catch up
-    with subprocess.Popen(
-        [sys.executable, "-c", OPENER, str(store_dir)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as opener:
-        assert opener.stdout is not None
-        child = int(opener.stdout.readline())
-        opener.kill()
-        opener.wait()
-        assert gone(child)
+    kill_store_process(OPENER, store_dir)
     reopened = open_store(options=CHILD, **geometry)
     assert reopened.crashed_last_time
     for number in (0, 29_999, 59_999):
