@@ -164,7 +164,7 @@ class MappedFile:
         to get it back, which is the sync-flush group commit's cost: one write instead of two
         gave about 18 % more sync puts with 16 producer threads."""
         view = memoryview(data)
-        if position // _PAGE == (position + len(data) - 1) // _PAGE:
+        if _within_one_page(position, len(data)):
             self._pwrite_all(position, view)
             return
         self._pwrite_all(position + 8, view[8:])
@@ -176,7 +176,7 @@ class MappedFile:
         lies within one page (see :meth:`pwrite`). False, and nothing written, otherwise or
         where the flag is missing; the caller then uses ``pwrite`` and ``sync``. One call hands
         the GIL over once per group commit instead of twice."""
-        if _RWF_DSYNC is None or position // _PAGE != (position + len(data) - 1) // _PAGE:
+        if _RWF_DSYNC is None or not _within_one_page(position, len(data)):
             return False
         written = os.pwritev(self._fd, [data], position, _RWF_DSYNC)
         if written < len(data):  # not seen for a regular file; finish the ordinary way
@@ -193,10 +193,9 @@ class MappedFile:
         """Zero the bytes from ``position`` up to the first all-zero 4 KiB page (or the end):
         the remains of a torn write past the valid end. Returns how many bytes were zeroed."""
         mapped = self._map
-        page = 4096
         end = position
         while end < self.size:
-            stop = min(self.size, (end // page + 1) * page)
+            stop = min(self.size, (end // _PAGE + 1) * _PAGE)
             if not any(mapped[end:stop]):
                 break
             end = stop
@@ -229,6 +228,10 @@ class MappedFile:
         """Close and delete the file."""
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+def _within_one_page(position: int, length: int) -> bool:
+    return position // _PAGE == (position + length - 1) // _PAGE
 
 
 def warm_file(path: Path, size: int) -> None:
