@@ -140,15 +140,12 @@ class CommitLog:
             pending, self._pending = self._pending, []
             target, timestamp = self.max_offset, self.last_store_timestamp
         if pending:
-            runs = _coalesce(pending)
-            if len(runs) == 1 and runs[0][0].pwrite_durably(runs[0][1], runs[0][2]):
-                runs[0][0].flushed_position = runs[0][0].wrote_position
-            else:
-                for segment, position, data in runs:
-                    segment.pwrite(position, data)
-                for segment in {id(s): s for s, _, _ in pending}.values():
-                    segment.sync()
-                    segment.flushed_position = segment.wrote_position
+            try:
+                _write_durably(pending)
+            except OSError:  # kept for the next flush (writing the same bytes again is safe)
+                with self._pending_lock:
+                    self._pending[:0] = pending
+                raise
             self.flushed_offset = target
         return target, timestamp
 
@@ -192,6 +189,19 @@ class CommitLog:
 
 
 _NEVER = 1 << 62
+
+
+def _write_durably(pending: list[tuple[MappedFile, int, bytes]]) -> None:
+    """Write the write-behind buffer's runs through the files and make them durable."""
+    runs = _coalesce(pending)
+    if len(runs) == 1 and runs[0][0].pwrite_durably(runs[0][1], runs[0][2]):
+        runs[0][0].flushed_position = runs[0][0].wrote_position
+        return
+    for segment, position, data in runs:
+        segment.pwrite(position, data)
+    for segment in {id(s): s for s, _, _ in pending}.values():
+        segment.sync()
+        segment.flushed_position = segment.wrote_position
 
 
 def _coalesce(writes: list[tuple[MappedFile, int, bytes]]) -> list[tuple[MappedFile, int, bytes]]:

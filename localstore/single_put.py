@@ -44,7 +44,7 @@ from localstore.time_index import QueueTimeIndex
 
 if TYPE_CHECKING:
     from localstore.commitlog import CommitLog
-    from localstore.flush import FlushWaiter
+    from localstore.flush import DurableWait, FlushWaiter
 
 
 _crc32 = zlib.crc32
@@ -100,7 +100,7 @@ if TYPE_CHECKING:
             int,
             int,
         ],
-        FlushWaiter | None,
+        DurableWait | FlushWaiter | None,
     ]
 
 
@@ -138,7 +138,7 @@ class SinglePut:
         self._max_body = max_body
         self.closed = False  # set by the store under the put lock
 
-    def put(self, message: NewMessage) -> tuple[PutResult, FlushWaiter | None] | None:
+    def put(self, message: NewMessage) -> tuple[PutResult, DurableWait | FlushWaiter | None] | None:
         """Store ``message`` if it has the common shape; None when the general path must."""
         topic = message.topic
         queue_id = message.queue_id

@@ -45,7 +45,7 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dir_lock import acquire_directory_lock
 from localstore.errors import IndexProcessError, StoreClosedError, StoreError
-from localstore.flush import FlushService, FlushWaiter
+from localstore.flush import DurableWait, FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_process import IndexProcess
 from localstore.index_service import IndexService, KeyIndex
@@ -263,12 +263,13 @@ class MessageStore:
         result, waiter = self.append(messages, system=system)
         return result if waiter is None else self._await_durable(result, waiter)
 
-    def _await_durable(self, result: PutResult, waiter: FlushWaiter) -> PutResult:
-        if not waiter.wait(self.options.sync_flush_timeout_ms / 1000):
+    def _await_durable(self, result: PutResult, waiter: DurableWait | FlushWaiter) -> PutResult:
+        if isinstance(waiter, FlushWaiter):  # a put with a callback hears through it
+            return result
+        timeout_ms = self.options.sync_flush_timeout_ms
+        if not waiter.wait(timeout_ms / 1000):
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            result.detail = f"not flushed within {self.options.sync_flush_timeout_ms} ms" + (
-                f": {self.flusher.error}" if self.flusher.error else ""
-            )
+            result.detail = f"stored, but {waiter.failure or f'not flushed within {timeout_ms} ms'}"
         return result
 
     def append(
@@ -277,7 +278,7 @@ class MessageStore:
         *,
         system: bool = False,
         on_durable: Callable[[bool], None] | None = None,
-    ) -> tuple[PutResult, FlushWaiter | None]:
+    ) -> tuple[PutResult, DurableWait | FlushWaiter | None]:
         """Append without waiting for durability: under sync flush the returned waiter (or
         ``on_durable``, called on the flush thread) tells when the batch is on disk."""
         rejection = self.check(messages, system=system)
@@ -360,7 +361,7 @@ class MessageStore:
         end_offset: int,
         store_timestamp: int,
         on_durable: Callable[[bool], None] | None = None,
-    ) -> FlushWaiter | None:
+    ) -> DurableWait | FlushWaiter | None:
         """Everything a put notes once its records are written, under the put lock, for both
         put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
         offset index, key index; under sync flush, the flush request it waits on."""
