@@ -26,6 +26,7 @@ How the flusher wakes the puts it covered, the invariant the code keeps:
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -34,6 +35,11 @@ from collections.abc import Callable
 from localstore.commitlog import CommitLog
 
 FlushedHook = Callable[[int, int], None]  # (flushed offset, store time of its last record)
+# Called on the flush thread once a put's fate is known: None once durable, else why not.
+DurableCallback = Callable[[str | None], None]
+ErrorHook = Callable[[OSError | None], None]  # the commitlog flush failed (an error) or recovered
+
+log = logging.getLogger(__name__)
 
 
 class _Gate:
@@ -52,17 +58,20 @@ class _Gate:
 
 
 _CLOSED = "the store closed before a flush covered it"
+_NOT_COVERED = "the flush it waited for did not cover it"
 
 
 class DurableWait:
     """A blocking put waiting for its bytes to be durable."""
 
-    __slots__ = ("_end_offset", "_gate", "_service")
+    __slots__ = ("_end_offset", "_gate", "_service", "failure")
 
     def __init__(self, service: FlushService, gate: _Gate, end_offset: int):
         self._service = service
         self._gate = gate
         self._end_offset = end_offset
+        # After ``wait`` answered False: why (None when it timed out).
+        self.failure: str | None = None
 
     def wait(self, timeout_s: float) -> bool:
         """True once flushed; False on timeout, a failed flush, or when the store closed first."""
@@ -70,30 +79,21 @@ class DurableWait:
         if not gate.lock.acquire(timeout=timeout_s):
             return False
         gate.lock.release()  # wake the next put waiting on this flush
-        return gate.failure is None and self._service.flushed_offset >= self._end_offset
-
-    @property
-    def failure(self) -> str | None:
-        """After ``wait`` answered False: why, when the flush failed or the store closed (None
-        when the wait timed out)."""
-        return self._gate.failure
+        if gate.failure is None and self._service.flushed_offset < self._end_offset:
+            self.failure = _NOT_COVERED  # not seen: see the module docstring
+        else:
+            self.failure = gate.failure
+        return self.failure is None
 
 
 class FlushWaiter:
     """A put waiting for durability through a callback (for callers that cannot block)."""
 
-    __slots__ = ("callback", "end_offset", "finished", "ok")
+    __slots__ = ("callback", "end_offset")
 
-    def __init__(self, end_offset: int, callback: Callable[[bool], None]):
+    def __init__(self, end_offset: int, callback: DurableCallback):
         self.end_offset = end_offset
         self.callback = callback
-        self.ok = False
-        self.finished = False
-
-    def finish(self, ok: bool) -> None:
-        self.ok = ok
-        self.finished = True
-        self.callback(ok)
 
 
 _STOP = -1  # the queue item that stops the flusher
@@ -117,6 +117,7 @@ class FlushService:
         others_interval_ms: int,
         on_flushed: FlushedHook,
         flush_others: Callable[[], None],
+        on_error: ErrorHook,
     ):
         self._commitlog = commitlog
         self._group_commit = group_commit
@@ -124,11 +125,14 @@ class FlushService:
         self._others_interval_s = others_interval_ms / 1000
         self._on_flushed = on_flushed
         self._flush_others = flush_others
+        self._on_error = on_error
         # Items: the end offset of a blocking put, a FlushWaiter, or _STOP.
         self._queue: queue.SimpleQueue[int | FlushWaiter] = queue.SimpleQueue()
         self._gate = _Gate()
         self._stopping = False
-        self.error: OSError | None = None  # the last commitlog flush's, None once one succeeds
+        # Why the last commitlog flush failed; None once one succeeds. While set, the flusher
+        # retries every interval, whether or not puts wait.
+        self.error: OSError | None = None
         self.fsync_count = 0
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
@@ -138,11 +142,11 @@ class FlushService:
         return self._commitlog.flushed_offset
 
     def request(
-        self, end_offset: int, callback: Callable[[bool], None] | None = None
+        self, end_offset: int, callback: DurableCallback | None = None
     ) -> DurableWait | FlushWaiter:
         """Register a put that ends at ``end_offset``. Without ``callback``, the returned
         :class:`DurableWait` blocks until a flush covers it; with one, the callback is called on
-        the flush thread (with whether the flush succeeded) instead.
+        the flush thread instead (with None once durable, or why not).
 
         The store stops making requests before it closes the service."""
         if callback is None:
@@ -155,22 +159,20 @@ class FlushService:
             return DurableWait(self, gate, end_offset)
         waiter = FlushWaiter(end_offset, callback)
         if self._stopping:
-            waiter.finish(False)
+            _answer(waiter, _CLOSED)
         else:
             self._queue.put(waiter)
         return waiter
 
-    def _take_requests(
-        self, carried: list[FlushWaiter], carried_end: int
-    ) -> tuple[list[FlushWaiter], int, bool]:
+    def _take_requests(self) -> tuple[list[FlushWaiter], int, bool]:
         """Wait for requests (at most one interval), then take every queued one. Returns the
         callback waiters, the furthest end offset of the blocking puts, and whether to stop."""
-        waiters = carried
-        end = carried_end
+        waiters: list[FlushWaiter] = []
+        end = 0
         stop = False
         get = self._queue.get
         try:
-            item = get(timeout=0 if carried or carried_end else self._interval_s)
+            item = get(timeout=self._interval_s)
             while True:
                 if isinstance(item, FlushWaiter):
                     waiters.append(item)
@@ -185,55 +187,48 @@ class FlushService:
 
     def _run(self) -> None:
         next_others = time.monotonic() + self._others_interval_s
-        carried: list[FlushWaiter] = []
-        carried_end = 0
         while True:
-            waiters, end, stop = self._take_requests(carried, carried_end)
-            carried, carried_end = [], 0
-            gate, self._gate = self._gate, _Gate()  # after taking the queue: see the docstring
-            try:
-                if waiters or end or not self._group_commit or stop:
-                    carried, carried_end = self._flush_commitlog(waiters, end)
-            except OSError as exc:  # a failing disk: puts waiting on it fail, the error is kept
-                self.error = exc
-                gate.open(f"the flush that should cover it failed: {exc}")
-                for waiter in waiters:
-                    if not waiter.finished:
-                        waiter.finish(False)
+            waiters, end, stop = self._take_requests()
+            if waiters or end or stop or not self._group_commit or self.error is not None:
+                # Only a round that flushes swaps gates, after taking the queue (see the module
+                # docstring); an idle round keeps it: a put may hold it, its request not yet queued.
+                gate, self._gate = self._gate, _Gate()
+                self._flush_commitlog(waiters, gate)
                 if stop:
-                    self._gate.open(_CLOSED)
+                    self._gate.open(_CLOSED)  # no put holds it: requests stopped before
                     return
-                continue
-            self.error = None
-            gate.open()
-            if stop:
-                for waiter in carried:
-                    waiter.finish(False)
-                self._gate.open(_CLOSED)  # no put holds it: requests stopped before
-                return
             if time.monotonic() >= next_others:
                 try:
                     self._flush_others()
-                except OSError as exc:
-                    self.error = exc
+                except OSError:  # consume queues and checkpoint are rebuilt by recovery
+                    log.exception("flushing consume queues and checkpoint failed; retrying")
                 next_others = time.monotonic() + self._others_interval_s
 
-    def _flush_commitlog(
-        self, waiters: list[FlushWaiter], end: int
-    ) -> tuple[list[FlushWaiter], int]:
-        """Flush, finish the covered requests; return those that end beyond the flush."""
+    def _flush_commitlog(self, waiters: list[FlushWaiter], gate: _Gate) -> None:
+        """Flush, then answer the puts the flush was for: the gate's and the callbacks'."""
         before = self._commitlog.flushed_offset
-        flushed, timestamp = self._commitlog.flush()
+        try:
+            flushed, timestamp = self._commitlog.flush()
+        except OSError as exc:  # a failing disk: the puts waiting on it fail, the error is kept
+            failure = f"the flush that should cover it failed: {exc}"
+            if self.error is None:
+                log.error("commitlog flush failed, puts are refused until one succeeds: %s", exc)
+                self._on_error(exc)
+            self.error = exc
+            gate.open(failure)
+            for waiter in waiters:
+                _answer(waiter, failure)
+            return
         if flushed > before:
             self.fsync_count += 1
             self._on_flushed(flushed, timestamp)
-        late = []
-        for waiter in waiters:
-            if waiter.end_offset <= flushed:
-                waiter.finish(True)
-            else:
-                late.append(waiter)
-        return late, (end if end > flushed else 0)
+        if self.error is not None:
+            log.warning("commitlog flush succeeded again after: %s", self.error)
+            self.error = None
+            self._on_error(None)
+        gate.open()
+        for waiter in waiters:  # each wrote before the flush read its target: all are covered
+            _answer(waiter, None if waiter.end_offset <= flushed else _NOT_COVERED)
 
     def close(self) -> None:
         """Flush everything once more, finish every waiter, stop the thread."""
@@ -247,4 +242,13 @@ class FlushService:
             except queue.Empty:
                 break
             if isinstance(item, FlushWaiter):
-                item.finish(item.end_offset <= flushed)
+                _answer(item, None if item.end_offset <= flushed else _CLOSED)
+
+
+def _answer(waiter: FlushWaiter, failure: str | None) -> None:
+    """Call a waiter's callback; one that raises is logged and stops neither the other answers
+    nor the flush thread."""
+    try:
+        waiter.callback(failure)
+    except Exception:
+        log.exception("a flush callback failed")

@@ -284,10 +284,13 @@ def delete_expired_segments(
     clean_immediately: bool,
     retired: RetiredFiles,
 ) -> list[Path]:
-    """Step 1: the oldest expired commitlog segments (never the last), at most a batch."""
+    """Step 1: the oldest expired commitlog segments, at most a batch; never the last, nor under
+    sync flush one whose write-behind bytes are not yet written (bytes a failed flush kept for
+    its retry, which would otherwise go through a closed file)."""
     count = 0
+    unwritten_from = commitlog.flushed_offset if commitlog.sync_flush else commitlog.max_offset
     for segment in commitlog.segments.segments[:-1]:
-        if count >= policy.delete_batch_max:
+        if count >= policy.delete_batch_max or segment.end_offset > unwritten_from:
             break
         if not clean_immediately and now_ms < _mtime_ms(segment.path) + policy.reserved_ms:
             break

@@ -115,7 +115,7 @@ class SinglePut:
         "_states",
         "_store_host",
         "_valid_topics",
-        "closed",
+        "refusing",
     )
 
     def __init__(
@@ -136,7 +136,9 @@ class SinglePut:
         self._note_appended = note_appended  # the store's notes after a write (both paths)
         self._store_host = store_host if len(store_host) == 8 else None
         self._max_body = max_body
-        self.closed = False  # set by the store under the put lock
+        # Set by the store under the put lock while it refuses puts (closed, or its last
+        # commitlog flush failed): every put then takes the general path, which answers why.
+        self.refusing = False
 
     def put(self, message: NewMessage) -> tuple[PutResult, DurableWait | FlushWaiter | None] | None:
         """Store ``message`` if it has the common shape; None when the general path must."""
@@ -181,7 +183,7 @@ class SinglePut:
         lock = self._lock
         lock.acquire()  # not ``with``: acquire and release cost half as much on this path
         try:
-            if self.closed:
+            if self.refusing:
                 return None
             commitlog = self._commitlog
             position = commitlog.max_offset

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,7 +45,7 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dir_lock import acquire_directory_lock
 from localstore.errors import IndexProcessError, StoreClosedError, StoreError
-from localstore.flush import DurableWait, FlushService, FlushWaiter
+from localstore.flush import DurableCallback, DurableWait, FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_process import IndexProcess
 from localstore.index_service import IndexService, KeyIndex
@@ -164,6 +164,7 @@ class MessageStore:
         self._max_body = self.geometry.max_message_size
         self._max_record_size = self._max_body + ENCODER_SLACK_BYTES
         self._closed = False
+        self._flush_error: OSError | None = None  # puts are refused while the commitlog's is set
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -179,6 +180,7 @@ class MessageStore:
             others_interval_ms=options.cq_flush_interval_ms,
             on_flushed=self._on_flushed,
             flush_others=self._flush_others,
+            on_error=self._on_flush_error,
         )
         self._single_put = SinglePut(
             states=self._put_states,
@@ -192,32 +194,47 @@ class MessageStore:
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        """Flush everything, remove the abort marker, release the directory. Idempotent."""
+        """Flush everything, remove the abort marker, release the directory. Idempotent.
+
+        Raises :class:`StoreError` when the commitlog's final flush failed and
+        :class:`IndexProcessError` when the index process had failed; either way the store is
+        closed, and the abort marker stays so that the next open recovers."""
         if self._closed:
             return
         with self._put_lock:
-            self._closed = self._single_put.closed = True
+            self._closed = self._single_put.refusing = True
         self._cleaner.close()
         self.flusher.close()
-        self._flush_others()
+        failure: StoreError | None = None
+        if self.flusher.error is not None:
+            failure = StoreError(
+                f"the commitlog's final flush in {self.root} failed ({self.flusher.error}): "
+                "the abort marker stays, so the next open recovers what reached the disk"
+            )
+        try:
+            self._flush_others()
+        except OSError as exc:
+            failure = failure or StoreError(
+                f"flushing the consume queues and checkpoint of {self.root} failed ({exc}): "
+                "the abort marker stays, so the next open recovers them"
+            )
         for time_index in self.time_indexes.values():
             time_index.close()
         self.offset_index.close()
         self.queues.close()
-        index_failure = None
         if self.index is not None:
             try:
                 self.index.close()
             except IndexProcessError as exc:
-                index_failure = exc  # the abort marker stays: the next open rebuilds the index
+                failure = failure or exc  # the abort marker stays: the next open rebuilds the index
         self.commitlog.close()
         self._retired.close()
         self.checkpoint.close()
-        if index_failure is None:
+        if failure is None:
             self._abort.remove()
         self._lock_file.release()
-        if index_failure is not None:
-            raise index_failure
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> MessageStore:
         return self
@@ -237,6 +254,13 @@ class MessageStore:
     def _on_flushed(self, offset: int, store_timestamp: int) -> None:
         if store_timestamp:
             self.checkpoint.physic_msg_timestamp = store_timestamp
+
+    def _on_flush_error(self, error: OSError | None) -> None:
+        """On the flush thread: a commitlog flush failed (refuse puts, so that the bytes kept for
+        the retry stop growing) or, with None, one succeeded again."""
+        with self._put_lock:
+            self._flush_error = error
+            self._single_put.refusing = self._closed or error is not None
 
     def _flush_others(self) -> None:
         self.queues.flush()
@@ -277,7 +301,7 @@ class MessageStore:
         messages: Sequence[NewMessage],
         *,
         system: bool = False,
-        on_durable: Callable[[bool], None] | None = None,
+        on_durable: DurableCallback | None = None,
     ) -> tuple[PutResult, DurableWait | FlushWaiter | None]:
         """Append without waiting for durability: under sync flush the returned waiter (or
         ``on_durable``, called on the flush thread) tells when the batch is on disk."""
@@ -289,6 +313,12 @@ class MessageStore:
         with self._put_lock:
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), None
+            if self._flush_error is not None:
+                return PutResult(
+                    PutStatus.SERVICE_NOT_AVAILABLE,
+                    f"the last commitlog flush failed ({self._flush_error}); puts are refused "
+                    "until a flush succeeds (retried every flush interval)",
+                ), None
             state = self._put_states.get((topic, queue_id))
             if state is None:
                 rejection = self._check_queue(topic, queue_id, system)
@@ -360,7 +390,7 @@ class MessageStore:
         phys_offsets: Sequence[int],
         end_offset: int,
         store_timestamp: int,
-        on_durable: Callable[[bool], None] | None = None,
+        on_durable: DurableCallback | None = None,
     ) -> DurableWait | FlushWaiter | None:
         """Everything a put notes once its records are written, under the put lock, for both
         put paths: consume-queue units, next queue offset, logics checkpoint time, time index,

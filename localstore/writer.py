@@ -123,31 +123,33 @@ class _DurableCallback:
     """Answers a merged batch once both its results (the appending thread) and the flush
     outcome (the flush thread) are known; whichever arrives second delivers them."""
 
-    __slots__ = ("_deliver", "_lock", "answers", "outcome")
+    __slots__ = ("_deliver", "_lock", "answers", "failure", "flushed")
 
     def __init__(self, deliver: Deliver):
         self._deliver = deliver
         self.answers: list[Answer] | None = None
-        self.outcome: bool | None = None
+        self.flushed = False  # the flush outcome is known
+        self.failure: str | None = None  # why the batch is not durable, once flushed
         self._lock = threading.Lock()
 
-    def __call__(self, ok: bool) -> None:
+    def __call__(self, failure: str | None) -> None:
         with self._lock:
-            self.outcome = ok
+            self.flushed = True
+            self.failure = failure
             answers = self.answers
         if answers is not None:
-            self._complete(ok, answers)
+            self._complete(failure, answers)
 
     def set_answers(self, answers: list[Answer]) -> None:
         with self._lock:
             self.answers = answers
-            outcome = self.outcome
-        if outcome is not None:
-            self._complete(outcome, answers)
+            flushed, failure = self.flushed, self.failure
+        if flushed:
+            self._complete(failure, answers)
 
-    def _complete(self, ok: bool, answers: list[Answer]) -> None:
-        if not ok:
+    def _complete(self, failure: str | None, answers: list[Answer]) -> None:
+        if failure is not None:
             for _, result in answers:
                 result.status = PutStatus.FLUSH_DISK_TIMEOUT
-                result.detail = "the flush that should cover this put failed"
+                result.detail = f"stored, but {failure}"
         self._deliver(answers)

@@ -85,6 +85,7 @@ from localstore.codec import (
     SYSFLAG_TRANSACTION_MASK,
     RecordError,
 )
+from localstore.flush import DurableWait
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.transaction_records import (
     CHECK_GROUP,
@@ -411,7 +412,9 @@ class TransactionService:
             self._check_counts.pop(offset, None)
             for pending in self._pending.values():
                 pending.pop(offset, None)
-        if waiter is not None and not waiter.wait(self.store.options.sync_flush_timeout_ms / 1000):
+        if isinstance(waiter, DurableWait) and not waiter.wait(
+            self.store.options.sync_flush_timeout_ms / 1000
+        ):
             log.warning("op message of half offset %d not flushed in time", offset)
         return None
 

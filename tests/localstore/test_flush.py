@@ -11,16 +11,17 @@ import asyncio
 import errno
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import localstore.commitlog as commitlog_module
-from localstore import MessageStore, PutStatus, StoreOptions
+from localstore import MessageStore, PutResult, PutStatus, StoreError, StoreOptions
 from localstore.async_writer import AsyncStoreWriter
+from localstore.codec import RecordError
 
-from .conftest import StoreFactory, message
+from .conftest import TINY_GEOMETRY, StoreFactory, message
 
 WriteDurably = Callable[[list[tuple[object, int, bytes]]], None]
 
@@ -48,8 +49,18 @@ class Disk:
 
 
 @pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
-    return Disk(monkeypatch)
+def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+    faulty = Disk(monkeypatch)
+    yield faulty
+    faulty.failing = False
+    faulty.released.set()  # a failed test must not leave the flush thread stalled
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
 
 
 def test_a_sync_put_returns_only_once_a_shared_flush_covers_its_bytes(
@@ -64,9 +75,17 @@ def test_a_sync_put_returns_only_once_a_shared_flush_covers_its_bytes(
     def producer(n: int) -> None:
         for i in range(per_thread):
             result = store.put(message(body=f"{n}-{i}".encode(), queue_id=n % 4))
-            end = result.phys_offset + store.commitlog.record_size_at(result.phys_offset)
-            if not result.ok or store.commitlog.flushed_offset < end:
+            flushed = store.commitlog.flushed_offset
+            if not result.ok:
                 uncovered.append(f"{n}-{i}: {result.status} {result.detail}")
+                continue
+            try:  # raises for a record not yet confirmed (under sync flush: flushed)
+                end = result.phys_offset + store.commitlog.record_size_at(result.phys_offset)
+            except RecordError as exc:
+                uncovered.append(f"{n}-{i}: {exc}")
+                continue
+            if flushed < end:
+                uncovered.append(f"{n}-{i}: flushed to {flushed}, the record ends at {end}")
 
     fsyncs_before = store.flusher.fsync_count
     threads = [threading.Thread(target=producer, args=(n,)) for n in range(threads_count)]
@@ -79,24 +98,95 @@ def test_a_sync_put_returns_only_once_a_shared_flush_covers_its_bytes(
     assert fsyncs <= threads_count * per_thread // 4  # flushes were shared
 
 
-def test_a_failed_flush_answers_its_puts_and_the_next_flush_writes_their_bytes(
+def test_a_put_whose_request_is_late_for_an_idle_round_still_waits_for_its_flush(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put reads the flusher's gate, then queues its request. Should the flusher pass an
+    idle round in between, it must not open that gate: the put has not been flushed."""
+    store = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=10))
+    assert store.put(message(body=b"first")).ok
+    queue = store.flusher._queue
+    real_put = queue.put
+
+    class LateQueue:
+        def put(self, item: object) -> None:
+            time.sleep(0.1)  # several idle rounds pass before the request is queued
+            real_put(item)  # type: ignore[arg-type]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(queue, name)
+
+    monkeypatch.setattr(store.flusher, "_queue", LateQueue())
+    result = store.put(message(body=b"late"))
+    assert result.status is PutStatus.PUT_OK, result.detail
+    assert store.commitlog.flushed_offset == store.commitlog.max_offset
+
+
+def test_a_failed_flush_answers_its_puts_refuses_puts_and_retries_until_it_succeeds(
     open_store: StoreFactory, store_dir: Path, disk: Disk
 ) -> None:
-    store = open_store(flush_mode="sync")
+    store = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=20))
     assert store.put(message(body=b"before")).ok
     disk.failing = True
     failed = store.put(message(body=b"during"))
     assert failed.status is PutStatus.FLUSH_DISK_TIMEOUT
-    assert "the flush that should cover it failed" in failed.detail
-    assert "Input/output error" in failed.detail
+    assert failed.detail == (
+        "stored, but the flush that should cover it failed: [Errno 5] Input/output error"
+    )
     assert isinstance(store.flusher.error, OSError)
+    refused = store.put(message(body=b"refused"))  # the kept bytes must not keep growing
+    assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert "the last commitlog flush failed" in refused.detail
+    assert "Input/output error" in refused.detail
+    calls = disk.calls
+    wait_for(lambda: disk.calls >= calls + 2, "the flusher to retry on its own")
     disk.failing = False
+    wait_for(lambda: store.flusher.error is None, "a retry to succeed")
+    assert store.commitlog.flushed_offset == store.commitlog.max_offset  # no put needed
     assert store.put(message(body=b"after")).ok
-    assert store.flusher.error is None
     store.close()
     reopened = open_store(store_dir)
     bodies = [m.body for m in reopened.get_messages("TopicTest", 0, 0).messages]
     assert bodies == [b"before", b"during", b"after"]  # no hole where the failed write was
+
+
+def test_retention_keeps_a_segment_whose_bytes_a_failed_flush_kept(
+    open_store: StoreFactory, store_dir: Path, disk: Disk
+) -> None:
+    store = open_store(
+        flush_mode="sync", options=StoreOptions(flush_interval_ms=20), **TINY_GEOMETRY
+    )
+    assert store.put(message(body=b"first")).ok
+    disk.failing = True
+    batch = [message(body=bytes([65 + i]) * 1000) for i in range(6)]  # rolls a 4 KiB segment
+    assert store.put_batch(batch).status is PutStatus.FLUSH_DISK_TIMEOUT
+    segments = store.commitlog.segments.segments
+    assert len(segments) == 2
+    assert store.clean(force=True).commitlog_files == []  # its bytes are not written yet
+    disk.failing = False
+    wait_for(lambda: store.flusher.error is None, "a retry to succeed")
+    assert len(store.clean(force=True).commitlog_files) == 1
+    store.close()
+    reopened = open_store(store_dir, **TINY_GEOMETRY)
+    result = reopened.get_messages("TopicTest", 0, reopened.min_offset("TopicTest", 0))
+    assert [m.body for m in result.messages] == [m.body for m in batch[-len(result.messages) :]]
+    assert len(result.messages) >= 1
+
+
+def test_a_failed_final_flush_makes_close_raise_and_keeps_the_abort_marker(
+    open_store: StoreFactory, store_dir: Path, disk: Disk
+) -> None:
+    store = open_store(flush_mode="sync")
+    assert store.put(message(body=b"durable")).ok
+    disk.failing = True
+    assert store.put(message(body=b"lost")).status is PutStatus.FLUSH_DISK_TIMEOUT
+    with pytest.raises(StoreError, match=r"final flush .* failed .*Input/output error"):
+        store.close()
+    assert store.closed
+    assert (store_dir / "abort").exists()
+    disk.failing = False
+    reopened = open_store(store_dir)  # recovers what reached the disk
+    assert [m.body for m in reopened.get_messages("TopicTest", 0, 0).messages] == [b"durable"]
 
 
 def test_a_put_waits_for_a_stalled_flush_no_longer_than_its_timeout(
@@ -124,7 +214,8 @@ def test_puts_waiting_when_the_store_closes_are_answered(
     open_store: StoreFactory, disk: Disk
 ) -> None:
     store = open_store(flush_mode="sync")
-    assert store.put(message(body=b"first")).ok
+    assert store.put(message(body=b"x")).ok
+    record_size = store.commitlog.max_offset  # each put below writes a record of this size
     disk.released.clear()
     results: list[PutStatus] = []
     producers = [
@@ -133,8 +224,7 @@ def test_puts_waiting_when_the_store_closes_are_answered(
     ]
     for producer in producers:
         producer.start()
-    while disk.calls < 2:  # the flush of the first waiting put has begun, and stalls
-        time.sleep(0.001)
+    wait_for(lambda: store.commitlog.max_offset == 5 * record_size, "the four appends")
     closer = threading.Thread(target=store.close)
     closer.start()
     disk.released.set()
@@ -146,22 +236,39 @@ def test_puts_waiting_when_the_store_closes_are_answered(
     assert store.commitlog.flushed_offset == store.commitlog.max_offset
 
 
+def test_a_failing_flush_callback_stops_neither_the_flush_thread_nor_other_puts(
+    open_store: StoreFactory,
+) -> None:
+    store = open_store(flush_mode="sync")
+
+    def raising(failure: str | None) -> None:
+        raise RuntimeError("a callback's own bug")
+
+    result, _ = store.append([message(body=b"with a bad callback")], on_durable=raising)
+    assert result.ok
+    assert store.put(message(body=b"next")).ok
+    assert store.flusher._thread.is_alive()
+
+
 def test_an_asyncio_put_covered_by_a_failed_flush_resolves_with_the_failure(
     open_store: StoreFactory, disk: Disk
 ) -> None:
-    store: MessageStore = open_store(flush_mode="sync")
+    store: MessageStore = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=20))
     assert store.put(message(body=b"first")).ok
 
-    async def put_twice() -> tuple[PutStatus, str, PutStatus]:
+    async def put_during_failure() -> PutResult:
         writer = AsyncStoreWriter(store)
-        disk.failing = True
-        failed = await writer.put(message(body=b"during"))
-        disk.failing = False
-        after = await writer.put(message(body=b"after"))
-        writer.close()
-        return failed.status, failed.detail, after.status
+        try:
+            return await writer.put(message(body=b"during"))
+        finally:
+            writer.close()
 
-    status, detail, after = asyncio.run(put_twice())
-    assert status is PutStatus.FLUSH_DISK_TIMEOUT
-    assert "failed" in detail
-    assert after is PutStatus.PUT_OK
+    disk.failing = True
+    failed = asyncio.run(put_during_failure())
+    assert failed.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert failed.detail == (
+        "stored, but the flush that should cover it failed: [Errno 5] Input/output error"
+    )
+    disk.failing = False
+    wait_for(lambda: store.flusher.error is None, "a retry to succeed")
+    assert asyncio.run(put_during_failure()).status is PutStatus.PUT_OK
