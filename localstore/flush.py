@@ -37,7 +37,7 @@ from localstore.commitlog import CommitLog
 FlushedHook = Callable[[int, int], None]  # (flushed offset, store time of its last record)
 # Called on the flush thread once a put's fate is known: None once durable, else why not.
 DurableCallback = Callable[[str | None], None]
-ErrorHook = Callable[[OSError | None], None]  # the commitlog flush failed (an error) or recovered
+ErrorHook = Callable[[Exception | None], None]  # the commitlog flush failed (an error) or recovered
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class FlushService:
         self._stopping = False
         # Why the last commitlog flush failed; None once one succeeds. While set, the flusher
         # retries every interval, whether or not puts wait.
-        self.error: OSError | None = None
+        self.error: Exception | None = None
         self.fsync_count = 0
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
@@ -200,7 +200,7 @@ class FlushService:
             if time.monotonic() >= next_others:
                 try:
                     self._flush_others()
-                except OSError:  # consume queues and checkpoint are rebuilt by recovery
+                except Exception:  # consume queues and checkpoint are rebuilt by recovery
                     log.exception("flushing consume queues and checkpoint failed; retrying")
                 next_others = time.monotonic() + self._others_interval_s
 
@@ -209,19 +209,24 @@ class FlushService:
         before = self._commitlog.flushed_offset
         try:
             flushed, timestamp = self._commitlog.flush()
-        except OSError as exc:  # a failing disk: the puts waiting on it fail, the error is kept
-            failure = f"the flush that should cover it failed: {exc}"
+            if flushed > before:
+                self.fsync_count += 1
+                self._on_flushed(flushed, timestamp)
+        except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
+            unexpected = not isinstance(exc, OSError)
+            failure = f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
             if self.error is None:
-                log.error("commitlog flush failed, puts are refused until one succeeds: %s", exc)
+                log.error(
+                    "commitlog flush failed, puts are refused until one succeeds: %s",
+                    exc,
+                    exc_info=unexpected,
+                )
                 self._on_error(exc)
             self.error = exc
             gate.open(failure)
             for waiter in waiters:
                 _answer(waiter, failure)
             return
-        if flushed > before:
-            self.fsync_count += 1
-            self._on_flushed(flushed, timestamp)
         if self.error is not None:
             log.warning("commitlog flush succeeded again after: %s", self.error)
             self.error = None

@@ -164,7 +164,7 @@ class MessageStore:
         self._max_body = self.geometry.max_message_size
         self._max_record_size = self._max_body + ENCODER_SLACK_BYTES
         self._closed = False
-        self._flush_error: OSError | None = None  # puts are refused while the commitlog's is set
+        self._flush_error: Exception | None = None  # puts are refused while the commitlog's is set
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -255,7 +255,7 @@ class MessageStore:
         if store_timestamp:
             self.checkpoint.physic_msg_timestamp = store_timestamp
 
-    def _on_flush_error(self, error: OSError | None) -> None:
+    def _on_flush_error(self, error: Exception | None) -> None:
         """On the flush thread: a commitlog flush failed (refuse puts, so that the bytes kept for
         the retry stop growing) or, with None, one succeeded again."""
         with self._put_lock:

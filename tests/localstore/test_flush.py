@@ -272,3 +272,26 @@ def test_an_asyncio_put_covered_by_a_failed_flush_resolves_with_the_failure(
     disk.failing = False
     wait_for(lambda: store.flusher.error is None, "a retry to succeed")
     assert asyncio.run(put_during_failure()).status is PutStatus.PUT_OK
+
+
+def test_an_unexpected_error_in_a_flush_fails_its_puts_and_the_flush_thread_carries_on(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=20))
+    assert store.put(message(body=b"first")).ok
+    real_hook = store.flusher._on_flushed
+    raised: list[int] = []
+
+    def buggy_once(offset: int, timestamp: int) -> None:
+        if not raised:
+            raised.append(offset)
+            raise RuntimeError("a bug in a flush hook")
+        real_hook(offset, timestamp)
+
+    monkeypatch.setattr(store.flusher, "_on_flushed", buggy_once)
+    failed = store.put(message(body=b"during"))
+    assert failed.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert "RuntimeError('a bug in a flush hook')" in failed.detail
+    wait_for(lambda: store.flusher.error is None, "the next flush to succeed")
+    assert store.flusher._thread.is_alive()
+    assert store.put(message(body=b"after")).ok
