@@ -142,12 +142,12 @@ class CommitLog:
         if pending:
             try:
                 _write_durably(pending)
-            except OSError:  # kept for the next flush (writing the same bytes again is safe)
+            except BaseException:  # kept for the next flush (writing the same bytes again is safe)
                 with self._pending_lock:
                     self._pending[:0] = pending
                 raise
             self.flushed_offset = target
-        return target, timestamp
+        return self.flushed_offset, timestamp
 
     # -- reading ---------------------------------------------------------------------------
     def segment_view(self, phys_offset: int) -> tuple[memoryview, int] | None:

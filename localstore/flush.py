@@ -133,6 +133,10 @@ class FlushService:
         # Why the last commitlog flush failed; None once one succeeds. While set, the flusher
         # retries every interval, whether or not puts wait.
         self.error: Exception | None = None
+        # Any commitlog flush failed since open: under async flush a later fdatasync that
+        # succeeds does not prove the earlier pages reached the disk (Linux reports a writeback
+        # error once), so the store keeps its abort marker and the next open recovers.
+        self.failed_once = False
         self.fsync_count = 0
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
@@ -206,8 +210,9 @@ class FlushService:
 
     def _flush_commitlog(self, waiters: list[FlushWaiter], gate: _Gate) -> None:
         """Flush, then answer the puts the flush was for: the gate's and the callbacks'."""
-        before = self._commitlog.flushed_offset
+        failure = None
         try:
+            before = self._commitlog.flushed_offset
             flushed, timestamp = self._commitlog.flush()
             if flushed > before:
                 self.fsync_count += 1
@@ -215,25 +220,38 @@ class FlushService:
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
             unexpected = not isinstance(exc, OSError)
             failure = f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
-            if self.error is None:
-                log.error(
-                    "commitlog flush failed, puts are refused until one succeeds: %s",
-                    exc,
-                    exc_info=unexpected,
-                )
-                self._on_error(exc)
-            self.error = exc
+            self._note_error(exc, unexpected)
+        else:
+            self._note_error(None, False)
+        finally:
             gate.open(failure)
-            for waiter in waiters:
-                _answer(waiter, failure)
+            flushed = self._commitlog.flushed_offset
+            for waiter in waiters:  # each wrote before the flush read its target: all covered
+                if failure is None and waiter.end_offset > flushed:
+                    _answer(waiter, _NOT_COVERED)
+                else:
+                    _answer(waiter, failure)
+
+    def _note_error(self, error: Exception | None, unexpected: bool) -> None:
+        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change."""
+        if error is not None:
+            self.failed_once = True
+        if (error is None) == (self.error is None):
+            self.error = error
             return
-        if self.error is not None:
+        if error is not None:
+            log.error(
+                "commitlog flush failed, puts are refused until one succeeds: %s",
+                error,
+                exc_info=unexpected,
+            )
+        else:
             log.warning("commitlog flush succeeded again after: %s", self.error)
-            self.error = None
-            self._on_error(None)
-        gate.open()
-        for waiter in waiters:  # each wrote before the flush read its target: all are covered
-            _answer(waiter, None if waiter.end_offset <= flushed else _NOT_COVERED)
+        self.error = error
+        try:
+            self._on_error(error)
+        except Exception:
+            log.exception("the store's flush-error hook failed")
 
     def close(self) -> None:
         """Flush everything once more, finish every waiter, stop the thread."""

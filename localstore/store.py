@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,7 +44,7 @@ from localstore.codec import (
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dir_lock import acquire_directory_lock
-from localstore.errors import IndexProcessError, StoreClosedError, StoreError
+from localstore.errors import StoreClosedError, StoreError
 from localstore.flush import DurableCallback, DurableWait, FlushService, FlushWaiter
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_process import IndexProcess
@@ -196,45 +196,59 @@ class MessageStore:
     def close(self) -> None:
         """Flush everything, remove the abort marker, release the directory. Idempotent.
 
-        Raises :class:`StoreError` when the commitlog's final flush failed and
-        :class:`IndexProcessError` when the index process had failed; either way the store is
-        closed, and the abort marker stays so that the next open recovers."""
+        Raises :class:`StoreError` when the commitlog's final flush failed,
+        :class:`~localstore.errors.IndexProcessError` when the index process had failed, or the
+        first error of any other closing step, once every step has run: the store is closed and
+        its directory released whatever failed, and the abort marker stays so that the next
+        open recovers. The marker also stays after any commitlog flush of this run failed, even
+        one retried with success (see :attr:`FlushService.failed_once`)."""
         if self._closed:
             return
         with self._put_lock:
             self._closed = self._single_put.refusing = True
-        self._cleaner.close()
-        self.flusher.close()
-        failure: StoreError | None = None
-        if self.flusher.error is not None:
-            failure = StoreError(
-                f"the commitlog's final flush in {self.root} failed ({self.flusher.error}): "
-                "the abort marker stays, so the next open recovers what reached the disk"
-            )
-        try:
-            self._flush_others()
-        except OSError as exc:
-            failure = failure or StoreError(
-                f"flushing the consume queues and checkpoint of {self.root} failed ({exc}): "
-                "the abort marker stays, so the next open recovers them"
-            )
-        for time_index in self.time_indexes.values():
-            time_index.close()
-        self.offset_index.close()
-        self.queues.close()
-        if self.index is not None:
+        problems: list[Exception] = []  # the first is raised once everything is closed
+
+        def attempt(step: Callable[[], object]) -> None:
             try:
-                self.index.close()
-            except IndexProcessError as exc:
-                failure = failure or exc  # the abort marker stays: the next open rebuilds the index
-        self.commitlog.close()
-        self._retired.close()
-        self.checkpoint.close()
-        if failure is None:
-            self._abort.remove()
-        self._lock_file.release()
-        if failure is not None:
-            raise failure
+                step()
+            except Exception as exc:
+                problems.append(exc)
+
+        try:
+            attempt(self._cleaner.close)
+            attempt(self.flusher.close)
+            if self.flusher.error is not None:
+                problems.append(
+                    StoreError(
+                        f"the commitlog's final flush in {self.root} failed "
+                        f"({self.flusher.error}): the abort marker stays, so the next open "
+                        "recovers what reached the disk"
+                    )
+                )
+            try:
+                self._flush_others()
+            except Exception as exc:
+                problems.append(
+                    StoreError(
+                        f"flushing the consume queues and checkpoint of {self.root} failed "
+                        f"({exc}): the abort marker stays, so the next open recovers them"
+                    )
+                )
+            for time_index in self.time_indexes.values():
+                attempt(time_index.close)
+            attempt(self.offset_index.close)
+            attempt(self.queues.close)
+            if self.index is not None:  # a failed index process: the next open rebuilds it
+                attempt(self.index.close)
+            attempt(self.commitlog.close)
+            attempt(self._retired.close)
+            attempt(self.checkpoint.close)
+            if not problems and not self.flusher.failed_once:
+                attempt(self._abort.remove)
+        finally:  # whatever failed, the directory is released
+            self._lock_file.release()
+        if problems:
+            raise problems[0]
 
     def __enter__(self) -> MessageStore:
         return self

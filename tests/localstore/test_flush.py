@@ -33,6 +33,7 @@ class Disk:
         self._real: WriteDurably = commitlog_module._write_durably
         self.delay_s = 0.0
         self.failing = False
+        self.error: Exception = OSError(errno.EIO, "Input/output error")  # raised while failing
         self.released = threading.Event()
         self.released.set()
         self.calls = 0
@@ -44,7 +45,7 @@ class Disk:
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.failing:
-            raise OSError(errno.EIO, "Input/output error")
+            raise self.error
         self._real(pending)
 
 
@@ -145,9 +146,48 @@ def test_a_failed_flush_answers_its_puts_refuses_puts_and_retries_until_it_succe
     assert store.commitlog.flushed_offset == store.commitlog.max_offset  # no put needed
     assert store.put(message(body=b"after")).ok
     store.close()
+    assert (store_dir / "abort").exists()  # a flush failed in this run: the next open recovers
     reopened = open_store(store_dir)
     bodies = [m.body for m in reopened.get_messages("TopicTest", 0, 0).messages]
     assert bodies == [b"before", b"during", b"after"]  # no hole where the failed write was
+
+
+def test_an_unexpected_error_in_the_write_keeps_its_bytes_for_the_next_flush(
+    open_store: StoreFactory, store_dir: Path, disk: Disk
+) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=20))
+    assert store.put(message(body=b"before")).ok
+    disk.error = MemoryError("no memory to join the runs")
+    disk.failing = True
+    failed = store.put(message(body=b"during"))
+    assert failed.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert "MemoryError('no memory to join the runs')" in failed.detail
+    disk.failing = False
+    wait_for(lambda: store.flusher.error is None, "a retry to succeed")
+    assert store.commitlog.flushed_offset == store.commitlog.max_offset
+    assert store.put(message(body=b"after")).ok
+    store.close()
+    reopened = open_store(store_dir)
+    bodies = [m.body for m in reopened.get_messages("TopicTest", 0, 0).messages]
+    assert bodies == [b"before", b"during", b"after"]
+
+
+def test_a_close_step_that_raises_still_releases_the_directory(
+    open_store: StoreFactory, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    assert store.put(message(body=b"kept")).ok
+
+    def broken_close() -> None:
+        raise ValueError("a bug in closing the consume queues")
+
+    monkeypatch.setattr(store.queues, "close", broken_close)
+    with pytest.raises(ValueError, match="a bug in closing"):
+        store.close()
+    assert store.closed
+    assert (store_dir / "abort").exists()
+    reopened = open_store(store_dir)  # the same process opens it again: the lock was released
+    assert [m.body for m in reopened.get_messages("TopicTest", 0, 0).messages] == [b"kept"]
 
 
 def test_retention_keeps_a_segment_whose_bytes_a_failed_flush_kept(
@@ -227,6 +267,7 @@ def test_puts_waiting_when_the_store_closes_are_answered(
     wait_for(lambda: store.commitlog.max_offset == 5 * record_size, "the four appends")
     closer = threading.Thread(target=store.close)
     closer.start()
+    wait_for(lambda: store.flusher._stopping, "the close to begin")
     disk.released.set()
     closer.join(10)
     for producer in producers:
