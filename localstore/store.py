@@ -317,8 +317,9 @@ class MessageStore:
         system: bool = False,
         on_durable: DurableCallback | None = None,
     ) -> tuple[PutResult, DurableWait | FlushWaiter | None]:
-        """Append without waiting for durability: under sync flush the returned waiter (or
-        ``on_durable``, called on the flush thread) tells when the batch is on disk."""
+        """Append without waiting for durability. Under sync flush the returned
+        :class:`DurableWait` tells when the batch is on disk; with ``on_durable``, that is
+        called on the flush thread instead, with None once durable or why not."""
         rejection = self.check(messages, system=system)
         if rejection is not None:
             return rejection, None
