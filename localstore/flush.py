@@ -21,7 +21,13 @@ How the flusher wakes the puts it covered, the invariant the code keeps:
   sooner. (Each wake-up is a system call made holding the GIL, which the waking thread then
   waits to get back; with 16 producer threads, waking each put from the flusher cost about a
   third of its time.)
+* Only a round that flushes swaps gates: an idle round keeps the gate, which a put may hold
+  with its request not yet queued.
 * Callers that cannot block (asyncio) register a callback, called on the flush thread.
+
+A flush that fails (with any exception) answers its puts with the failure and leaves its bytes
+for the next one (:meth:`CommitLog.flush` puts them back); while the error stands the flusher
+retries every interval, with or without requests, and the store refuses puts (``on_error``).
 """
 
 from __future__ import annotations
