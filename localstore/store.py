@@ -164,7 +164,6 @@ class MessageStore:
         self._max_body = self.geometry.max_message_size
         self._max_record_size = self._max_body + ENCODER_SLACK_BYTES
         self._closed = False
-        self._flush_error: Exception | None = None  # puts are refused while the commitlog's is set
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -271,9 +270,9 @@ class MessageStore:
 
     def _on_flush_error(self, error: Exception | None) -> None:
         """On the flush thread: a commitlog flush failed (refuse puts, so that the bytes kept for
-        the retry stop growing) or, with None, one succeeded again."""
+        the retry stop growing; the general path reads ``flusher.error`` and says why) or, with
+        None, one succeeded again."""
         with self._put_lock:
-            self._flush_error = error
             self._single_put.refusing = self._closed or error is not None
 
     def _flush_others(self) -> None:
@@ -328,10 +327,11 @@ class MessageStore:
         with self._put_lock:
             if self._closed:
                 return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), None
-            if self._flush_error is not None:
+            flush_error = self.flusher.error
+            if flush_error is not None:
                 return PutResult(
                     PutStatus.SERVICE_NOT_AVAILABLE,
-                    f"the last commitlog flush failed ({self._flush_error}); puts are refused "
+                    f"the last commitlog flush failed ({flush_error}); puts are refused "
                     "until a flush succeeds (retried every flush interval)",
                 ), None
             state = self._put_states.get((topic, queue_id))
