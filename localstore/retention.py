@@ -284,13 +284,13 @@ def delete_expired_segments(
     clean_immediately: bool,
     retired: RetiredFiles,
 ) -> list[Path]:
-    """Step 1: the oldest expired commitlog segments, at most a batch; never the last, nor under
-    sync flush one whose write-behind bytes are not yet written (bytes a failed flush kept for
-    its retry, which would otherwise go through a closed file)."""
+    """Step 1: the oldest expired commitlog segments, at most a batch; never the last, nor one
+    past what readers may see (``confirmed_offset``: under sync flush, bytes still in the
+    write-behind buffer, such as those a failed flush kept for its retry, which would otherwise
+    be written through a closed file)."""
     count = 0
-    unwritten_from = commitlog.flushed_offset if commitlog.sync_flush else commitlog.max_offset
     for segment in commitlog.segments.segments[:-1]:
-        if count >= policy.delete_batch_max or segment.end_offset > unwritten_from:
+        if count >= policy.delete_batch_max or segment.end_offset > commitlog.confirmed_offset:
             break
         if not clean_immediately and now_ms < _mtime_ms(segment.path) + policy.reserved_ms:
             break
