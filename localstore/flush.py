@@ -70,10 +70,10 @@ _NOT_COVERED = "the flush it waited for did not cover it"
 class DurableWait:
     """A blocking put waiting for its bytes to be durable."""
 
-    __slots__ = ("_end_offset", "_gate", "_service", "failure")
+    __slots__ = ("_commitlog", "_end_offset", "_gate", "failure")
 
-    def __init__(self, service: FlushService, gate: _Gate, end_offset: int):
-        self._service = service
+    def __init__(self, commitlog: CommitLog, gate: _Gate, end_offset: int):
+        self._commitlog = commitlog
         self._gate = gate
         self._end_offset = end_offset
         # After ``wait`` answered False: why (None when it timed out).
@@ -85,7 +85,7 @@ class DurableWait:
         if not gate.lock.acquire(timeout=timeout_s):
             return False
         gate.lock.release()  # wake the next put waiting on this flush
-        if gate.failure is None and self._service.flushed_offset < self._end_offset:
+        if gate.failure is None and self._commitlog.flushed_offset < self._end_offset:
             self.failure = _NOT_COVERED  # not seen: see the module docstring
         else:
             self.failure = gate.failure
@@ -147,10 +147,6 @@ class FlushService:
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
-    @property
-    def flushed_offset(self) -> int:
-        return self._commitlog.flushed_offset
-
     def request(
         self, end_offset: int, callback: DurableCallback | None = None
     ) -> DurableWait | FlushWaiter:
@@ -166,7 +162,7 @@ class FlushService:
                 gate.open(_CLOSED)
             else:
                 self._queue.put(end_offset)
-            return DurableWait(self, gate, end_offset)
+            return DurableWait(self._commitlog, gate, end_offset)
         waiter = FlushWaiter(end_offset, callback)
         if self._stopping:
             _answer(waiter, _CLOSED)
