@@ -11,22 +11,51 @@ the flushed position and which bytes readers may see:
 
 Async flush writes records into the mapping at once; the flush thread fdatasyncs periodically.
 Sync flush keeps a write-behind list instead: a put only queues its bytes (no syscall, no GIL
-release on the put path), and the flush thread pwrites everything queued, fdatasyncs once, and
-only then moves ``flushed_offset`` (so readers, who stop there, never look at unwritten bytes).
+release on the put path), and a flush pwrites everything queued, fdatasyncs, and only then moves
+``flushed_offset`` (so readers, who stop there, never look at unwritten bytes).
 
-Writes happen under the store's put lock (one writer at a time); ``_pending_lock`` only guards the
-hand-over of the write-behind list to the flush thread.
+A sync-mode flush has two halves, so that the fdatasync may run elsewhere (the flush thread, or
+a sync process for an event loop, :mod:`localstore.sync_process`) while other flushes go on:
+
+* :meth:`CommitLog.take_flush` takes the write-behind list and pwrites it, under ``_flush_lock``,
+  so the takes of all flushes are ordered and each one's writes are done before the next take.
+  It names the segments to sync: every segment holding bytes between ``flushed_offset`` and the
+  take's target, not only those this take wrote, since an earlier flush may still be syncing.
+* :meth:`CommitLog.finish_flush` is told how the sync went. A sync that began after the take
+  covers every byte below the target (each was written before the take ended, and each segment
+  holding one not yet durable was synced), so a successful flush may move ``flushed_offset`` to
+  its target whatever other flushes are in flight. A failed one puts its bytes back at the head
+  of the write-behind list, to be written again by the next flush (the same bytes at the same
+  place), and bumps a failure count: a flush taken before that failure did not write those
+  bytes again, so its success moves nothing, and its puts hear that they are not covered.
+
+Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
+hand-over of the write-behind list.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from localstore.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
 from localstore.mapped_file import MappedFile, segment_name, warm_file
 from localstore.segments import SegmentQueue
+
+Write = tuple[MappedFile, int, bytes]  # (segment, position in it, bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class TakenFlush:
+    """A sync-mode flush between its two halves (:meth:`CommitLog.take_flush`)."""
+
+    target: int  # the commitlog offset it makes durable
+    timestamp: int  # store time of the record ending at ``target``
+    writes: list[Write]  # what it wrote, kept to be written again should the sync fail
+    to_sync: list[MappedFile]  # empty when the write itself was durable
+    failures_before: int  # failed flushes before this take
 
 
 class CommitLog:
@@ -41,8 +70,10 @@ class CommitLog:
         self._allocator = _SegmentAllocator(directory, segment_size) if warm_segments else None
         self._prepare_next_at = _NEVER  # offset at which the next segment is prepared
         self.segments = SegmentQueue(directory, segment_size, factory=self._new_segment)
-        self._pending: list[tuple[MappedFile, int, bytes]] = []  # sync flush write-behind
+        self._pending: list[Write] = []  # sync flush write-behind
         self._pending_lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # orders the takes of sync-mode flushes
+        self._failed_flushes = 0  # sync-mode flushes that failed since open
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
@@ -129,25 +160,75 @@ class CommitLog:
 
     def flush(self) -> tuple[int, int]:
         """Make everything written durable; returns (flushed offset, store time of its last
-        record). Runs on the flush thread (and at close)."""
+        record). Runs on the flush thread (and at close); raises what the write or the sync
+        raised (the bytes are kept for the next flush)."""
         if not self.sync_flush:
             target, timestamp = self.max_offset, self.last_store_timestamp
             if target > self.flushed_offset:
                 self.segments.flush()
                 self.flushed_offset = target
             return target, timestamp
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
-            target, timestamp = self.max_offset, self.last_store_timestamp
-        if pending:
+        taken = self.take_flush(durable_if_alone=True)
+        if taken is None:
+            return self.flushed_offset, self.last_store_timestamp
+        try:
+            for segment in taken.to_sync:
+                segment.sync()
+        except BaseException:
+            self.finish_flush(taken, ok=False)
+            raise
+        self.finish_flush(taken, ok=True)
+        return self.flushed_offset, taken.timestamp
+
+    def take_flush(self, *, durable_if_alone: bool = False) -> TakenFlush | None:
+        """Sync flush, first half (see the module docstring): pwrite the write-behind list and
+        name the segments to sync; None when nothing waits. With ``durable_if_alone``, a take
+        that is one run within a page, with nothing before it waiting for a sync, is made
+        durable by the write itself (``to_sync`` is then empty). Raises what the write raised,
+        with the bytes put back."""
+        with self._flush_lock:
+            with self._pending_lock:
+                pending, self._pending = self._pending, []
+                target, timestamp = self.max_offset, self.last_store_timestamp
+            if not pending:
+                return None
+            floor = self.flushed_offset
+            alone = durable_if_alone and pending[0][0].start_offset + pending[0][1] == floor
             try:
-                _write_durably(pending)
-            except BaseException:  # kept for the next flush (writing the same bytes again is safe)
+                durable = _write_through(pending, durably=alone)
+            except BaseException:
                 with self._pending_lock:
                     self._pending[:0] = pending
                 raise
-            self.flushed_offset = target
-        return self.flushed_offset, timestamp
+            to_sync = [] if durable else self._segments_between(floor, target)
+            return TakenFlush(target, timestamp, pending, to_sync, self._failed_flushes)
+
+    def finish_flush(self, taken: TakenFlush, *, ok: bool) -> bool:
+        """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
+        True when ``flushed_offset`` now covers ``taken.target``."""
+        with self._flush_lock:
+            if not ok:
+                self._failed_flushes += 1
+                with self._pending_lock:
+                    self._pending[:0] = taken.writes
+                return False
+            if taken.failures_before != self._failed_flushes:
+                return self.flushed_offset >= taken.target  # see the module docstring
+            self.flushed_offset = max(self.flushed_offset, taken.target)
+            for segment in taken.to_sync:
+                segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
+            return True
+
+    def _segments_between(self, start: int, end: int) -> list[MappedFile]:
+        """The segments holding bytes in ``[start, end)`` (one, or two around a roll)."""
+        found = []
+        for segment in reversed(self.segments.segments):
+            if segment.start_offset >= end:
+                continue
+            if segment.start_offset + segment.size <= start:
+                break
+            found.append(segment)
+        return found
 
     # -- reading ---------------------------------------------------------------------------
     def segment_view(self, phys_offset: int) -> tuple[memoryview, int] | None:
@@ -191,22 +272,21 @@ class CommitLog:
 _NEVER = 1 << 62
 
 
-def _write_durably(pending: list[tuple[MappedFile, int, bytes]]) -> None:
-    """Write the write-behind buffer's runs through the files and make them durable."""
+def _write_through(pending: list[Write], *, durably: bool) -> bool:
+    """pwrite the write-behind list's runs through the files. With ``durably``, a single run
+    within a page goes in one ``pwritev(RWF_DSYNC)``, which also makes it durable: True then."""
     runs = _coalesce(pending)
-    if len(runs) == 1 and runs[0][0].pwrite_durably(runs[0][1], runs[0][2]):
+    if durably and len(runs) == 1 and runs[0][0].pwrite_durably(runs[0][1], runs[0][2]):
         runs[0][0].flushed_position = runs[0][0].wrote_position
-        return
+        return True
     for segment, position, data in runs:
         segment.pwrite(position, data)
-    for segment in {id(s): s for s, _, _ in pending}.values():
-        segment.sync()
-        segment.flushed_position = segment.wrote_position
+    return False
 
 
-def _coalesce(writes: list[tuple[MappedFile, int, bytes]]) -> list[tuple[MappedFile, int, bytes]]:
+def _coalesce(writes: list[Write]) -> list[Write]:
     """Join writes that continue each other in one segment: one pwrite (one GIL hand-off) each."""
-    merged: list[tuple[MappedFile, int, bytes]] = []
+    merged: list[Write] = []
     run: list[bytes] = []
     segment, start, end = writes[0][0], writes[0][1], writes[0][1]
     for seg, position, data in writes:

@@ -1,7 +1,7 @@
 """Group commit under sync flush: when a put returns, what it promises, and what a failing or a
 stalled disk does to the puts waiting on it.
 
-Disk faults are injected by wrapping the commitlog's durable write (``_write_durably``): a real
+Disk faults are injected by wrapping the commitlog's write (``_write_through``): a real
 disk that fails on demand is not something a test can have.
 """
 
@@ -23,30 +23,30 @@ from localstore.codec import RecordError
 
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 
-WriteDurably = Callable[[list[tuple[object, int, bytes]]], None]
+WriteThrough = Callable[..., bool]
 
 
 class Disk:
     """The commitlog's durable write, made slow, failing or stalled on demand."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
-        self._real: WriteDurably = commitlog_module._write_durably
+        self._real: WriteThrough = commitlog_module._write_through
         self.delay_s = 0.0
         self.failing = False
         self.error: Exception = OSError(errno.EIO, "Input/output error")  # raised while failing
         self.released = threading.Event()
         self.released.set()
         self.calls = 0
-        monkeypatch.setattr(commitlog_module, "_write_durably", self._write)
+        monkeypatch.setattr(commitlog_module, "_write_through", self._write)
 
-    def _write(self, pending: list[tuple[object, int, bytes]]) -> None:
+    def _write(self, pending: list[tuple[object, int, bytes]], *, durably: bool) -> bool:
         self.calls += 1
         self.released.wait()
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.failing:
             raise self.error
-        self._real(pending)
+        return self._real(pending, durably=durably)
 
 
 @pytest.fixture
