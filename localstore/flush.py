@@ -24,6 +24,10 @@ How the flusher wakes the puts it covered, the invariant the code keeps:
 * Only a round that flushes swaps gates: an idle round keeps the gate, which a put may hold
   with its request not yet queued.
 * Callers that cannot block (asyncio) register a callback, called on the flush thread.
+* An event loop may run its own flushes, whose fdatasync a sync process makes
+  (:mod:`localstore.sync_process`); :meth:`FlushService.finish_elsewhere` books them as this
+  thread books its own. :mod:`localstore.commitlog` says why flushes in flight at once stay
+  correct.
 
 A flush that fails (with any exception) answers its puts with the failure and leaves its bytes
 for the next one (:meth:`CommitLog.flush` puts them back); while the error stands the flusher
@@ -37,8 +41,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from localstore.commitlog import CommitLog
+from localstore.commitlog import CommitLog, TakenFlush
 
 FlushedHook = Callable[[int, int], None]  # (flushed offset, store time of its last record)
 # Called on the flush thread once a put's fate is known: None once durable, else why not.
@@ -46,6 +51,16 @@ DurableCallback = Callable[[str | None], None]
 ErrorHook = Callable[[Exception | None], None]  # the commitlog flush failed (an error) or recovered
 
 log = logging.getLogger(__name__)
+
+
+class FlushRequests(Protocol):
+    """What takes a put's request for durability: the flush thread (:class:`FlushService`) or
+    an event loop's sync process (:class:`localstore.sync_process.ProcessSync`)."""
+
+    def request(self, end_offset: int, callback: DurableCallback) -> DurableWait | FlushWaiter:
+        """Register a put that ends at ``end_offset``; ``callback`` hears None once it is
+        durable, or why not."""
+        ...
 
 
 class _Gate:
@@ -144,6 +159,7 @@ class FlushService:
         # error once), so the store keeps its abort marker and the next open recovers.
         self.failed_once = False
         self.fsync_count = 0
+        self._books_lock = threading.Lock()  # error and fsync count: two threads book flushes
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -165,7 +181,7 @@ class FlushService:
             return DurableWait(self._commitlog, gate, end_offset)
         waiter = FlushWaiter(end_offset, callback)
         if self._stopping:
-            _answer(waiter, _CLOSED)
+            answer_waiter(waiter, _CLOSED)
         else:
             self._queue.put(waiter)
         return waiter
@@ -217,12 +233,9 @@ class FlushService:
             before = self._commitlog.flushed_offset
             flushed, timestamp = self._commitlog.flush()
             if flushed > before:
-                self.fsync_count += 1
-                self._on_flushed(flushed, timestamp)
+                self._flushed(flushed, timestamp)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
-            unexpected = not isinstance(exc, OSError)
-            failure = f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
-            self._note_error(exc, unexpected)
+            failure = self._failed(exc)
         else:
             self._note_error(None, False)
         finally:
@@ -230,17 +243,47 @@ class FlushService:
             flushed = self._commitlog.flushed_offset
             for waiter in waiters:  # each wrote before the flush read its target: all covered
                 if failure is None and waiter.end_offset > flushed:
-                    _answer(waiter, _NOT_COVERED)
+                    answer_waiter(waiter, _NOT_COVERED)
                 else:
-                    _answer(waiter, failure)
+                    answer_waiter(waiter, failure)
+
+    def finish_elsewhere(self, taken: TakenFlush | None, error: Exception | None) -> str | None:
+        """A flush taken with :meth:`CommitLog.take_flush` and synced outside this thread
+        ended (``error`` None: the sync succeeded; ``taken`` None: the take itself raised
+        ``error``). Books it as this thread books its own flushes; returns why the puts it
+        covers are not durable, or None."""
+        if taken is None:
+            assert error is not None
+            return self._failed(error)
+        covered = self._commitlog.finish_flush(taken, ok=error is None)
+        if error is not None:
+            return self._failed(error)
+        if not covered:  # a flush failed after this one was taken: its error stands
+            return _NOT_COVERED
+        self._note_error(None, False)
+        self._flushed(taken.target, taken.timestamp)
+        return None
+
+    def _flushed(self, offset: int, timestamp: int) -> None:
+        with self._books_lock:
+            self.fsync_count += 1
+        self._on_flushed(offset, timestamp)
+
+    def _failed(self, exc: Exception) -> str:
+        """Keep a failed flush's error; returns the failure its puts hear."""
+        unexpected = not isinstance(exc, OSError)
+        self._note_error(exc, unexpected)
+        return f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
 
     def _note_error(self, error: Exception | None, unexpected: bool) -> None:
         """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change."""
-        if error is not None:
-            self.failed_once = True
-        if (error is None) == (self.error is None):
-            self.error = error
-            return
+        with self._books_lock:
+            if error is not None:
+                self.failed_once = True
+            if (error is None) == (self.error is None):
+                self.error = error
+                return
+            previous, self.error = self.error, error
         if error is not None:
             log.error(
                 "commitlog flush failed, puts are refused until one succeeds: %s",
@@ -248,8 +291,7 @@ class FlushService:
                 exc_info=unexpected,
             )
         else:
-            log.warning("commitlog flush succeeded again after: %s", self.error)
-        self.error = error
+            log.warning("commitlog flush succeeded again after: %s", previous)
         try:
             self._on_error(error)
         except Exception:
@@ -267,10 +309,10 @@ class FlushService:
             except queue.Empty:
                 break
             if isinstance(item, FlushWaiter):
-                _answer(item, None if item.end_offset <= flushed else _CLOSED)
+                answer_waiter(item, None if item.end_offset <= flushed else _CLOSED)
 
 
-def _answer(waiter: FlushWaiter, failure: str | None) -> None:
+def answer_waiter(waiter: FlushWaiter, failure: str | None) -> None:
     """Call a waiter's callback; one that raises is logged and stops neither the other answers
     nor the flush thread."""
     try:

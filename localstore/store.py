@@ -45,7 +45,13 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dir_lock import acquire_directory_lock
 from localstore.errors import StoreClosedError, StoreError
-from localstore.flush import DurableCallback, DurableWait, FlushService, FlushWaiter
+from localstore.flush import (
+    DurableCallback,
+    DurableWait,
+    FlushRequests,
+    FlushService,
+    FlushWaiter,
+)
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index_process import IndexProcess
 from localstore.index_service import IndexService, KeyIndex
@@ -315,10 +321,13 @@ class MessageStore:
         *,
         system: bool = False,
         on_durable: DurableCallback | None = None,
+        flushed_by: FlushRequests | None = None,
     ) -> tuple[PutResult, DurableWait | FlushWaiter | None]:
         """Append without waiting for durability. Under sync flush the returned
         :class:`DurableWait` tells when the batch is on disk; with ``on_durable``, that is
-        called on the flush thread instead, with None once durable or why not."""
+        called on the flush thread instead, with None once durable or why not. With
+        ``flushed_by`` as well, the request for a flush goes there instead of to the flush
+        thread (an event loop's :class:`~localstore.sync_process.ProcessSync`)."""
         rejection = self.check(messages, system=system)
         if rejection is not None:
             return rejection, None
@@ -378,6 +387,7 @@ class MessageStore:
                 encoded.end_offset,
                 store_timestamp,
                 on_durable,
+                flushed_by,
             )
         # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
         if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
@@ -406,6 +416,7 @@ class MessageStore:
         end_offset: int,
         store_timestamp: int,
         on_durable: DurableCallback | None = None,
+        flushed_by: FlushRequests | None = None,
     ) -> DurableWait | FlushWaiter | None:
         """Everything a put notes once its records are written, under the put lock, for both
         put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
@@ -422,9 +433,11 @@ class MessageStore:
             self.index.on_appended(
                 state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
             )
-        if self.commitlog.sync_flush:
-            return self.flusher.request(end_offset, on_durable)
-        return None
+        if not self.commitlog.sync_flush:
+            return None
+        if flushed_by is not None and on_durable is not None:
+            return flushed_by.request(end_offset, on_durable)
+        return self.flusher.request(end_offset, on_durable)
 
     def _new_put_state(self, topic: str, queue_id: int) -> QueuePutState:
         """The put state of a topic-queue about to get its first put of this run."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from localstore.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
+from localstore.flush import FlushRequests
 from localstore.results import PutResult, PutStatus
 
 if TYPE_CHECKING:
@@ -36,17 +37,27 @@ Deliver = Callable[[list[Answer]], None]
 Put = tuple[Sequence[NewMessage], bool, Any]  # (messages, system, the submitter's token)
 
 
-def append_all(store: MessageStore, puts: list[Put], deliver: Deliver) -> list[Answer]:
+def append_all(
+    store: MessageStore,
+    puts: list[Put],
+    deliver: Deliver,
+    flushed_by: FlushRequests | None = None,
+) -> list[Answer]:
     """Append ``puts`` one batch per topic-queue. Returns the answers known now (rejections,
-    and every answer under async flush); the others reach ``deliver`` once durable."""
+    and every answer under async flush); the others reach ``deliver`` once durable. Flush
+    requests go to ``flushed_by`` when given (see :meth:`MessageStore.append`)."""
     ready: list[Answer] = []
     for group in _group_by_queue(puts).values():
-        _append_group(store, group, ready, deliver)
+        _append_group(store, group, ready, deliver, flushed_by)
     return ready
 
 
 def _append_group(
-    store: MessageStore, group: list[Put], ready: list[Answer], deliver: Deliver
+    store: MessageStore,
+    group: list[Put],
+    ready: list[Answer],
+    deliver: Deliver,
+    flushed_by: FlushRequests | None,
 ) -> None:
     """Append one topic-queue's puts as one batch (the store checks it once; see ``_append``
     for a batch it refuses). Transaction records get no queue offsets, so a result cannot be
@@ -54,9 +65,9 @@ def _append_group(
     merged = [m for put in group for m in put[0]] if len(group) > 1 else group[0][0]
     if len(group) > 1 and any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in merged):
         for put in group:
-            _append(store, [put], put[0], ready, deliver)
+            _append(store, [put], put[0], ready, deliver, flushed_by)
     else:
-        _append(store, group, merged, ready, deliver)
+        _append(store, group, merged, ready, deliver, flushed_by)
 
 
 # Rejections for something one message holds (topic, body, properties, record size): a merged
@@ -71,15 +82,18 @@ def _append(
     messages: Sequence[NewMessage],
     ready: list[Answer],
     deliver: Deliver,
+    flushed_by: FlushRequests | None,
 ) -> None:
     callback = _DurableCallback(deliver)
     try:
-        result, waiter = store.append(messages, system=puts[0][1], on_durable=callback)
+        result, waiter = store.append(
+            messages, system=puts[0][1], on_durable=callback, flushed_by=flushed_by
+        )
     except Exception as exc:  # never leave a submitter without an answer
         result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
     if len(puts) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
         for put in puts:
-            _append(store, [put], put[0], ready, deliver)
+            _append(store, [put], put[0], ready, deliver, flushed_by)
         return
     answers = _split(result, puts)
     if waiter is None:

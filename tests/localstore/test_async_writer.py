@@ -111,7 +111,7 @@ def test_answers_for_a_closed_loop_are_dropped(tmp_path: Path):
     meanwhile, the answers are dropped instead of raising on the flush thread."""
     with MessageStore(tmp_path, flush_mode="sync", commitlog_file_size=65536) as store:
         loop = asyncio.new_event_loop()
-        writer = AsyncStoreWriter(store, loop=loop)
+        writer = AsyncStoreWriter(store, loop=loop, sync_process=False)
         orphan = loop.create_future()
         loop.close()
         writer._deliver([(orphan, PutResult(PutStatus.PUT_OK, ""))])  # as the flush thread does

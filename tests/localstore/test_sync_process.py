@@ -1,0 +1,239 @@
+"""An event loop's group commit through its sync process (``localstore.sync_process``): puts
+resolve only once durable, flushes in flight at once stay correct, and a failing or killed
+process fails only its own flushes while the flush thread takes over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from localstore import MessageStore, PutResult, PutStatus, StoreOptions
+from localstore.async_writer import AsyncStoreWriter
+from localstore.flush import DurableCallback, FlushWaiter
+from localstore.pipe_frames import frame, read_frame
+from localstore.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC, serve
+
+from .conftest import StoreFactory, message
+
+Check = Callable[[PutResult], None]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _produce(
+    writer: AsyncStoreWriter, producers: int, per_producer: int, check: Check
+) -> list[PutResult]:
+    async def producer(n: int) -> list[PutResult]:
+        results = []
+        for i in range(per_producer):
+            result = await writer.put(message(body=f"{n}-{i}".encode(), queue_id=n % 4))
+            check(result)
+            results.append(result)
+        return results
+
+    groups = await asyncio.gather(*(producer(n) for n in range(producers)))
+    return [result for group in groups for result in group]
+
+
+def test_puts_resolve_only_once_the_sync_process_made_them_durable(
+    open_store: StoreFactory,
+) -> None:
+    store = open_store(flush_mode="sync")
+    assert store.put(message(body=b"first")).ok
+    seen: list[tuple[int, int]] = []  # (phys offset, flushed offset when it resolved)
+
+    def check(result: PutResult) -> None:
+        seen.append((result.phys_offsets[0], store.commitlog.flushed_offset))
+
+    async def main() -> tuple[list[PutResult], int | None, int]:
+        writer = AsyncStoreWriter(store)
+        syncer = writer.sync_process
+        assert syncer is not None
+        pid = syncer.pid
+        try:
+            results = await _produce(writer, 64, 10, check)
+        finally:
+            writer.close()
+        return results, pid, syncer.syncs_requested
+
+    results, pid, syncs = asyncio.run(main())
+    assert all(result.status is PutStatus.PUT_OK for result in results)
+    assert all(phys < flushed for phys, flushed in seen), "a put resolved before its flush"
+    assert syncs >= 10  # the flushes went through the process, in groups
+    assert len(results) / syncs >= 8
+    assert pid is not None and not _process_alive(pid)  # closing the writer ended it
+    bodies = {
+        m.body
+        for q in range(4)
+        for m in store.get_messages("TopicTest", q, 0, max_count=500).messages
+    }
+    assert len(bodies) == 64 * 10 + 1
+
+
+def test_a_killed_sync_process_fails_only_its_flushes_and_the_flush_thread_takes_over(
+    open_store: StoreFactory, store_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=20))
+    assert store.put(message(body=b"first")).ok
+
+    async def main() -> tuple[list[PutResult], list[PutResult], str | None]:
+        writer = AsyncStoreWriter(store)
+        syncer = writer.sync_process
+        assert syncer is not None and syncer.pid is not None
+        try:
+            before = await _produce(writer, 8, 5, lambda result: None)
+            os.kill(syncer.pid, signal.SIGKILL)
+            after = await _produce(writer, 8, 5, lambda result: None)
+            deadline = time.monotonic() + 10
+            while after[-1].status is not PutStatus.PUT_OK:  # refused until a retry succeeds
+                assert time.monotonic() < deadline, "puts are still refused"
+                await asyncio.sleep(0.005)
+                after.append(await writer.put(message(body=b"later")))
+        finally:
+            writer.close()
+        return before, after, syncer.failure
+
+    before, after, failure = asyncio.run(main())
+    assert all(result.status is PutStatus.PUT_OK for result in before)
+    assert failure is not None and "the sync process" in failure
+    assert "can no longer be used" in caplog.text
+    allowed = {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.SERVICE_NOT_AVAILABLE}
+    assert {result.status for result in after} <= allowed
+    for result in after:
+        if result.status is PutStatus.FLUSH_DISK_TIMEOUT:
+            assert "sync process" in result.detail
+    stored = [r for r in before + after if r.status is not PutStatus.SERVICE_NOT_AVAILABLE]
+    store.close()
+    with MessageStore(store_dir, flush_mode="sync") as reopened:
+        for result in stored:
+            got = reopened.get_messages(
+                "TopicTest", result.queue_id, result.queue_offset, max_count=1
+            )
+            assert got.messages, f"lost {result}"
+
+
+def test_a_sync_the_process_fails_fails_its_puts_until_the_flush_thread_retry_succeeds(
+    open_store: StoreFactory,
+) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(flush_interval_ms=20))
+    assert store.put(message(body=b"first")).ok
+    segment = store.commitlog.segments.last
+    assert segment is not None
+    real_path = segment.path
+
+    async def main() -> tuple[PutResult, PutResult, AsyncStoreWriter]:
+        writer = AsyncStoreWriter(store)
+        try:
+            segment.path = real_path.with_name("gone")  # the process cannot open it
+            failed = await writer.put(message(body=b"during"))
+            segment.path = real_path
+            await asyncio.to_thread(wait_for, lambda: store.flusher.error is None, "a retry")
+            recovered = await writer.put(message(body=b"after"))
+        finally:
+            segment.path = real_path
+            writer.close()
+        return failed, recovered, writer
+
+    failed, recovered, writer = asyncio.run(main())
+    assert failed.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert failed.detail.startswith(
+        "stored, but the flush that should cover it failed: [Errno 2] No such file"
+    )
+    assert recovered.status is PutStatus.PUT_OK
+    syncer = writer.sync_process
+    assert syncer is not None and syncer.failure is None  # the process itself carried on
+    assert syncer.syncs_requested == 2
+    got = store.get_messages("TopicTest", 0, 0, max_count=10)
+    assert [m.body for m in got.messages] == [b"first", b"during", b"after"]
+
+
+class _Gathered:
+    """Takes flush requests and does nothing with them: the test drives the flushes."""
+
+    def __init__(self) -> None:
+        self.waiters: list[FlushWaiter] = []
+
+    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
+        waiter = FlushWaiter(end_offset, callback)
+        self.waiters.append(waiter)
+        return waiter
+
+
+def test_a_flush_taken_before_a_failed_one_ends_moves_nothing(open_store: StoreFactory) -> None:
+    store = open_store(flush_mode="sync")
+    assert store.put(message(body=b"first")).ok
+    commitlog = store.commitlog
+    start = commitlog.flushed_offset
+    gathered = _Gathered()
+
+    def append(body: bytes) -> int:
+        result, _ = store.append(
+            [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
+        )
+        assert result.ok
+        return commitlog.max_offset
+
+    append(b"a")
+    first = commitlog.take_flush()
+    end_b = append(b"b")
+    second = commitlog.take_flush()
+    assert first is not None and second is not None
+    assert second.to_sync  # the first is not synced yet: the second syncs from the flushed offset
+    assert not commitlog.finish_flush(first, ok=False)
+    for segment in second.to_sync:
+        segment.sync()
+    assert not commitlog.finish_flush(second, ok=True)  # it did not write the failed bytes again
+    assert commitlog.flushed_offset == start
+    retry = commitlog.take_flush()
+    assert retry is not None and retry.target == end_b
+    assert retry.writes[0] == first.writes[0]  # the failed bytes, written again
+    for segment in retry.to_sync:
+        segment.sync()
+    assert commitlog.finish_flush(retry, ok=True)
+    assert commitlog.flushed_offset == end_b
+    assert len(gathered.waiters) == 2
+
+
+def test_the_sync_worker_answers_each_request_in_order(tmp_path: Path) -> None:
+    present = tmp_path / "segment"
+    present.write_bytes(b"x" * 100)
+    requests_read, requests_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    worker = threading.Thread(target=serve, args=(requests_read, replies_write))
+    worker.start()
+    try:
+        for sequence, path in ((1, present), (2, tmp_path / "missing"), (3, present)):
+            payload = SEQUENCE.pack(sequence) + os.fsencode(path)
+            os.write(requests_write, frame(SYNC, payload))
+        os.write(requests_write, frame(CLOSE))
+        replies = [read_frame(replies_read) for _ in range(4)]
+    finally:
+        worker.join(10)
+        for fd in (requests_read, requests_write, replies_read, replies_write):
+            os.close(fd)
+    assert replies[0] == (SYNC, SEQUENCE.pack(1))
+    kind, payload = replies[1] or (b"", b"")
+    assert kind == ERROR and payload[: SEQUENCE.size] == SEQUENCE.pack(2)
+    assert b"No such file" in payload
+    assert replies[2] == (SYNC, SEQUENCE.pack(3))
+    assert replies[3] == (CLOSE, b"")
