@@ -24,10 +24,12 @@ a sync process for an event loop, :mod:`localstore.sync_process`) while other fl
 * :meth:`CommitLog.finish_flush` is told how the sync went. A sync that began after the take
   covers every byte below the target (each was written before the take ended, and each segment
   holding one not yet durable was synced), so a successful flush may move ``flushed_offset`` to
-  its target whatever other flushes are in flight. A failed one puts its bytes back at the head
-  of the write-behind list, to be written again by the next flush (the same bytes at the same
-  place), and bumps a failure count: a flush taken before that failure did not write those
-  bytes again, so its success moves nothing, and its puts hear that they are not covered.
+  its target whatever other flushes are in flight. A take with nothing new to write still syncs
+  the bytes other flushes wrote, so no flush waits for another. A failed one puts its bytes back
+  at the head of the write-behind list, to be written again by the next flush (the same bytes at
+  the same place), and bumps a failure count: a flush taken before that failure did not write
+  those bytes again, so its success moves nothing (its puts hear that they are not covered), and
+  it puts its own bytes back too, since its sync may have missed a failed writeback of them.
 
 Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
 hand-over of the write-behind list.
@@ -74,6 +76,9 @@ class CommitLog:
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()  # orders the takes of sync-mode flushes
         self._failed_flushes = 0  # sync-mode flushes that failed since open
+        # End of what sync-mode flushes have written through the files, and its store time.
+        self._written_offset = 0
+        self._written_timestamp = 0
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
@@ -98,7 +103,7 @@ class CommitLog:
                 last.sync()
             if self._allocator is not None:
                 self._prepare_next_at = last.start_offset + self.segment_size // 2
-        self.max_offset = self.flushed_offset = offset
+        self.max_offset = self.flushed_offset = self._written_offset = offset
 
     # -- writing ---------------------------------------------------------------------------
     def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
@@ -182,24 +187,37 @@ class CommitLog:
 
     def take_flush(self, *, durable_if_alone: bool = False) -> TakenFlush | None:
         """Sync flush, first half (see the module docstring): pwrite the write-behind list and
-        name the segments to sync; None when nothing waits. With ``durable_if_alone``, a take
-        that is one run within a page, with nothing before it waiting for a sync, is made
-        durable by the write itself (``to_sync`` is then empty). Raises what the write raised,
-        with the bytes put back."""
+        name the segments to sync; None when every written byte is durable. When nothing is
+        left to write but another flush's bytes still wait for its sync, the take names their
+        segments, so that its caller need not wait for that flush. With ``durable_if_alone``, a
+        take that is one run within a page and all that is not yet durable is made durable by
+        the write itself (``to_sync`` is then empty). Raises what the write raised, with the
+        bytes put back."""
         with self._flush_lock:
             with self._pending_lock:
                 pending, self._pending = self._pending, []
                 target, timestamp = self.max_offset, self.last_store_timestamp
-            if not pending:
-                return None
             floor = self.flushed_offset
-            alone = durable_if_alone and pending[0][0].start_offset + pending[0][1] == floor
+            if not pending:
+                if self._written_offset <= floor:
+                    return None
+                target, timestamp = self._written_offset, self._written_timestamp
+                to_sync = self._segments_between(floor, target)
+                return TakenFlush(target, timestamp, [], to_sync, self._failed_flushes)
+            first, last = pending[0], pending[-1]
+            alone = (
+                durable_if_alone
+                and first[0].start_offset + first[1] == floor
+                and last[0].start_offset + last[1] + len(last[2]) == target
+            )
             try:
                 durable = _write_through(pending, durably=alone)
             except BaseException:
                 with self._pending_lock:
                     self._pending[:0] = pending
                 raise
+            if target > self._written_offset:
+                self._written_offset, self._written_timestamp = target, timestamp
             to_sync = [] if durable else self._segments_between(floor, target)
             return TakenFlush(target, timestamp, pending, to_sync, self._failed_flushes)
 
@@ -207,13 +225,15 @@ class CommitLog:
         """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
         True when ``flushed_offset`` now covers ``taken.target``."""
         with self._flush_lock:
-            if not ok:
-                self._failed_flushes += 1
+            discounted = ok and taken.failures_before != self._failed_flushes
+            if discounted and self.flushed_offset >= taken.target:
+                return True
+            if not ok or discounted:  # see the module docstring
+                if not ok:
+                    self._failed_flushes += 1
                 with self._pending_lock:
                     self._pending[:0] = taken.writes
                 return False
-            if taken.failures_before != self._failed_flushes:
-                return self.flushed_offset >= taken.target  # see the module docstring
             self.flushed_offset = max(self.flushed_offset, taken.target)
             for segment in taken.to_sync:
                 segment.flushed_position = max(segment.flushed_position, segment.wrote_position)

@@ -79,7 +79,7 @@ class _Gate:
 
 
 _CLOSED = "the store closed before a flush covered it"
-_NOT_COVERED = "the flush it waited for did not cover it"
+NOT_COVERED = "the flush it waited for did not cover it"  # a failed flush came between
 
 
 class DurableWait:
@@ -101,7 +101,7 @@ class DurableWait:
             return False
         gate.lock.release()  # wake the next put waiting on this flush
         if gate.failure is None and self._commitlog.flushed_offset < self._end_offset:
-            self.failure = _NOT_COVERED  # not seen: see the module docstring
+            self.failure = NOT_COVERED  # not seen: see the module docstring
         else:
             self.failure = gate.failure
         return self.failure is None
@@ -151,6 +151,7 @@ class FlushService:
         self._queue: queue.SimpleQueue[int | FlushWaiter] = queue.SimpleQueue()
         self._gate = _Gate()
         self._stopping = False
+        self._stop_lock = threading.Lock()
         # Why the last commitlog flush failed; None once one succeeds. While set, the flusher
         # retries every interval, whether or not puts wait.
         self.error: Exception | None = None
@@ -180,10 +181,12 @@ class FlushService:
                 self._queue.put(end_offset)
             return DurableWait(self._commitlog, gate, end_offset)
         waiter = FlushWaiter(end_offset, callback)
-        if self._stopping:
+        with self._stop_lock:  # not lost between close's last look at the queue and its end
+            stopping = self._stopping
+            if not stopping:
+                self._queue.put(waiter)
+        if stopping:
             answer_waiter(waiter, _CLOSED)
-        else:
-            self._queue.put(waiter)
         return waiter
 
     def _take_requests(self) -> tuple[list[FlushWaiter], int, bool]:
@@ -243,7 +246,7 @@ class FlushService:
             flushed = self._commitlog.flushed_offset
             for waiter in waiters:  # each wrote before the flush read its target: all covered
                 if failure is None and waiter.end_offset > flushed:
-                    answer_waiter(waiter, _NOT_COVERED)
+                    answer_waiter(waiter, NOT_COVERED)
                 else:
                     answer_waiter(waiter, failure)
 
@@ -259,7 +262,7 @@ class FlushService:
         if error is not None:
             return self._failed(error)
         if not covered:  # a flush failed after this one was taken: its error stands
-            return _NOT_COVERED
+            return NOT_COVERED
         self._note_error(None, False)
         self._flushed(taken.target, taken.timestamp)
         return None
@@ -276,7 +279,9 @@ class FlushService:
         return f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
 
     def _note_error(self, error: Exception | None, unexpected: bool) -> None:
-        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change."""
+        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change
+        (under ``_books_lock``: the flush thread and a loop book flushes, and the store must
+        hear the changes in the order they were made)."""
         with self._books_lock:
             if error is not None:
                 self.failed_once = True
@@ -284,23 +289,24 @@ class FlushService:
                 self.error = error
                 return
             previous, self.error = self.error, error
-        if error is not None:
-            log.error(
-                "commitlog flush failed, puts are refused until one succeeds: %s",
-                error,
-                exc_info=unexpected,
-            )
-        else:
-            log.warning("commitlog flush succeeded again after: %s", previous)
-        try:
-            self._on_error(error)
-        except Exception:
-            log.exception("the store's flush-error hook failed")
+            if error is not None:
+                log.error(
+                    "commitlog flush failed, puts are refused until one succeeds: %s",
+                    error,
+                    exc_info=unexpected,
+                )
+            else:
+                log.warning("commitlog flush succeeded again after: %s", previous)
+            try:
+                self._on_error(error)
+            except Exception:
+                log.exception("the store's flush-error hook failed")
 
     def close(self) -> None:
         """Flush everything once more, finish every waiter, stop the thread."""
-        self._stopping = True
-        self._queue.put(_STOP)
+        with self._stop_lock:
+            self._stopping = True
+            self._queue.put(_STOP)
         self._thread.join()
         flushed = self._commitlog.flushed_offset
         while True:

@@ -10,7 +10,8 @@ batch registers one flush request; when group commit has made it durable, every 
 answered at once.
 
 Answers go through a ``deliver`` callable with (token, result) pairs: at once for rejections
-and under async flush, or from the flush thread (one call per merged batch) once durable.
+and under async flush, or once durable (one call per merged batch) from the flush thread, or
+from whatever took the flush requests instead (``flushed_by``: an event loop's sync process).
 
 (Routing blocking puts from many threads through one writer thread was measured too: with 16
 threads under sync flush it was no faster than each thread appending under the store's lock,
