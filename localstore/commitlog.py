@@ -30,6 +30,8 @@ a sync process for an event loop, :mod:`localstore.sync_process`) while other fl
   the same place), and bumps a failure count: a flush taken before that failure did not write
   those bytes again, so its success moves nothing (its puts hear that they are not covered), and
   it puts its own bytes back too, since its sync may have missed a failed writeback of them.
+  For the same reason no flush moves ``flushed_offset`` past the start of such a doubtful flush
+  while it is still in flight.
 
 Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
 hand-over of the write-behind list.
@@ -37,6 +39,7 @@ hand-over of the write-behind list.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -53,6 +56,7 @@ Write = tuple[MappedFile, int, bytes]  # (segment, position in it, bytes)
 class TakenFlush:
     """A sync-mode flush between its two halves (:meth:`CommitLog.take_flush`)."""
 
+    start: int  # the commitlog offset of its first write (``target`` when it wrote nothing)
     target: int  # the commitlog offset it makes durable
     timestamp: int  # store time of the record ending at ``target``
     writes: list[Write]  # what it wrote, kept to be written again should the sync fail
@@ -76,6 +80,7 @@ class CommitLog:
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()  # orders the takes of sync-mode flushes
         self._failed_flushes = 0  # sync-mode flushes that failed since open
+        self._open_takes: list[TakenFlush] = []  # taken, not yet finished
         # End of what sync-mode flushes have written through the files, and its store time.
         self._written_offset = 0
         self._written_timestamp = 0
@@ -203,13 +208,14 @@ class CommitLog:
                     return None
                 target, timestamp = self._written_offset, self._written_timestamp
                 to_sync = self._segments_between(floor, target)
-                return TakenFlush(target, timestamp, [], to_sync, self._failed_flushes)
+                return self._opened(TakenFlush(target, target, timestamp, [], to_sync, 0))
             first, last = pending[0], pending[-1]
             alone = (
                 durable_if_alone
                 and first[0].start_offset + first[1] == floor
                 and last[0].start_offset + last[1] + len(last[2]) == target
             )
+            start = min(segment.start_offset + position for segment, position, _ in pending)
             try:
                 durable = _write_through(pending, durably=alone)
             except BaseException:
@@ -218,13 +224,22 @@ class CommitLog:
                 raise
             if target > self._written_offset:
                 self._written_offset, self._written_timestamp = target, timestamp
-            to_sync = [] if durable else self._segments_between(floor, target)
-            return TakenFlush(target, timestamp, pending, to_sync, self._failed_flushes)
+            # Bytes written again after a failure may lie below the flushed offset: their
+            # segments are synced too.
+            to_sync = [] if durable else self._segments_between(min(floor, start), target)
+            return self._opened(TakenFlush(start, target, timestamp, pending, to_sync, 0))
+
+    def _opened(self, taken: TakenFlush) -> TakenFlush:
+        """Record ``taken`` as open, stamped with the failure count (under ``_flush_lock``)."""
+        taken = dataclasses.replace(taken, failures_before=self._failed_flushes)
+        self._open_takes.append(taken)
+        return taken
 
     def finish_flush(self, taken: TakenFlush, *, ok: bool) -> bool:
         """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
         True when ``flushed_offset`` now covers ``taken.target``."""
         with self._flush_lock:
+            self._open_takes = [t for t in self._open_takes if t is not taken]
             discounted = ok and taken.failures_before != self._failed_flushes
             if discounted and self.flushed_offset >= taken.target:
                 return True
@@ -234,10 +249,21 @@ class CommitLog:
                 with self._pending_lock:
                     self._pending[:0] = taken.writes
                 return False
-            self.flushed_offset = max(self.flushed_offset, taken.target)
+            # Not past a flush still in flight that a failure made doubtful: its bytes may
+            # have gone with the failed writeback; it writes them again when it ends.
+            limit = min(
+                (t.start for t in self._open_takes if t.failures_before < self._failed_flushes),
+                default=taken.target,
+            )
+            self.flushed_offset = max(self.flushed_offset, min(taken.target, limit))
             for segment in taken.to_sync:
                 segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
-            return True
+            return self.flushed_offset >= taken.target
+
+    @property
+    def failed_flushes(self) -> int:
+        """How many sync-mode flushes failed since the store opened."""
+        return self._failed_flushes
 
     def _segments_between(self, start: int, end: int) -> list[MappedFile]:
         """The segments holding bytes in ``[start, end)`` (one, or two around a roll)."""

@@ -160,7 +160,7 @@ class FlushService:
         # error once), so the store keeps its abort marker and the next open recovers.
         self.failed_once = False
         self.fsync_count = 0
-        self._books_lock = threading.Lock()  # error and fsync count: two threads book flushes
+        self._books_lock = threading.RLock()  # error and fsync count: two threads book flushes
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -234,13 +234,14 @@ class FlushService:
         failure = None
         try:
             before = self._commitlog.flushed_offset
+            failures = self._commitlog.failed_flushes
             flushed, timestamp = self._commitlog.flush()
             if flushed > before:
                 self._flushed(flushed, timestamp)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
             failure = self._failed(exc)
         else:
-            self._note_error(None, False)
+            self._succeeded(failures)
         finally:
             gate.open(failure)
             flushed = self._commitlog.flushed_offset
@@ -263,9 +264,16 @@ class FlushService:
             return self._failed(error)
         if not covered:  # a flush failed after this one was taken: its error stands
             return NOT_COVERED
-        self._note_error(None, False)
+        self._succeeded(taken.failures_before)
         self._flushed(taken.target, taken.timestamp)
         return None
+
+    def _succeeded(self, failures_before: int) -> None:
+        """A flush succeeded: the error clears, unless another flush failed meanwhile (whose
+        bytes still wait to be written again)."""
+        with self._books_lock:
+            if self._commitlog.failed_flushes == failures_before:
+                self._note_error(None, False)
 
     def _flushed(self, offset: int, timestamp: int) -> None:
         with self._books_lock:
