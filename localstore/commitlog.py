@@ -39,7 +39,6 @@ hand-over of the write-behind list.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -208,7 +207,9 @@ class CommitLog:
                     return None
                 target, timestamp = self._written_offset, self._written_timestamp
                 to_sync = self._segments_between(floor, target)
-                return self._opened(TakenFlush(target, target, timestamp, [], to_sync, 0))
+                taken = TakenFlush(target, target, timestamp, [], to_sync, self._failed_flushes)
+                self._open_takes.append(taken)
+                return taken
             first, last = pending[0], pending[-1]
             alone = (
                 durable_if_alone
@@ -227,13 +228,9 @@ class CommitLog:
             # Bytes written again after a failure may lie below the flushed offset: their
             # segments are synced too.
             to_sync = [] if durable else self._segments_between(min(floor, start), target)
-            return self._opened(TakenFlush(start, target, timestamp, pending, to_sync, 0))
-
-    def _opened(self, taken: TakenFlush) -> TakenFlush:
-        """Record ``taken`` as open, stamped with the failure count (under ``_flush_lock``)."""
-        taken = dataclasses.replace(taken, failures_before=self._failed_flushes)
-        self._open_takes.append(taken)
-        return taken
+            taken = TakenFlush(start, target, timestamp, pending, to_sync, self._failed_flushes)
+            self._open_takes.append(taken)
+            return taken
 
     def finish_flush(self, taken: TakenFlush, *, ok: bool) -> bool:
         """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
