@@ -30,8 +30,9 @@ a sync process for an event loop, :mod:`localstore.sync_process`) while other fl
   the same place), and bumps a failure count: a flush taken before that failure did not write
   those bytes again, so its success moves nothing (its puts hear that they are not covered), and
   it puts its own bytes back too, since its sync may have missed a failed writeback of them.
-  For the same reason no flush moves ``flushed_offset`` past the start of such a doubtful flush
-  while it is still in flight.
+  For the same reason no flush moves ``flushed_offset`` past bytes a failure made doubtful
+  before they are written again: the start of a doubtful flush still in flight, or the lowest
+  bytes put back and not yet taken again.
 
 Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
 hand-over of the write-behind list.
@@ -60,7 +61,7 @@ class TakenFlush:
     timestamp: int  # store time of the record ending at ``target``
     writes: list[Write]  # what it wrote, kept to be written again should the sync fail
     to_sync: list[MappedFile]  # empty when the write itself was durable
-    failures_before: int  # failed flushes before this take
+    doubts_before: int  # the commitlog's doubt count when it was taken
 
 
 class CommitLog:
@@ -78,7 +79,10 @@ class CommitLog:
         self._pending: list[Write] = []  # sync flush write-behind
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()  # orders the takes of sync-mode flushes
-        self._failed_flushes = 0  # sync-mode flushes that failed since open
+        # Sync-mode flushes that failed since open.
+        self._doubts = 0
+        # The lowest offset of bytes put back since the last take (none: _NEVER).
+        self._put_back_floor = _NEVER
         self._open_takes: list[TakenFlush] = []  # taken, not yet finished
         # End of what sync-mode flushes have written through the files, and its store time.
         self._written_offset = 0
@@ -186,8 +190,9 @@ class CommitLog:
         except BaseException:
             self.finish_flush(taken, ok=False)
             raise
-        self.finish_flush(taken, ok=True)
-        return self.flushed_offset, taken.timestamp
+        covered = self.finish_flush(taken, ok=True)
+        # The store time is that of the target: unknown for an offset held back before it.
+        return self.flushed_offset, taken.timestamp if covered else 0
 
     def take_flush(self, *, durable_if_alone: bool = False) -> TakenFlush | None:
         """Sync flush, first half (see the module docstring): pwrite the write-behind list and
@@ -201,13 +206,14 @@ class CommitLog:
             with self._pending_lock:
                 pending, self._pending = self._pending, []
                 target, timestamp = self.max_offset, self.last_store_timestamp
+            self._put_back_floor = _NEVER  # whatever was put back is taken again now
             floor = self.flushed_offset
             if not pending:
                 if self._written_offset <= floor:
                     return None
                 target, timestamp = self._written_offset, self._written_timestamp
                 to_sync = self._segments_between(floor, target)
-                taken = TakenFlush(target, target, timestamp, [], to_sync, self._failed_flushes)
+                taken = TakenFlush(target, target, timestamp, [], to_sync, self._doubts)
                 self._open_takes.append(taken)
                 return taken
             first, last = pending[0], pending[-1]
@@ -222,13 +228,14 @@ class CommitLog:
             except BaseException:
                 with self._pending_lock:
                     self._pending[:0] = pending
+                self._put_back_floor = start
                 raise
             if target > self._written_offset:
                 self._written_offset, self._written_timestamp = target, timestamp
             # Bytes written again after a failure may lie below the flushed offset: their
             # segments are synced too.
             to_sync = [] if durable else self._segments_between(min(floor, start), target)
-            taken = TakenFlush(start, target, timestamp, pending, to_sync, self._failed_flushes)
+            taken = TakenFlush(start, target, timestamp, pending, to_sync, self._doubts)
             self._open_takes.append(taken)
             return taken
 
@@ -237,30 +244,40 @@ class CommitLog:
         True when ``flushed_offset`` now covers ``taken.target``."""
         with self._flush_lock:
             self._open_takes = [t for t in self._open_takes if t is not taken]
-            discounted = ok and taken.failures_before != self._failed_flushes
+            discounted = ok and taken.doubts_before != self._doubts
             if discounted and self.flushed_offset >= taken.target:
                 return True
             if not ok or discounted:  # see the module docstring
                 if not ok:
-                    self._failed_flushes += 1
-                with self._pending_lock:
-                    self._pending[:0] = taken.writes
+                    self._doubts += 1
+                self._put_back(taken)
                 return False
-            # Not past a flush still in flight that a failure made doubtful: its bytes may
-            # have gone with the failed writeback; it writes them again when it ends.
+            # Not past bytes a failure made doubtful until they are written again: those of a
+            # flush still in flight since before the failure, and those put back but not yet
+            # taken again.
             limit = min(
-                (t.start for t in self._open_takes if t.failures_before < self._failed_flushes),
-                default=taken.target,
+                (t.start for t in self._open_takes if t.doubts_before < self._doubts),
+                default=self._put_back_floor,
             )
+            limit = min(limit, self._put_back_floor)
             self.flushed_offset = max(self.flushed_offset, min(taken.target, limit))
             for segment in taken.to_sync:
                 segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
             return self.flushed_offset >= taken.target
 
+    def _put_back(self, taken: TakenFlush) -> None:
+        """A flush's writes go back to the head of the write-behind list (under
+        ``_flush_lock``)."""
+        if not taken.writes:
+            return
+        with self._pending_lock:
+            self._pending[:0] = taken.writes
+        self._put_back_floor = min(self._put_back_floor, taken.start)
+
     @property
-    def failed_flushes(self) -> int:
+    def flush_doubts(self) -> int:
         """How many sync-mode flushes failed since the store opened."""
-        return self._failed_flushes
+        return self._doubts
 
     def _segments_between(self, start: int, end: int) -> list[MappedFile]:
         """The segments holding bytes in ``[start, end)`` (one, or two around a roll)."""

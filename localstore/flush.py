@@ -234,14 +234,14 @@ class FlushService:
         failure = None
         try:
             before = self._commitlog.flushed_offset
-            failures = self._commitlog.failed_flushes
+            doubts = self._commitlog.flush_doubts
             flushed, timestamp = self._commitlog.flush()
             if flushed > before:
                 self._flushed(flushed, timestamp)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
             failure = self._failed(exc)
         else:
-            self._succeeded(failures)
+            self._succeeded(doubts)
         finally:
             gate.open(failure)
             flushed = self._commitlog.flushed_offset
@@ -264,15 +264,15 @@ class FlushService:
             return self._failed(error)
         if not covered:  # a flush failed after this one was taken: its error stands
             return NOT_COVERED
-        self._succeeded(taken.failures_before)
+        self._succeeded(taken.doubts_before)
         self._flushed(taken.target, taken.timestamp)
         return None
 
-    def _succeeded(self, failures_before: int) -> None:
-        """A flush succeeded: the error clears, unless another flush failed meanwhile (whose
-        bytes still wait to be written again)."""
+    def _succeeded(self, doubts_before: int) -> None:
+        """A flush succeeded: the error clears, unless another flush failed meanwhile or put
+        bytes back (which still wait to be written again)."""
         with self._books_lock:
-            if self._commitlog.failed_flushes == failures_before:
+            if self._commitlog.flush_doubts == doubts_before:
                 self._note_error(None, False)
 
     def _flushed(self, offset: int, timestamp: int) -> None:

@@ -37,6 +37,7 @@ import os
 import select
 import subprocess
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from localstore.commitlog import TakenFlush
@@ -44,6 +45,7 @@ from localstore.flush import (
     NOT_COVERED,
     DurableCallback,
     DurableWait,
+    FlushService,
     FlushWaiter,
     answer_waiter,
 )
@@ -69,7 +71,10 @@ class ProcessSync:
         self._flusher = store.flusher
         self._loop = loop
         self._gathered: list[FlushWaiter] = []  # requests of this turn's appends
-        self._in_flight: dict[int, tuple[TakenFlush, list[FlushWaiter]]] = {}
+        self._in_flight: InFlight = {}
+        # The takes of ``_in_flight`` again, for the finalizer (which must not reach the
+        # waiters: their callbacks lead back to the writer, and so to this object).
+        self._takes: dict[int, TakenFlush] = {}
         self._sequence = 0  # requests sent to the child
         self._replies = bytearray()
         # Why the child can no longer be used (then the flush thread takes every request).
@@ -92,6 +97,7 @@ class ProcessSync:
         self._from_child = self._child.stdout.fileno()
         os.set_blocking(self._from_child, False)
         loop.add_reader(self._from_child, self._read_replies)
+        weakref.finalize(self, _abandoned, self._flusher, self._takes, self._child)
 
     @property
     def idle(self) -> bool:
@@ -139,6 +145,7 @@ class ProcessSync:
             return
         self._sequence += 1
         self._in_flight[self._sequence] = (taken, waiters)
+        self._takes[self._sequence] = taken
         paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
         try:
             write_all(self._to_child, frame(SYNC, SEQUENCE.pack(self._sequence) + paths))
@@ -167,11 +174,11 @@ class ProcessSync:
 
     def _answered(self, kind: bytes, payload: bytes) -> None:
         sequence = SEQUENCE.unpack_from(payload)[0] if len(payload) >= SEQUENCE.size else -1
-        entry = self._in_flight.pop(sequence, None)
-        if entry is None or kind not in (SYNC, ERROR):
+        if kind not in (SYNC, ERROR) or sequence not in self._in_flight:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
-        taken, waiters = entry
+        taken, waiters = self._in_flight.pop(sequence)
+        del self._takes[sequence]
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
         failure = self._flusher.finish_elsewhere(taken, error)
         for waiter in waiters:
@@ -185,12 +192,12 @@ class ProcessSync:
         pid = self._child.pid if self._child is not None else "-"
         self.failure = f"the sync process (pid {pid}) can no longer be used: {why}"
         log.error("%s; the flush thread makes puts durable from now on", self.failure)
-        self._stop_child()
         in_flight, self._in_flight = self._in_flight, {}
-        for taken, waiters in in_flight.values():
-            failure = self._flusher.finish_elsewhere(taken, OSError(self.failure))
-            for waiter in waiters:
-                answer_waiter(waiter, failure)
+        self._takes.clear()
+        try:
+            _fail_all(self._flusher, in_flight, self.failure)
+        finally:
+            self._stop_child()
 
     def _stop_child(self) -> None:
         child = self._child
@@ -202,10 +209,7 @@ class ProcessSync:
         if child.poll() is None:
             child.kill()
         child.wait()
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        _close_pipes(child)
 
     def close(self) -> None:
         """Flush what is gathered, wait for the answers in flight (at most 10 s), then let the
@@ -227,10 +231,7 @@ class ProcessSync:
         self._child = None
         with contextlib.suppress(Exception):
             self._loop.remove_reader(self._from_child)
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        _close_pipes(child)
         try:
             child.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -257,3 +258,38 @@ class ProcessSync:
             if not chunk:
                 return False
             self._replies += chunk
+
+
+InFlight = dict[int, tuple[TakenFlush, list[FlushWaiter]]]
+
+
+def _fail_all(flusher: FlushService, in_flight: InFlight, why: str) -> None:
+    """Book every flush in flight as failed (its bytes are kept for the next flush) and answer
+    its puts."""
+    for taken, waiters in in_flight.values():
+        failure = flusher.finish_elsewhere(taken, OSError(why))
+        for waiter in waiters:
+            answer_waiter(waiter, failure)
+
+
+def _abandoned(
+    flusher: FlushService, takes: dict[int, TakenFlush], child: subprocess.Popen[bytes] | None
+) -> None:
+    """A writer dropped without ``close``: its flushes in flight would otherwise stay open
+    for good (and hold the flushed offset back after a failure). Nobody awaits their puts."""
+    open_takes = list(takes.values())
+    takes.clear()
+    for taken in open_takes:
+        flusher.finish_elsewhere(taken, OSError("the writer was dropped before its flush ended"))
+    if child is not None:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        _close_pipes(child)
+
+
+def _close_pipes(child: subprocess.Popen[bytes]) -> None:
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()

@@ -5,6 +5,7 @@ process fails only its own flushes while the flush thread takes over."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import threading
@@ -303,3 +304,54 @@ def test_a_blocking_put_whose_bytes_a_loops_flush_took_first_is_answered_durable
     taken = taken_by_loop[0]
     assert taken is not None and taken.target == commitlog.flushed_offset
     assert store.flusher.finish_elsewhere(taken, None) is None  # the loop's sync ends later
+
+
+def test_a_flush_after_a_failure_stops_short_of_bytes_put_back_until_they_are_written_again(
+    open_store: StoreFactory,
+) -> None:
+    store = open_store(flush_mode="sync")
+    assert store.put(message(body=b"first")).ok
+    commitlog = store.commitlog
+    gathered = _Gathered()
+
+    def append(body: bytes) -> None:
+        result, _ = store.append(
+            [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
+        )
+        assert result.ok
+
+    def synced(taken: TakenFlush) -> TakenFlush:
+        for segment in taken.to_sync:
+            segment.sync()
+        return taken
+
+    append(b"a")
+    failing = commitlog.take_flush()
+    append(b"b")
+    doubtful = commitlog.take_flush()  # in flight when the first fails
+    assert failing is not None and doubtful is not None
+    commitlog.finish_flush(failing, ok=False)
+    append(b"c")
+    trusted = commitlog.take_flush()  # writes the failed bytes again, and c
+    assert trusted is not None
+    assert not commitlog.finish_flush(synced(doubtful), ok=True)  # b's bytes go back
+    # The trusted flush did not write b again: it may not count it durable.
+    assert not commitlog.finish_flush(synced(trusted), ok=True)
+    assert commitlog.flushed_offset == doubtful.start
+    flushed, _ = commitlog.flush()
+    assert flushed == trusted.target
+
+
+def test_a_writer_dropped_without_close_leaves_no_flush_open(open_store: StoreFactory) -> None:
+    store = open_store(flush_mode="sync")
+    assert store.put(message(body=b"first")).ok
+
+    async def drop_a_writer() -> None:
+        writer = AsyncStoreWriter(store)
+        writer.put(message(body=b"unawaited"))
+        await asyncio.sleep(0)  # its flush is sent; the loop ends before the answer is read
+
+    asyncio.run(drop_a_writer())
+    gc.collect()
+    assert store.commitlog._open_takes == []
+    assert store.put(message(body=b"later")).ok or store.flusher.error is not None
