@@ -14,32 +14,27 @@ Sync flush keeps a write-behind list instead: a put only queues its bytes (no sy
 release on the put path), and a flush pwrites everything queued, fdatasyncs, and only then moves
 ``flushed_offset`` (so readers, who stop there, never look at unwritten bytes).
 
-A sync-mode flush has two halves, so that the fdatasync may run elsewhere (the flush thread, or
-a sync process for an event loop, :mod:`localstore.sync_process`) while other flushes go on:
+One sync-mode flush runs at a time (group commit: the next group gathers meanwhile), whoever
+runs it: the flush thread, or an event loop whose fdatasync a sync process makes
+(:mod:`localstore.sync_process`). A flush is :meth:`CommitLog.begin_flush` (take the flush
+token, take the write-behind list and pwrite it), the sync, then :meth:`CommitLog.end_flush`
+(move ``flushed_offset`` to the flush's target, or put the bytes back at the head of the
+write-behind list to be written again by the next flush, the same bytes at the same place; then
+give the token back). With one flush at a time, a flush's sync covers everything below its
+target, and a failed flush's bytes are all written again before any later flush can end.
 
-* :meth:`CommitLog.take_flush` takes the write-behind list and pwrites it, under ``_flush_lock``,
-  so the takes of all flushes are ordered and each one's writes are done before the next take.
-  It names the segments to sync: every segment holding bytes between ``flushed_offset`` and the
-  take's target, not only those this take wrote, since an earlier flush may still be syncing.
-* :meth:`CommitLog.finish_flush` is told how the sync went. A sync that began after the take
-  covers every byte below the target (each was written before the take ended, and each segment
-  holding one not yet durable was synced), so a successful flush may move ``flushed_offset`` to
-  its target whatever other flushes are in flight. A take with nothing new to write still syncs
-  the bytes other flushes wrote, so no flush waits for another. A failed one puts its bytes back
-  at the head of the write-behind list, to be written again by the next flush (the same bytes at
-  the same place), and bumps a failure count: a flush taken before that failure did not write
-  those bytes again, so its success moves nothing (its puts hear that they are not covered), and
-  it puts its own bytes back too, since its sync may have missed a failed writeback of them.
-  For the same reason no flush moves ``flushed_offset`` past bytes a failure made doubtful
-  before they are written again: the start of a doubtful flush still in flight, or the lowest
-  bytes put back and not yet taken again.
+A holder that does not end its flush within ``steal_after_s`` (the store passes half its
+``sync_flush_timeout_ms``: an event loop that stopped, a sync process that hangs) loses the
+token to the next flush that waits for it: that flush puts the holder's bytes back, writes them
+again with its own, and syncs them; the holder's late end moves nothing.
 
 Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
-hand-over of the write-behind list.
+hand-over of the write-behind list, ``_token_lock`` who holds the flush token.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -49,19 +44,23 @@ from localstore.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordE
 from localstore.mapped_file import MappedFile, segment_name, warm_file
 from localstore.segments import SegmentQueue
 
+log = logging.getLogger(__name__)
+
 Write = tuple[MappedFile, int, bytes]  # (segment, position in it, bytes)
 
 
 @dataclass(frozen=True, slots=True)
 class TakenFlush:
-    """A sync-mode flush between its two halves (:meth:`CommitLog.take_flush`)."""
+    """A sync-mode flush between its two halves (:meth:`CommitLog.begin_flush`)."""
 
-    start: int  # the commitlog offset of its first write (``target`` when it wrote nothing)
     target: int  # the commitlog offset it makes durable
     timestamp: int  # store time of the record ending at ``target``
     writes: list[Write]  # what it wrote, kept to be written again should the sync fail
     to_sync: list[MappedFile]  # empty when the write itself was durable
-    doubts_before: int  # the commitlog's doubt count when it was taken
+
+
+class FlushBusyError(Exception):
+    """Another flush holds the commitlog's flush token."""
 
 
 class CommitLog:
@@ -78,15 +77,10 @@ class CommitLog:
         self.segments = SegmentQueue(directory, segment_size, factory=self._new_segment)
         self._pending: list[Write] = []  # sync flush write-behind
         self._pending_lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # orders the takes of sync-mode flushes
-        # Sync-mode flushes that failed since open.
-        self._doubts = 0
-        # The lowest offset of bytes put back since the last take (none: _NEVER).
-        self._put_back_floor = _NEVER
-        self._open_takes: list[TakenFlush] = []  # taken, not yet finished
-        # End of what sync-mode flushes have written through the files, and its store time.
-        self._written_offset = 0
-        self._written_timestamp = 0
+        # One sync-mode flush at a time: held from begin_flush to end_flush.
+        self._flush_token = threading.Lock()
+        self._token_lock = threading.Lock()  # guards _holder
+        self._holder: TakenFlush | None = None  # the flush holding the token, once taken
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
@@ -111,7 +105,7 @@ class CommitLog:
                 last.sync()
             if self._allocator is not None:
                 self._prepare_next_at = last.start_offset + self.segment_size // 2
-        self.max_offset = self.flushed_offset = self._written_offset = offset
+        self.max_offset = self.flushed_offset = offset
 
     # -- writing ---------------------------------------------------------------------------
     def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
@@ -171,7 +165,7 @@ class CommitLog:
             self.last_store_timestamp = store_timestamp
         return True
 
-    def flush(self) -> tuple[int, int]:
+    def flush(self, *, steal_after_s: float = 5.0) -> tuple[int, int]:
         """Make everything written durable; returns (flushed offset, store time of its last
         record). Runs on the flush thread (and at close); raises what the write or the sync
         raised (the bytes are kept for the next flush)."""
@@ -181,103 +175,96 @@ class CommitLog:
                 self.segments.flush()
                 self.flushed_offset = target
             return target, timestamp
-        taken = self.take_flush(durable_if_alone=True)
+        taken = self.begin_flush(wait_s=steal_after_s, durable_if_alone=True)
         if taken is None:
             return self.flushed_offset, self.last_store_timestamp
         try:
             for segment in taken.to_sync:
                 segment.sync()
         except BaseException:
-            self.finish_flush(taken, ok=False)
+            self.end_flush(taken, ok=False)
             raise
-        covered = self.finish_flush(taken, ok=True)
-        # The store time is that of the target: unknown for an offset held back before it.
-        return self.flushed_offset, taken.timestamp if covered else 0
+        self.end_flush(taken, ok=True)
+        return self.flushed_offset, taken.timestamp
 
-    def take_flush(self, *, durable_if_alone: bool = False) -> TakenFlush | None:
-        """Sync flush, first half (see the module docstring): pwrite the write-behind list and
-        name the segments to sync; None when every written byte is durable. When nothing is
-        left to write but another flush's bytes still wait for its sync, the take names their
-        segments, so that its caller need not wait for that flush. With ``durable_if_alone``, a
-        take that is one run within a page and all that is not yet durable is made durable by
-        the write itself (``to_sync`` is then empty). Raises what the write raised, with the
-        bytes put back."""
-        with self._flush_lock:
-            with self._pending_lock:
-                pending, self._pending = self._pending, []
-                target, timestamp = self.max_offset, self.last_store_timestamp
-            self._put_back_floor = _NEVER  # whatever was put back is taken again now
-            floor = self.flushed_offset
-            if not pending:
-                if self._written_offset <= floor:
-                    return None
-                target, timestamp = self._written_offset, self._written_timestamp
-                to_sync = self._segments_between(floor, target)
-                taken = TakenFlush(target, target, timestamp, [], to_sync, self._doubts)
-                self._open_takes.append(taken)
-                return taken
-            first, last = pending[0], pending[-1]
-            alone = (
-                durable_if_alone
-                and first[0].start_offset + first[1] == floor
-                and last[0].start_offset + last[1] + len(last[2]) == target
-            )
-            start = min(segment.start_offset + position for segment, position, _ in pending)
-            try:
-                durable = _write_through(pending, durably=alone)
-            except BaseException:
-                with self._pending_lock:
-                    self._pending[:0] = pending
-                self._put_back_floor = start
-                raise
-            if target > self._written_offset:
-                self._written_offset, self._written_timestamp = target, timestamp
-            # Bytes written again after a failure may lie below the flushed offset: their
-            # segments are synced too.
-            to_sync = [] if durable else self._segments_between(min(floor, start), target)
-            taken = TakenFlush(start, target, timestamp, pending, to_sync, self._doubts)
-            self._open_takes.append(taken)
-            return taken
-
-    def finish_flush(self, taken: TakenFlush, *, ok: bool) -> bool:
-        """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
-        True when ``flushed_offset`` now covers ``taken.target``."""
-        with self._flush_lock:
-            self._open_takes = [t for t in self._open_takes if t is not taken]
-            discounted = ok and taken.doubts_before != self._doubts
-            if discounted and self.flushed_offset >= taken.target:
-                return True
-            if not ok or discounted:  # see the module docstring
-                if not ok:
-                    self._doubts += 1
-                self._put_back(taken)
-                return False
-            # Not past bytes a failure made doubtful until they are written again: those of a
-            # flush still in flight since before the failure, and those put back but not yet
-            # taken again.
-            limit = min(
-                (t.start for t in self._open_takes if t.doubts_before < self._doubts),
-                default=self._put_back_floor,
-            )
-            limit = min(limit, self._put_back_floor)
-            self.flushed_offset = max(self.flushed_offset, min(taken.target, limit))
-            for segment in taken.to_sync:
-                segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
-            return self.flushed_offset >= taken.target
-
-    def _put_back(self, taken: TakenFlush) -> None:
-        """A flush's writes go back to the head of the write-behind list (under
-        ``_flush_lock``)."""
-        if not taken.writes:
-            return
+    def begin_flush(self, *, wait_s: float, durable_if_alone: bool = False) -> TakenFlush | None:
+        """Sync flush, first half (see the module docstring): take the flush token, waiting at
+        most ``wait_s`` for it (0: not at all; once that wait is over, the token is taken from
+        its holder), then pwrite the write-behind list. Returns the flush, which holds the token
+        until :meth:`end_flush`; None when nothing waits to be written. Raises
+        :class:`FlushBusyError` when ``wait_s`` is 0 and another flush holds the token, and what the
+        write raised (with the bytes put back). With ``durable_if_alone``, a flush that is one
+        run within a page is made durable by the write itself (``to_sync`` is then empty)."""
+        self._take_token(wait_s)
         with self._pending_lock:
-            self._pending[:0] = taken.writes
-        self._put_back_floor = min(self._put_back_floor, taken.start)
+            pending, self._pending = self._pending, []
+            target, timestamp = self.max_offset, self.last_store_timestamp
+        if not pending:
+            self._release_token()
+            return None
+        first, last = pending[0], pending[-1]
+        alone = (
+            durable_if_alone
+            and first[0].start_offset + first[1] == self.flushed_offset
+            and last[0].start_offset + last[1] + len(last[2]) == target
+        )
+        try:
+            durable = _write_through(pending, durably=alone)
+        except BaseException:
+            with self._pending_lock:
+                self._pending[:0] = pending
+            self._release_token()
+            raise
+        low = min(segment.start_offset + position for segment, position, _ in pending)
+        to_sync = [] if durable else self._segments_between(min(low, self.flushed_offset), target)
+        taken = TakenFlush(target, timestamp, pending, to_sync)
+        with self._token_lock:
+            self._holder = taken
+        return taken
 
-    @property
-    def flush_doubts(self) -> int:
-        """How many sync-mode flushes failed since the store opened."""
-        return self._doubts
+    def end_flush(self, taken: TakenFlush, *, ok: bool) -> bool:
+        """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
+        Gives the token back. True when ``flushed_offset`` now covers ``taken.target``."""
+        with self._token_lock:
+            if self._holder is not taken:  # the token was taken from it: see the docstring
+                return self.flushed_offset >= taken.target
+            if ok:
+                self.flushed_offset = max(self.flushed_offset, taken.target)
+                for segment in taken.to_sync:
+                    segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
+            else:
+                with self._pending_lock:
+                    self._pending[:0] = taken.writes
+            self._holder = None
+            self._flush_token.release()
+        return ok
+
+    def _take_token(self, wait_s: float) -> None:
+        """Take the flush token, or raise FlushBusyError (``wait_s`` 0); after each ``wait_s`` of
+        waiting, take it from a holder that has not ended its flush (see the docstring)."""
+        if wait_s <= 0:
+            if not self._flush_token.acquire(blocking=False):
+                raise FlushBusyError()
+            return
+        while not self._flush_token.acquire(timeout=wait_s):
+            with self._token_lock:
+                holder, self._holder = self._holder, None
+                if holder is None:  # between holders, or one still writing: wait again
+                    continue
+                # The token (still acquired) is the caller's now.
+                with self._pending_lock:
+                    self._pending[:0] = holder.writes
+            log.error(
+                "a commitlog flush did not end within %.1f s (an event loop that stopped, or "
+                "a sync process that hangs?): the next flush writes its bytes again",
+                wait_s,
+            )
+            return
+
+    def _release_token(self) -> None:
+        with self._token_lock:
+            self._holder = None
+            self._flush_token.release()
 
     def _segments_between(self, start: int, end: int) -> list[MappedFile]:
         """The segments holding bytes in ``[start, end)`` (one, or two around a roll)."""

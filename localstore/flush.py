@@ -26,8 +26,7 @@ How the flusher wakes the puts it covered, the invariant the code keeps:
 * Callers that cannot block (asyncio) register a callback, called on the flush thread.
 * An event loop may run its own flushes, whose fdatasync a sync process makes
   (:mod:`localstore.sync_process`); :meth:`FlushService.finish_elsewhere` books them as this
-  thread books its own. :mod:`localstore.commitlog` says why flushes in flight at once stay
-  correct.
+  thread books its own. One flush runs at a time (:mod:`localstore.commitlog`'s flush token).
 
 A flush that fails (with any exception) answers its puts with the failure and leaves its bytes
 for the next one (:meth:`CommitLog.flush` puts them back); while the error stands the flusher
@@ -79,7 +78,7 @@ class _Gate:
 
 
 _CLOSED = "the store closed before a flush covered it"
-NOT_COVERED = "the flush it waited for did not cover it"  # a failed flush came between
+NOT_COVERED = "the flush it waited for did not cover it"
 
 
 class DurableWait:
@@ -139,6 +138,7 @@ class FlushService:
         on_flushed: FlushedHook,
         flush_others: Callable[[], None],
         on_error: ErrorHook,
+        steal_after_ms: int = 5000,
     ):
         self._commitlog = commitlog
         self._group_commit = group_commit
@@ -147,6 +147,8 @@ class FlushService:
         self._on_flushed = on_flushed
         self._flush_others = flush_others
         self._on_error = on_error
+        # How long a flush waits for one begun elsewhere before taking it over.
+        self._steal_after_s = steal_after_ms / 1000
         # Items: the end offset of a blocking put, a FlushWaiter, or _STOP.
         self._queue: queue.SimpleQueue[int | FlushWaiter] = queue.SimpleQueue()
         self._gate = _Gate()
@@ -160,7 +162,7 @@ class FlushService:
         # error once), so the store keeps its abort marker and the next open recovers.
         self.failed_once = False
         self.fsync_count = 0
-        self._books_lock = threading.RLock()  # error and fsync count: two threads book flushes
+        self._books_lock = threading.Lock()  # error and fsync count: two threads book flushes
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -234,14 +236,13 @@ class FlushService:
         failure = None
         try:
             before = self._commitlog.flushed_offset
-            doubts = self._commitlog.flush_doubts
-            flushed, timestamp = self._commitlog.flush()
+            flushed, timestamp = self._commitlog.flush(steal_after_s=self._steal_after_s)
             if flushed > before:
                 self._flushed(flushed, timestamp)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
             failure = self._failed(exc)
         else:
-            self._succeeded(doubts)
+            self._note_error(None, False)
         finally:
             gate.open(failure)
             flushed = self._commitlog.flushed_offset
@@ -252,28 +253,21 @@ class FlushService:
                     answer_waiter(waiter, failure)
 
     def finish_elsewhere(self, taken: TakenFlush | None, error: Exception | None) -> str | None:
-        """A flush taken with :meth:`CommitLog.take_flush` and synced outside this thread
-        ended (``error`` None: the sync succeeded; ``taken`` None: the take itself raised
-        ``error``). Books it as this thread books its own flushes; returns why the puts it
-        covers are not durable, or None."""
+        """A flush begun with :meth:`CommitLog.begin_flush` and synced outside this thread
+        ended (``error`` None: the sync succeeded; ``taken`` None: its beginning raised
+        ``error``). Ends it and books it as this thread books its own flushes; returns why the
+        puts it covers are not durable, or None."""
         if taken is None:
             assert error is not None
             return self._failed(error)
-        covered = self._commitlog.finish_flush(taken, ok=error is None)
+        covered = self._commitlog.end_flush(taken, ok=error is None)
         if error is not None:
             return self._failed(error)
-        if not covered:  # a flush failed after this one was taken: its error stands
+        if not covered:  # its token was taken: the flush that took it answers for the bytes
             return NOT_COVERED
-        self._succeeded(taken.doubts_before)
+        self._note_error(None, False)
         self._flushed(taken.target, taken.timestamp)
         return None
-
-    def _succeeded(self, doubts_before: int) -> None:
-        """A flush succeeded: the error clears, unless another flush failed meanwhile or put
-        bytes back (which still wait to be written again)."""
-        with self._books_lock:
-            if self._commitlog.flush_doubts == doubts_before:
-                self._note_error(None, False)
 
     def _flushed(self, offset: int, timestamp: int) -> None:
         with self._books_lock:

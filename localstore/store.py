@@ -186,6 +186,8 @@ class MessageStore:
             on_flushed=self._on_flushed,
             flush_others=self._flush_others,
             on_error=self._on_flush_error,
+            # Half the puts' wait: the puts a taken-over flush covers are still answered.
+            steal_after_ms=max(1, options.sync_flush_timeout_ms // 2),
         )
         self._single_put = SinglePut(
             states=self._put_states,

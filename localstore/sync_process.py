@@ -6,26 +6,28 @@ fdatasync: the thread must get the GIL from the busy loop to start a flush, and 
 get it back from the thread to hear the answer. A child process needs no GIL: the loop writes
 the bytes itself (``pwrite`` releases the GIL only for the system call) and asks the child to
 sync them with one pipe write; the answer arrives on a pipe the loop's selector watches. And
-with no GIL to wait for, the disk can start on part of a turn's puts while the loop serves the
-rest (``EARLY_FLUSH_PUTS`` in :mod:`localstore.async_writer`). In 15 interleaved runs of 64
-asyncio producers on a 2-core machine, this path's median was 97,000 puts/s against 76,000
-through the flush thread.
+with no GIL to wait for, the next group's flush starts the moment the last one's answer is read,
+and the disk works while the loop serves the puts that answer woke.
 
 A loop's flush, step by step (the invariants are :mod:`localstore.commitlog`'s):
 
 1. Each put appended during a turn of the loop asks this object, not the flush thread, for its
    durability (:meth:`ProcessSync.request`); the requests are gathered.
-2. After the turn's appends the writer calls :meth:`ProcessSync.flush`:
-   :meth:`CommitLog.take_flush` writes the write-behind list through the files, and one
+2. After the turn's appends the writer calls :meth:`ProcessSync.flush`. One commitlog flush
+   runs at a time: if one is in flight the gathered puts wait for the next. Otherwise
+   :meth:`CommitLog.begin_flush` writes the write-behind list through the files, and one
    ``SYNC`` request naming the segments to sync goes to the child (:mod:`localstore.sync_worker`
    holds the protocol).
-3. When the child answers, the loop books the flush (:meth:`FlushService.finish_elsewhere`,
-   which moves the flushed offset) and answers the gathered puts.
+3. When the child answers, the loop ends the flush (:meth:`FlushService.finish_elsewhere`,
+   which moves the flushed offset), begins the next one for the puts gathered meanwhile, and
+   then answers the puts of the one that ended.
 
 Failures: a failed write or sync answers its puts with the failure, keeps the bytes for the next
 flush, and makes the store refuse puts until the flush thread's retry succeeds, as for the flush
 thread's own flushes. When the child cannot be started, dies or stops answering properly, its
-flushes in flight fail so, the failure is logged, and later puts wait for the flush thread.
+flush in flight fails so, the failure is logged, and later puts wait for the flush thread. A
+flush that never ends (the loop stopped, the child hangs) is taken over by the next flush of the
+flush thread after half ``sync_flush_timeout_ms``.
 """
 
 from __future__ import annotations
@@ -40,12 +42,11 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from localstore.commitlog import TakenFlush
+from localstore.commitlog import FlushBusyError, TakenFlush
 from localstore.flush import (
     NOT_COVERED,
     DurableCallback,
     DurableWait,
-    FlushService,
     FlushWaiter,
     answer_waiter,
 )
@@ -70,13 +71,11 @@ class ProcessSync:
         self._commitlog = store.commitlog
         self._flusher = store.flusher
         self._loop = loop
-        self._gathered: list[FlushWaiter] = []  # requests of this turn's appends
-        self._in_flight: InFlight = {}
-        # The takes of ``_in_flight`` again, for the finalizer (which must not reach the
-        # waiters: their callbacks lead back to the writer, and so to this object).
-        self._takes: dict[int, TakenFlush] = {}
+        self._gathered: list[FlushWaiter] = []  # requests not yet in a flush
+        self._in_flight: dict[int, tuple[TakenFlush, list[FlushWaiter]]] = {}  # at most one
         self._sequence = 0  # requests sent to the child
         self._replies = bytearray()
+        self._closed_by_child = False
         # Why the child can no longer be used (then the flush thread takes every request).
         self.failure: str | None = None
         self._child: subprocess.Popen[bytes] | None = None
@@ -97,7 +96,9 @@ class ProcessSync:
         self._from_child = self._child.stdout.fileno()
         os.set_blocking(self._from_child, False)
         loop.add_reader(self._from_child, self._read_replies)
-        weakref.finalize(self, _abandoned, self._flusher, self._takes, self._child)
+        # A writer dropped without close: end the child (a flush it left unended is taken over
+        # by the flush thread, see the module docstring).
+        weakref.finalize(self, _end_child, self._child)
 
     @property
     def idle(self) -> bool:
@@ -124,35 +125,42 @@ class ProcessSync:
         return waiter
 
     def flush(self) -> None:
-        """Write what the gathered puts appended and ask the child to sync it."""
-        waiters, self._gathered = self._gathered, []
-        if not waiters:
+        """Begin a flush for the gathered puts, unless one is in flight (they wait for the
+        next: this loop's own begins as soon as its answer is read; the flush thread's takes
+        them along when it runs another round)."""
+        if not self._gathered:
             return
         if self.failure is not None:
-            self._hand_to_flush_thread(waiters)
+            self._hand_to_flush_thread()
             return
         try:
-            taken = self._commitlog.take_flush()
+            taken = self._commitlog.begin_flush(wait_s=0)
+        except FlushBusyError:
+            if not self._in_flight:  # the flush thread's: it flushes these after its own
+                self._hand_to_flush_thread()
+            return
         except Exception as exc:  # nothing was written durably; the bytes are kept
+            waiters, self._gathered = self._gathered, []
             failure = self._flusher.finish_elsewhere(None, exc)
             for waiter in waiters:
                 answer_waiter(waiter, failure)
             return
-        if taken is None:  # every written byte is durable already (another flush synced them)
+        waiters, self._gathered = self._gathered, []
+        if taken is None:  # nothing left to write, and no flush in flight: all is durable
             flushed = self._commitlog.flushed_offset
             for waiter in waiters:
                 answer_waiter(waiter, None if flushed >= waiter.end_offset else NOT_COVERED)
             return
         self._sequence += 1
         self._in_flight[self._sequence] = (taken, waiters)
-        self._takes[self._sequence] = taken
         paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
         try:
             write_all(self._to_child, frame(SYNC, SEQUENCE.pack(self._sequence) + paths))
         except OSError as exc:
             self._give_up(f"writing to it failed ({exc})")
 
-    def _hand_to_flush_thread(self, waiters: list[FlushWaiter]) -> None:
+    def _hand_to_flush_thread(self) -> None:
+        waiters, self._gathered = self._gathered, []
         for waiter in waiters:
             self._flusher.request(waiter.end_offset, waiter.callback)
 
@@ -165,12 +173,18 @@ class ProcessSync:
         except OSError as exc:
             self._give_up(f"reading from it failed ({exc})")
             return
+        self._take_replies(chunk)
+
+    def _take_replies(self, chunk: bytes) -> None:
         if not chunk:
             self._give_up("it ended")
             return
         self._replies += chunk
         for kind, payload in split_frames(self._replies):
-            self._answered(kind, payload)
+            if kind == CLOSE:
+                self._closed_by_child = True
+            else:
+                self._answered(kind, payload)
 
     def _answered(self, kind: bytes, payload: bytes) -> None:
         sequence = SEQUENCE.unpack_from(payload)[0] if len(payload) >= SEQUENCE.size else -1
@@ -178,24 +192,27 @@ class ProcessSync:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
         taken, waiters = self._in_flight.pop(sequence)
-        del self._takes[sequence]
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
         failure = self._flusher.finish_elsewhere(taken, error)
+        self.flush()  # the next group's flush starts before this one's puts are answered
         for waiter in waiters:
             answer_waiter(waiter, failure)
 
     def _give_up(self, why: str) -> None:
-        """Stop using the child: its flushes in flight fail (their bytes are kept for the flush
-        thread's retry), later requests go to the flush thread."""
+        """Stop using the child: its flush in flight fails (its bytes are kept for the flush
+        thread's retry), the puts gathered and later ones go to the flush thread."""
         if self.failure is not None:
             return
         pid = self._child.pid if self._child is not None else "-"
         self.failure = f"the sync process (pid {pid}) can no longer be used: {why}"
         log.error("%s; the flush thread makes puts durable from now on", self.failure)
         in_flight, self._in_flight = self._in_flight, {}
-        self._takes.clear()
         try:
-            _fail_all(self._flusher, in_flight, self.failure)
+            for taken, waiters in in_flight.values():
+                failure = self._flusher.finish_elsewhere(taken, OSError(self.failure))
+                for waiter in waiters:
+                    answer_waiter(waiter, failure)
+            self._hand_to_flush_thread()
         finally:
             self._stop_child()
 
@@ -206,89 +223,49 @@ class ProcessSync:
         self._child = None
         with contextlib.suppress(Exception):  # a closed loop has nothing to remove
             self._loop.remove_reader(self._from_child)
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        _close_pipes(child)
+        _end_child(child)
 
     def close(self) -> None:
-        """Flush what is gathered, wait for the answers in flight (at most 10 s), then let the
-        child exit. Puts whose answer did not come fail (their bytes are kept)."""
+        """Flush what is gathered and wait for the answers (at most 10 s), then let the child
+        exit. Puts whose answer did not come fail (their bytes are kept)."""
         self.flush()
-        child = self._child
-        if child is None:
+        if self._child is None:
             return
         deadline = time.monotonic() + _CLOSE_TIMEOUT_S
         try:
+            while self._in_flight and self.failure is None:
+                if not self._read_blocking(deadline):
+                    self._give_up("it did not answer before the writer closed")
+                    return
+            self._hand_to_flush_thread()  # the flush thread held the token: it takes these
             write_all(self._to_child, frame(CLOSE))
-            closed = self._read_until_closed(deadline)
+            while not self._closed_by_child and self.failure is None:
+                if not self._read_blocking(deadline):
+                    self._give_up("it did not close in time")
+                    return
         except OSError as exc:
             self._give_up(f"it failed while closing ({exc})")
             return
-        if not closed or self._in_flight:
-            self._give_up("it did not answer every request before the writer closed")
-            return
-        self._child = None
-        with contextlib.suppress(Exception):
-            self._loop.remove_reader(self._from_child)
-        _close_pipes(child)
+        self._stop_child()
+
+    def _read_blocking(self, deadline: float) -> bool:
+        """Wait for the child's next replies and take them; False when the deadline passed."""
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([self._from_child], [], [], left)[0]:
+            return False
         try:
-            child.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-    def _read_until_closed(self, deadline: float) -> bool:
-        """Answer every reply up to the child's CLOSE; False when the child ended or the
-        deadline passed first."""
-        while True:
-            for kind, payload in split_frames(self._replies):
-                if kind == CLOSE:
-                    return True
-                self._answered(kind, payload)
-                if self.failure is not None:
-                    return False
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._from_child], [], [], left)[0]:
-                return False
-            try:
-                chunk = os.read(self._from_child, _READ_BYTES)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                return False
-            self._replies += chunk
+            chunk = os.read(self._from_child, _READ_BYTES)
+        except BlockingIOError:
+            return True
+        self._take_replies(chunk)
+        return True
 
 
-InFlight = dict[int, tuple[TakenFlush, list[FlushWaiter]]]
-
-
-def _fail_all(flusher: FlushService, in_flight: InFlight, why: str) -> None:
-    """Book every flush in flight as failed (its bytes are kept for the next flush) and answer
-    its puts."""
-    for taken, waiters in in_flight.values():
-        failure = flusher.finish_elsewhere(taken, OSError(why))
-        for waiter in waiters:
-            answer_waiter(waiter, failure)
-
-
-def _abandoned(
-    flusher: FlushService, takes: dict[int, TakenFlush], child: subprocess.Popen[bytes] | None
-) -> None:
-    """A writer dropped without ``close``: its flushes in flight would otherwise stay open
-    for good (and hold the flushed offset back after a failure). Nobody awaits their puts."""
-    open_takes = list(takes.values())
-    takes.clear()
-    for taken in open_takes:
-        flusher.finish_elsewhere(taken, OSError("the writer was dropped before its flush ended"))
-    if child is not None:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        _close_pipes(child)
-
-
-def _close_pipes(child: subprocess.Popen[bytes]) -> None:
+def _end_child(child: subprocess.Popen[bytes]) -> None:
+    """Kill the child if it still runs, reap it and close its pipes."""
+    if child.poll() is None:
+        child.kill()
+    child.wait()
     for pipe in (child.stdin, child.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError):

@@ -12,14 +12,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from localstore import MessageStore, PutResult, PutStatus, StoreOptions
 from localstore.async_writer import AsyncStoreWriter
-from localstore.commitlog import TakenFlush
+from localstore.commitlog import FlushBusyError, TakenFlush
 from localstore.flush import DurableCallback, FlushWaiter
-from localstore.mapped_file import MappedFile
 from localstore.pipe_frames import frame, read_frame
 from localstore.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC, serve
 
@@ -170,55 +170,6 @@ def test_a_sync_the_process_fails_fails_its_puts_until_the_flush_thread_retry_su
     assert [m.body for m in got.messages] == [b"first", b"during", b"after"]
 
 
-class _Gathered:
-    """Takes flush requests and does nothing with them: the test drives the flushes."""
-
-    def __init__(self) -> None:
-        self.waiters: list[FlushWaiter] = []
-
-    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
-        waiter = FlushWaiter(end_offset, callback)
-        self.waiters.append(waiter)
-        return waiter
-
-
-def test_a_flush_taken_before_a_failed_one_ends_moves_nothing(open_store: StoreFactory) -> None:
-    store = open_store(flush_mode="sync")
-    assert store.put(message(body=b"first")).ok
-    commitlog = store.commitlog
-    start = commitlog.flushed_offset
-    gathered = _Gathered()
-
-    def append(body: bytes) -> int:
-        result, _ = store.append(
-            [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
-        )
-        assert result.ok
-        return commitlog.max_offset
-
-    append(b"a")
-    first = commitlog.take_flush()
-    end_b = append(b"b")
-    second = commitlog.take_flush()
-    assert first is not None and second is not None
-    assert second.to_sync  # the first is not synced yet: the second syncs from the flushed offset
-    assert not commitlog.finish_flush(first, ok=False)
-    for segment in second.to_sync:
-        segment.sync()
-    assert not commitlog.finish_flush(second, ok=True)  # it did not write the failed bytes again
-    assert commitlog.flushed_offset == start
-    retry = commitlog.take_flush()
-    assert retry is not None and retry.target == end_b
-    # The failed bytes are written again, and so are the discounted flush's: its sync may have
-    # missed a failed writeback of them.
-    assert sorted(w[1] for w in retry.writes) == sorted(w[1] for w in first.writes + second.writes)
-    for segment in retry.to_sync:
-        segment.sync()
-    assert commitlog.finish_flush(retry, ok=True)
-    assert commitlog.flushed_offset == end_b
-    assert len(gathered.waiters) == 2
-
-
 def test_the_sync_worker_answers_each_request_in_order(tmp_path: Path) -> None:
     present = tmp_path / "segment"
     present.write_bytes(b"x" * 100)
@@ -244,106 +195,83 @@ def test_the_sync_worker_answers_each_request_in_order(tmp_path: Path) -> None:
     assert replies[3] == (CLOSE, b"")
 
 
-def test_a_retry_after_a_failure_syncs_the_file_but_stops_short_of_a_doubtful_flush(
-    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = open_store(flush_mode="sync")
-    assert store.put(message(body=b"first")).ok
-    commitlog = store.commitlog
-    gathered = _Gathered()
-    synced: list[int] = []
-    real_sync = MappedFile.sync
-    monkeypatch.setattr(MappedFile, "sync", lambda self: (synced.append(1), real_sync(self))[1])
+class _Gathered:
+    """Takes flush requests and does nothing with them: the test drives the flushes."""
 
-    def append(body: bytes) -> None:
-        result, _ = store.append(
-            [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
-        )
-        assert result.ok
+    def __init__(self) -> None:
+        self.waiters: list[FlushWaiter] = []
 
-    append(b"a")
-    failing = commitlog.take_flush()
-    append(b"b")
-    in_flight = commitlog.take_flush()
-    assert failing is not None and in_flight is not None
-    commitlog.finish_flush(failing, ok=False)  # its bytes wait alone in the write-behind list
-    flushed, _ = commitlog.flush()  # the flush thread's retry
-    # One run within a page at the flushed offset, but not all that is unsynced: a write made
-    # durable by itself (RWF_DSYNC) would leave the in-flight flush's bytes behind.
-    assert synced, "the retry did not sync the file"
-    # The flush in flight was taken before the failure, whose writeback may have taken its
-    # bytes along: nothing counts them durable until they are written again.
-    assert flushed == in_flight.start
-    for segment in in_flight.to_sync:
-        segment.sync()
-    assert not commitlog.finish_flush(in_flight, ok=True)  # its bytes go back to be written
-    flushed, _ = commitlog.flush()
-    assert flushed == in_flight.target
+    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
+        waiter = FlushWaiter(end_offset, callback)
+        self.waiters.append(waiter)
+        return waiter
 
 
-def test_a_blocking_put_whose_bytes_a_loops_flush_took_first_is_answered_durable(
-    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = open_store(flush_mode="sync")
-    assert store.put(message(body=b"first")).ok
-    commitlog = store.commitlog
-    real_take = commitlog.take_flush
-    taken_by_loop: list[TakenFlush | None] = []
-
-    def flush_thread_take(**options: bool) -> TakenFlush | None:
-        if not taken_by_loop:  # a loop's flush takes the put's bytes first
-            loop = threading.Thread(target=lambda: taken_by_loop.append(real_take()))
-            loop.start()
-            loop.join()
-        return real_take(**options)
-
-    monkeypatch.setattr(commitlog, "take_flush", flush_thread_take)
-    result = store.put(message(body=b"blocking"))
-    assert result.status is PutStatus.PUT_OK, result.detail
-    assert commitlog.flushed_offset > result.phys_offsets[0]
-    taken = taken_by_loop[0]
-    assert taken is not None and taken.target == commitlog.flushed_offset
-    assert store.flusher.finish_elsewhere(taken, None) is None  # the loop's sync ends later
+def _append(store: MessageStore, body: bytes, gathered: _Gathered) -> None:
+    result, _ = store.append(
+        [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
+    )
+    assert result.ok
 
 
-def test_a_flush_after_a_failure_stops_short_of_bytes_put_back_until_they_are_written_again(
+def test_one_flush_runs_at_a_time_and_a_failed_one_is_written_again_by_the_next(
     open_store: StoreFactory,
 ) -> None:
     store = open_store(flush_mode="sync")
     assert store.put(message(body=b"first")).ok
     commitlog = store.commitlog
     gathered = _Gathered()
+    start = commitlog.flushed_offset
+    _append(store, b"a", gathered)
+    failing = commitlog.begin_flush(wait_s=0)
+    assert failing is not None
+    _append(store, b"b", gathered)
+    with pytest.raises(FlushBusyError):
+        commitlog.begin_flush(wait_s=0)  # the next group waits for the one in flight
+    assert not commitlog.end_flush(failing, ok=False)
+    assert commitlog.flushed_offset == start
+    retry = commitlog.begin_flush(wait_s=0)
+    assert retry is not None
+    assert retry.writes[0] == failing.writes[0]  # the failed bytes, written again first
+    for segment in retry.to_sync:
+        segment.sync()
+    assert commitlog.end_flush(retry, ok=True)
+    assert commitlog.flushed_offset == commitlog.max_offset
 
-    def append(body: bytes) -> None:
-        result, _ = store.append(
-            [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
-        )
-        assert result.ok
 
-    def synced(taken: TakenFlush) -> TakenFlush:
+def test_a_blocking_put_waits_for_a_loops_flush_of_its_bytes_and_is_answered_durable(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync")
+    assert store.put(message(body=b"first")).ok
+    commitlog = store.commitlog
+    real_begin = commitlog.begin_flush
+    loops_flush: list[TakenFlush | None] = []
+
+    def end_later(taken: TakenFlush) -> None:
+        time.sleep(0.05)  # the loop's sync takes a while; the flush thread waits for it
         for segment in taken.to_sync:
             segment.sync()
-        return taken
+        assert store.flusher.finish_elsewhere(taken, None) is None
 
-    append(b"a")
-    failing = commitlog.take_flush()
-    append(b"b")
-    doubtful = commitlog.take_flush()  # in flight when the first fails
-    assert failing is not None and doubtful is not None
-    commitlog.finish_flush(failing, ok=False)
-    append(b"c")
-    trusted = commitlog.take_flush()  # writes the failed bytes again, and c
-    assert trusted is not None
-    assert not commitlog.finish_flush(synced(doubtful), ok=True)  # b's bytes go back
-    # The trusted flush did not write b again: it may not count it durable.
-    assert not commitlog.finish_flush(synced(trusted), ok=True)
-    assert commitlog.flushed_offset == doubtful.start
-    flushed, _ = commitlog.flush()
-    assert flushed == trusted.target
+    def flush_thread_begin(**options: Any) -> TakenFlush | None:
+        if not loops_flush:  # a loop's flush takes the put's bytes first
+            taken = real_begin(wait_s=0)
+            assert taken is not None
+            loops_flush.append(taken)
+            threading.Thread(target=end_later, args=(taken,)).start()
+        return real_begin(**options)
+
+    monkeypatch.setattr(commitlog, "begin_flush", flush_thread_begin)
+    result = store.put(message(body=b"blocking"))
+    assert result.status is PutStatus.PUT_OK, result.detail
+    assert commitlog.flushed_offset > result.phys_offsets[0]
 
 
-def test_a_writer_dropped_without_close_leaves_no_flush_open(open_store: StoreFactory) -> None:
-    store = open_store(flush_mode="sync")
+def test_a_flush_a_dropped_writer_left_unended_is_taken_over(
+    open_store: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(sync_flush_timeout_ms=300))
     assert store.put(message(body=b"first")).ok
 
     async def drop_a_writer() -> None:
@@ -353,5 +281,8 @@ def test_a_writer_dropped_without_close_leaves_no_flush_open(open_store: StoreFa
 
     asyncio.run(drop_a_writer())
     gc.collect()
-    assert store.commitlog._open_takes == []
-    assert store.put(message(body=b"later")).ok or store.flusher.error is not None
+    result = store.put(message(body=b"later"))  # the flush thread takes the token over
+    assert result.status is PutStatus.PUT_OK, result.detail
+    assert "did not end within" in caplog.text
+    got = store.get_messages("TopicTest", 0, 0, max_count=10)
+    assert [m.body for m in got.messages] == [b"first", b"unawaited", b"later"]
