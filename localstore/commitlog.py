@@ -23,10 +23,12 @@ write-behind list to be written again by the next flush, the same bytes at the s
 give the token back). With one flush at a time, a flush's sync covers everything below its
 target, and a failed flush's bytes are all written again before any later flush can end.
 
-A holder that does not end its flush within ``steal_after_s`` (the store passes half its
+A flush that waits for the token goes before one that does not (an event loop's, which then
+hands its puts to the flush thread), so a busy loop cannot starve the flush thread. A holder
+that has not ended its flush ``steal_after_s`` after its write (the store passes half its
 ``sync_flush_timeout_ms``: an event loop that stopped, a sync process that hangs) loses the
-token to the next flush that waits for it: that flush puts the holder's bytes back, writes them
-again with its own, and syncs them; the holder's late end moves nothing.
+token to the flush that waits for it: that flush puts the holder's bytes back, writes them again
+with its own, and syncs them; the holder's late end moves nothing.
 
 Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
 hand-over of the write-behind list, ``_token_lock`` who holds the flush token.
@@ -37,9 +39,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from localstore.atomic_file import fsync_directory
 from localstore.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
 from localstore.mapped_file import MappedFile, segment_name, warm_file
 from localstore.segments import SegmentQueue
@@ -57,6 +61,15 @@ class TakenFlush:
     timestamp: int  # store time of the record ending at ``target``
     writes: list[Write]  # what it wrote, kept to be written again should the sync fail
     to_sync: list[MappedFile]  # empty when the write itself was durable
+    number: int  # flushes are numbered in the order they begin
+
+
+@dataclass(slots=True)
+class _Holder:
+    """Who holds the flush token: since when, and its flush once written (None before)."""
+
+    since: float  # time.monotonic()
+    taken: TakenFlush | None = None
 
 
 class FlushBusyError(Exception):
@@ -79,8 +92,10 @@ class CommitLog:
         self._pending_lock = threading.Lock()
         # One sync-mode flush at a time: held from begin_flush to end_flush.
         self._flush_token = threading.Lock()
-        self._token_lock = threading.Lock()  # guards _holder
-        self._holder: TakenFlush | None = None  # the flush holding the token, once taken
+        self._token_lock = threading.Lock()  # guards _holder and _token_wanted
+        self._holder: _Holder | None = None
+        self._token_wanted = 0  # blocking takers waiting: a non-waiting taker lets them first
+        self._flush_number = 0
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
@@ -165,69 +180,77 @@ class CommitLog:
             self.last_store_timestamp = store_timestamp
         return True
 
-    def flush(self, *, steal_after_s: float = 5.0) -> tuple[int, int]:
+    def flush(self, *, steal_after_s: float = 5.0) -> tuple[int, int, int]:
         """Make everything written durable; returns (flushed offset, store time of its last
-        record). Runs on the flush thread (and at close); raises what the write or the sync
-        raised (the bytes are kept for the next flush)."""
+        record, the flush's number or 0 when nothing was written). Runs on the flush thread
+        (and at close); raises what the write or the sync raised (the bytes are kept for the
+        next flush)."""
         if not self.sync_flush:
             target, timestamp = self.max_offset, self.last_store_timestamp
             if target > self.flushed_offset:
                 self.segments.flush()
                 self.flushed_offset = target
-            return target, timestamp
+            return target, timestamp, 0
         taken = self.begin_flush(wait_s=steal_after_s, durable_if_alone=True)
         if taken is None:
-            return self.flushed_offset, self.last_store_timestamp
+            return self.flushed_offset, self.last_store_timestamp, 0
         try:
             for segment in taken.to_sync:
                 segment.sync()
         except BaseException:
             self.end_flush(taken, ok=False)
             raise
-        self.end_flush(taken, ok=True)
-        return self.flushed_offset, taken.timestamp
+        covered = self.end_flush(taken, ok=True)
+        return self.flushed_offset, taken.timestamp if covered else 0, taken.number
 
     def begin_flush(self, *, wait_s: float, durable_if_alone: bool = False) -> TakenFlush | None:
-        """Sync flush, first half (see the module docstring): take the flush token, waiting at
-        most ``wait_s`` for it (0: not at all; once that wait is over, the token is taken from
-        its holder), then pwrite the write-behind list. Returns the flush, which holds the token
-        until :meth:`end_flush`; None when nothing waits to be written. Raises
-        :class:`FlushBusyError` when ``wait_s`` is 0 and another flush holds the token, and what the
-        write raised (with the bytes put back). With ``durable_if_alone``, a flush that is one
-        run within a page is made durable by the write itself (``to_sync`` is then empty)."""
-        self._take_token(wait_s)
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
-            target, timestamp = self.max_offset, self.last_store_timestamp
-        if not pending:
-            self._release_token()
-            return None
-        first, last = pending[0], pending[-1]
-        alone = (
-            durable_if_alone
-            and first[0].start_offset + first[1] == self.flushed_offset
-            and last[0].start_offset + last[1] + len(last[2]) == target
-        )
+        """Sync flush, first half (see the module docstring): take the flush token, then pwrite
+        the write-behind list. ``wait_s`` 0: raise :class:`FlushBusyError` at once when the
+        token is held (or a blocking taker waits for it); otherwise wait for it, and take it
+        over from a holder that has held it ``wait_s`` since its write. Returns the flush,
+        which holds the token until :meth:`end_flush`; None when nothing waits to be written.
+        Raises what the write raised, with the bytes put back. With ``durable_if_alone``, a
+        flush that is one run within a page is made durable by the write itself (``to_sync``
+        is then empty)."""
+        holder = self._take_token(wait_s)
+        pending: list[Write] = []
         try:
+            with self._pending_lock:
+                pending, self._pending = self._pending, []
+                target, timestamp = self.max_offset, self.last_store_timestamp
+            if not pending:
+                self._release_token(holder)
+                return None
+            first, last = pending[0], pending[-1]
+            alone = (
+                durable_if_alone
+                and first[0].start_offset + first[1] == self.flushed_offset
+                and last[0].start_offset + last[1] + len(last[2]) == target
+            )
             durable = _write_through(pending, durably=alone)
+            low = min(segment.start_offset + position for segment, position, _ in pending)
+            floor = min(low, self.flushed_offset)
+            to_sync = [] if durable else self._segments_between(floor, target)
+            self._flush_number += 1
+            taken = TakenFlush(target, timestamp, pending, to_sync, self._flush_number)
         except BaseException:
             with self._pending_lock:
                 self._pending[:0] = pending
-            self._release_token()
+            self._release_token(holder)
             raise
-        low = min(segment.start_offset + position for segment, position, _ in pending)
-        to_sync = [] if durable else self._segments_between(min(low, self.flushed_offset), target)
-        taken = TakenFlush(target, timestamp, pending, to_sync)
         with self._token_lock:
-            self._holder = taken
+            holder.taken = taken
         return taken
 
-    def end_flush(self, taken: TakenFlush, *, ok: bool) -> bool:
+    def end_flush(self, taken: TakenFlush, *, ok: bool) -> bool | None:
         """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
-        Gives the token back. True when ``flushed_offset`` now covers ``taken.target``."""
+        Gives the token back. True when ``flushed_offset`` now covers ``taken.target``; None
+        when the token was taken from this flush (the flush that took it answers for its bytes,
+        and this end moves nothing)."""
         with self._token_lock:
-            if self._holder is not taken:  # the token was taken from it: see the docstring
-                return self.flushed_offset >= taken.target
+            holder = self._holder
+            if holder is None or holder.taken is not taken:
+                return None
             if ok:
                 self.flushed_offset = max(self.flushed_offset, taken.target)
                 for segment in taken.to_sync:
@@ -239,32 +262,50 @@ class CommitLog:
             self._flush_token.release()
         return ok
 
-    def _take_token(self, wait_s: float) -> None:
-        """Take the flush token, or raise FlushBusyError (``wait_s`` 0); after each ``wait_s`` of
-        waiting, take it from a holder that has not ended its flush (see the docstring)."""
-        if wait_s <= 0:
-            if not self._flush_token.acquire(blocking=False):
-                raise FlushBusyError()
-            return
-        while not self._flush_token.acquire(timeout=wait_s):
-            with self._token_lock:
-                holder, self._holder = self._holder, None
-                if holder is None:  # between holders, or one still writing: wait again
-                    continue
-                # The token (still acquired) is the caller's now.
-                with self._pending_lock:
-                    self._pending[:0] = holder.writes
-            log.error(
-                "a commitlog flush did not end within %.1f s (an event loop that stopped, or "
-                "a sync process that hangs?): the next flush writes its bytes again",
-                wait_s,
-            )
-            return
+    @property
+    def flush_number(self) -> int:
+        """The number of the last flush begun (0: none yet)."""
+        return self._flush_number
 
-    def _release_token(self) -> None:
+    def _take_token(self, wait_s: float) -> _Holder:
+        """Take the flush token (see :meth:`begin_flush` for ``wait_s``)."""
+        if wait_s <= 0:
+            with self._token_lock:
+                if self._token_wanted or not self._flush_token.acquire(blocking=False):
+                    raise FlushBusyError()
+                holder = self._holder = _Holder(time.monotonic())
+                return holder
         with self._token_lock:
-            self._holder = None
-            self._flush_token.release()
+            self._token_wanted += 1
+        try:
+            while not self._flush_token.acquire(timeout=min(wait_s, _TOKEN_POLL_S)):
+                with self._token_lock:
+                    stalled = self._holder
+                    now = time.monotonic()
+                    if stalled is None or stalled.taken is None or now - stalled.since < wait_s:
+                        continue
+                    # The token (still acquired) is the caller's now.
+                    with self._pending_lock:
+                        self._pending[:0] = stalled.taken.writes
+                    holder = self._holder = _Holder(now)
+                log.error(
+                    "a commitlog flush did not end within %.1f s (an event loop that stopped, "
+                    "or a sync process that hangs?): the next flush writes its bytes again",
+                    wait_s,
+                )
+                return holder
+            with self._token_lock:
+                holder = self._holder = _Holder(time.monotonic())
+            return holder
+        finally:
+            with self._token_lock:
+                self._token_wanted -= 1
+
+    def _release_token(self, holder: _Holder) -> None:
+        with self._token_lock:
+            if self._holder is holder:
+                self._holder = None
+                self._flush_token.release()
 
     def _segments_between(self, start: int, end: int) -> list[MappedFile]:
         """The segments holding bytes in ``[start, end)`` (one, or two around a roll)."""
@@ -301,7 +342,9 @@ class CommitLog:
     # -- segments --------------------------------------------------------------------------
     def _new_segment(self, start: int) -> MappedFile:
         if self._allocator is None:
-            return MappedFile.create(self.directory, start, self.segment_size)
+            segment = MappedFile.create(self.directory, start, self.segment_size)
+            fsync_directory(self.directory)  # the new file's name survives a power loss too
+            return segment
         # The next one is prepared once this one is half written (see write_runs).
         self._prepare_next_at = start + self.segment_size // 2
         return self._allocator.take(start)
@@ -317,6 +360,7 @@ class CommitLog:
 
 
 _NEVER = 1 << 62
+_TOKEN_POLL_S = 0.05  # how often a waiting taker looks at the holder's age
 
 
 def _write_through(pending: list[Write], *, durably: bool) -> bool:
@@ -381,6 +425,7 @@ class _SegmentAllocator:
             tmp.unlink(missing_ok=True)
             warm_file(tmp, self._size)
             os.replace(tmp, path)
+            fsync_directory(self._directory)  # the new name survives a power loss too
         segment = MappedFile(path, start, self._size, populate=True)
         with self._lock:
             self._ready[start] = segment

@@ -163,6 +163,7 @@ class FlushService:
         self.failed_once = False
         self.fsync_count = 0
         self._books_lock = threading.Lock()  # error and fsync count: two threads book flushes
+        self._booked: float = 0  # the order of the newest flush booked (see _note_error)
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -236,13 +237,14 @@ class FlushService:
         failure = None
         try:
             before = self._commitlog.flushed_offset
-            flushed, timestamp = self._commitlog.flush(steal_after_s=self._steal_after_s)
+            flush = self._commitlog.flush(steal_after_s=self._steal_after_s)
+            flushed, timestamp, number = flush
             if flushed > before:
                 self._flushed(flushed, timestamp)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
             failure = self._failed(exc)
         else:
-            self._note_error(None, False)
+            self._note_error(None, False, number or None)
         finally:
             gate.open(failure)
             flushed = self._commitlog.flushed_offset
@@ -261,11 +263,11 @@ class FlushService:
             assert error is not None
             return self._failed(error)
         covered = self._commitlog.end_flush(taken, ok=error is None)
-        if error is not None:
-            return self._failed(error)
-        if not covered:  # its token was taken: the flush that took it answers for the bytes
+        if covered is None:  # its token was taken: the flush that took it answers for the bytes
             return NOT_COVERED
-        self._note_error(None, False)
+        if error is not None:
+            return self._failed(error, taken.number)
+        self._note_error(None, False, taken.number)
         self._flushed(taken.target, taken.timestamp)
         return None
 
@@ -274,19 +276,25 @@ class FlushService:
             self.fsync_count += 1
         self._on_flushed(offset, timestamp)
 
-    def _failed(self, exc: Exception) -> str:
+    def _failed(self, exc: Exception, number: int | None = None) -> str:
         """Keep a failed flush's error; returns the failure its puts hear."""
         unexpected = not isinstance(exc, OSError)
-        self._note_error(exc, unexpected)
+        self._note_error(exc, unexpected, number)
         return f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
 
-    def _note_error(self, error: Exception | None, unexpected: bool) -> None:
-        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change
-        (under ``_books_lock``: the flush thread and a loop book flushes, and the store must
-        hear the changes in the order they were made)."""
+    def _note_error(self, error: Exception | None, unexpected: bool, number: int | None) -> None:
+        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change.
+        ``number`` is the flush's (see :meth:`CommitLog.begin_flush`); None for a failure
+        before a flush had one, which counts as newer than every flush begun so far. The flush
+        thread and a loop book flushes, so a booking older than the last one booked is
+        ignored: the error always tells how the newest flush went."""
         with self._books_lock:
             if error is not None:
                 self.failed_once = True
+            order = self._commitlog.flush_number + 0.5 if number is None else number
+            if order < self._booked:
+                return
+            self._booked = order
             if (error is None) == (self.error is None):
                 self.error = error
                 return

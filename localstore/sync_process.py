@@ -74,6 +74,9 @@ class ProcessSync:
         self._gathered: list[FlushWaiter] = []  # requests not yet in a flush
         self._in_flight: dict[int, tuple[TakenFlush, list[FlushWaiter]]] = {}  # at most one
         self._sequence = 0  # requests sent to the child
+        # A sync unanswered this long means a hung child (the store's takeover delay).
+        self._overdue_s = max(0.001, store.options.sync_flush_timeout_ms / 2000)
+        self._deadline: asyncio.TimerHandle | None = None
         self._replies = bytearray()
         self._closed_by_child = False
         # Why the child can no longer be used (then the flush thread takes every request).
@@ -153,6 +156,7 @@ class ProcessSync:
             return
         self._sequence += 1
         self._in_flight[self._sequence] = (taken, waiters)
+        self._deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
         paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
         try:
             write_all(self._to_child, frame(SYNC, SEQUENCE.pack(self._sequence) + paths))
@@ -192,11 +196,19 @@ class ProcessSync:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
         taken, waiters = self._in_flight.pop(sequence)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
         failure = self._flusher.finish_elsewhere(taken, error)
         self.flush()  # the next group's flush starts before this one's puts are answered
         for waiter in waiters:
             answer_waiter(waiter, failure)
+
+    def _overdue(self, sequence: int) -> None:
+        """A flush still unanswered after half the sync flush timeout: the child hangs."""
+        if sequence in self._in_flight:
+            self._give_up(f"it did not answer a sync within {self._overdue_s:.1f} s")
 
     def _give_up(self, why: str) -> None:
         """Stop using the child: its flush in flight fails (its bytes are kept for the flush
@@ -207,6 +219,9 @@ class ProcessSync:
         self.failure = f"the sync process (pid {pid}) can no longer be used: {why}"
         log.error("%s; the flush thread makes puts durable from now on", self.failure)
         in_flight, self._in_flight = self._in_flight, {}
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         try:
             for taken, waiters in in_flight.values():
                 failure = self._flusher.finish_elsewhere(taken, OSError(self.failure))

@@ -286,3 +286,91 @@ def test_a_flush_a_dropped_writer_left_unended_is_taken_over(
     assert "did not end within" in caplog.text
     got = store.get_messages("TopicTest", 0, 0, max_count=10)
     assert [m.body for m in got.messages] == [b"first", b"unawaited", b"later"]
+
+
+def test_the_flush_thread_is_not_starved_by_a_busy_loop(
+    open_store: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(sync_flush_timeout_ms=400))
+    blocking: list[PutResult] = []
+    stop = threading.Event()
+
+    def blocking_producer() -> None:
+        while not stop.is_set():
+            blocking.append(store.put(message(body=b"blocking", queue_id=3)))
+            time.sleep(0.005)
+
+    async def busy_loop() -> list[PutResult]:
+        writer = AsyncStoreWriter(store)
+        try:
+            return await _produce(writer, 64, 60, lambda result: None)
+        finally:
+            writer.close()
+
+    thread = threading.Thread(target=blocking_producer)
+    thread.start()
+    try:
+        looped = asyncio.run(busy_loop())
+    finally:
+        stop.set()
+        thread.join()
+    assert blocking and all(result.status is PutStatus.PUT_OK for result in blocking)
+    assert all(result.status is PutStatus.PUT_OK for result in looped)
+    assert "did not end within" not in caplog.text  # no healthy flush was taken over
+
+
+def test_a_hung_sync_process_is_given_up_and_its_puts_answered(open_store: StoreFactory) -> None:
+    store = open_store(flush_mode="sync", options=StoreOptions(sync_flush_timeout_ms=400))
+
+    async def main() -> tuple[PutResult, PutResult, float]:
+        writer = AsyncStoreWriter(store)
+        syncer = writer.sync_process
+        assert syncer is not None and syncer.pid is not None
+        try:
+            assert (await writer.put(message(body=b"first"))).ok
+            os.kill(syncer.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            hung = await asyncio.wait_for(writer.put(message(body=b"hung")), 5)
+            waited = time.monotonic() - started
+            later = await writer.put(message(body=b"later"))
+            deadline = time.monotonic() + 5
+            while later.status is not PutStatus.PUT_OK:  # refused until the retry succeeds
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+                later = await writer.put(message(body=b"later"))
+        finally:
+            writer.close()
+        return hung, later, waited
+
+    hung, later, waited = asyncio.run(main())
+    assert hung.status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert "did not answer a sync within 0.2 s" in hung.detail
+    assert waited < 2
+    assert later.status is PutStatus.PUT_OK
+
+
+def test_an_error_between_taking_the_token_and_the_write_gives_the_token_back(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync")
+    commitlog = store.commitlog
+    assert store.put(message(body=b"first")).ok
+    real = commitlog._segments_between
+    raised: list[bool] = []
+
+    def fails_once(start: int, end: int) -> list[Any]:
+        if not raised:
+            raised.append(True)
+            raise KeyboardInterrupt  # anything, even not an Exception
+        return real(start, end)
+
+    monkeypatch.setattr(commitlog, "_segments_between", fails_once)
+    _append(store, b"kept", _Gathered())
+    with pytest.raises(KeyboardInterrupt):
+        commitlog.begin_flush(wait_s=0)
+    taken = commitlog.begin_flush(wait_s=0)  # the token is free, the bytes were kept
+    assert taken is not None and taken.writes
+    for segment in taken.to_sync:
+        segment.sync()
+    assert commitlog.end_flush(taken, ok=True)
+    assert commitlog.flushed_offset == commitlog.max_offset
