@@ -40,6 +40,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,15 +62,21 @@ class TakenFlush:
     timestamp: int  # store time of the record ending at ``target``
     writes: list[Write]  # what it wrote, kept to be written again should the sync fail
     to_sync: list[MappedFile]  # empty when the write itself was durable
-    number: int  # flushes are numbered in the order they begin
 
 
 @dataclass(slots=True)
 class _Holder:
-    """Who holds the flush token: since when, and its flush once written (None before)."""
+    """Who holds the flush token: its flush once written (None before), since when (the end
+    of its write), and whether it is ending (then it is not taken over)."""
 
-    since: float  # time.monotonic()
     taken: TakenFlush | None = None
+    since: float = 0.0  # time.monotonic() when its write ended
+    ending: bool = False
+
+
+# Told under the flush token how each sync-mode flush ended, in the order they end: the error
+# (None: it succeeded) and the flush (None: it wrote nothing, or its write raised).
+FlushHook = Callable[[BaseException | None, "TakenFlush | None"], None]
 
 
 class FlushBusyError(Exception):
@@ -95,7 +102,7 @@ class CommitLog:
         self._token_lock = threading.Lock()  # guards _holder and _token_wanted
         self._holder: _Holder | None = None
         self._token_wanted = 0  # blocking takers waiting: a non-waiting taker lets them first
-        self._flush_number = 0
+        self.flush_hook: FlushHook | None = None  # the store's flush service sets it
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
@@ -180,28 +187,27 @@ class CommitLog:
             self.last_store_timestamp = store_timestamp
         return True
 
-    def flush(self, *, steal_after_s: float = 5.0) -> tuple[int, int, int]:
+    def flush(self, *, steal_after_s: float = 5.0) -> tuple[int, int]:
         """Make everything written durable; returns (flushed offset, store time of its last
-        record, the flush's number or 0 when nothing was written). Runs on the flush thread
-        (and at close); raises what the write or the sync raised (the bytes are kept for the
-        next flush)."""
+        record). Runs on the flush thread (and at close); raises what the write or the sync
+        raised (the bytes are kept for the next flush)."""
         if not self.sync_flush:
             target, timestamp = self.max_offset, self.last_store_timestamp
             if target > self.flushed_offset:
                 self.segments.flush()
                 self.flushed_offset = target
-            return target, timestamp, 0
+            return target, timestamp
         taken = self.begin_flush(wait_s=steal_after_s, durable_if_alone=True)
         if taken is None:
-            return self.flushed_offset, self.last_store_timestamp, 0
+            return self.flushed_offset, self.last_store_timestamp
         try:
             for segment in taken.to_sync:
                 segment.sync()
-        except BaseException:
-            self.end_flush(taken, ok=False)
+        except BaseException as exc:
+            self.end_flush(taken, exc)
             raise
-        covered = self.end_flush(taken, ok=True)
-        return self.flushed_offset, taken.timestamp if covered else 0, taken.number
+        covered = self.end_flush(taken, None)
+        return self.flushed_offset, taken.timestamp if covered else 0
 
     def begin_flush(self, *, wait_s: float, durable_if_alone: bool = False) -> TakenFlush | None:
         """Sync flush, first half (see the module docstring): take the flush token, then pwrite
@@ -219,6 +225,7 @@ class CommitLog:
                 pending, self._pending = self._pending, []
                 target, timestamp = self.max_offset, self.last_store_timestamp
             if not pending:
+                self._book(None, None)
                 self._release_token(holder)
                 return None
             first, last = pending[0], pending[-1]
@@ -231,41 +238,52 @@ class CommitLog:
             low = min(segment.start_offset + position for segment, position, _ in pending)
             floor = min(low, self.flushed_offset)
             to_sync = [] if durable else self._segments_between(floor, target)
-            self._flush_number += 1
-            taken = TakenFlush(target, timestamp, pending, to_sync, self._flush_number)
-        except BaseException:
+            taken = TakenFlush(target, timestamp, pending, to_sync)
+        except BaseException as exc:
             with self._pending_lock:
                 self._pending[:0] = pending
-            self._release_token(holder)
+            try:
+                self._book(exc, None)
+            finally:
+                self._release_token(holder)
             raise
         with self._token_lock:
             holder.taken = taken
+            holder.since = time.monotonic()
         return taken
 
-    def end_flush(self, taken: TakenFlush, *, ok: bool) -> bool | None:
-        """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``ok``) or failed.
-        Gives the token back. True when ``flushed_offset`` now covers ``taken.target``; None
-        when the token was taken from this flush (the flush that took it answers for its bytes,
-        and this end moves nothing)."""
+    def end_flush(self, taken: TakenFlush, error: BaseException | None) -> bool | None:
+        """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``error`` None) or
+        raised ``error``. Books it (``flush_hook``) and gives the token back. True when
+        ``flushed_offset`` now covers ``taken.target``; None when the token was taken from this
+        flush (the flush that took it answers for its bytes, and this end moves nothing)."""
         with self._token_lock:
             holder = self._holder
             if holder is None or holder.taken is not taken:
                 return None
-            if ok:
+            holder.ending = True
+        try:
+            if error is None:
                 self.flushed_offset = max(self.flushed_offset, taken.target)
                 for segment in taken.to_sync:
                     segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
             else:
                 with self._pending_lock:
                     self._pending[:0] = taken.writes
-            self._holder = None
-            self._flush_token.release()
-        return ok
+            self._book(error, taken)
+        finally:
+            self._release_token(holder)
+        return error is None
 
-    @property
-    def flush_number(self) -> int:
-        """The number of the last flush begun (0: none yet)."""
-        return self._flush_number
+    def _book(self, error: BaseException | None, taken: TakenFlush | None) -> None:
+        """Tell the flush hook how a flush ended (under the token; a hook that raises is
+        logged: the token is given back all the same)."""
+        if self.flush_hook is None:
+            return
+        try:
+            self.flush_hook(error, taken)
+        except Exception:
+            log.exception("the commitlog's flush hook failed")
 
     def _take_token(self, wait_s: float) -> _Holder:
         """Take the flush token (see :meth:`begin_flush` for ``wait_s``)."""
@@ -273,7 +291,7 @@ class CommitLog:
             with self._token_lock:
                 if self._token_wanted or not self._flush_token.acquire(blocking=False):
                     raise FlushBusyError()
-                holder = self._holder = _Holder(time.monotonic())
+                holder = self._holder = _Holder()
                 return holder
         with self._token_lock:
             self._token_wanted += 1
@@ -282,12 +300,17 @@ class CommitLog:
                 with self._token_lock:
                     stalled = self._holder
                     now = time.monotonic()
-                    if stalled is None or stalled.taken is None or now - stalled.since < wait_s:
+                    if (
+                        stalled is None
+                        or stalled.taken is None  # still writing
+                        or stalled.ending
+                        or now - stalled.since < wait_s
+                    ):
                         continue
                     # The token (still acquired) is the caller's now.
                     with self._pending_lock:
                         self._pending[:0] = stalled.taken.writes
-                    holder = self._holder = _Holder(now)
+                    holder = self._holder = _Holder()
                 log.error(
                     "a commitlog flush did not end within %.1f s (an event loop that stopped, "
                     "or a sync process that hangs?): the next flush writes its bytes again",
@@ -295,7 +318,7 @@ class CommitLog:
                 )
                 return holder
             with self._token_lock:
-                holder = self._holder = _Holder(time.monotonic())
+                holder = self._holder = _Holder()
             return holder
         finally:
             with self._token_lock:

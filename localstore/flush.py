@@ -149,6 +149,7 @@ class FlushService:
         self._on_error = on_error
         # How long a flush waits for one begun elsewhere before taking it over.
         self._steal_after_s = steal_after_ms / 1000
+        commitlog.flush_hook = self._book
         # Items: the end offset of a blocking put, a FlushWaiter, or _STOP.
         self._queue: queue.SimpleQueue[int | FlushWaiter] = queue.SimpleQueue()
         self._gate = _Gate()
@@ -163,7 +164,6 @@ class FlushService:
         self.failed_once = False
         self.fsync_count = 0
         self._books_lock = threading.Lock()  # error and fsync count: two threads book flushes
-        self._booked: float = 0  # the order of the newest flush booked (see _note_error)
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -233,18 +233,21 @@ class FlushService:
                 next_others = time.monotonic() + self._others_interval_s
 
     def _flush_commitlog(self, waiters: list[FlushWaiter], gate: _Gate) -> None:
-        """Flush, then answer the puts the flush was for: the gate's and the callbacks'."""
+        """Flush, then answer the puts the flush was for: the gate's and the callbacks'.
+        (Under sync flush the commitlog books the flush itself, through :meth:`_book`.)"""
         failure = None
+        sync_mode = self._commitlog.sync_flush
         try:
             before = self._commitlog.flushed_offset
-            flush = self._commitlog.flush(steal_after_s=self._steal_after_s)
-            flushed, timestamp, number = flush
-            if flushed > before:
-                self._flushed(flushed, timestamp)
+            flushed, timestamp = self._commitlog.flush(steal_after_s=self._steal_after_s)
+            if not sync_mode:
+                if flushed > before:
+                    self._flushed(flushed, timestamp)
+                self._note_error(None)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
-            failure = self._failed(exc)
-        else:
-            self._note_error(None, False, number or None)
+            failure = _failure_text(exc)
+            if not sync_mode:
+                self._note_error(exc)
         finally:
             gate.open(failure)
             flushed = self._commitlog.flushed_offset
@@ -254,47 +257,41 @@ class FlushService:
                 else:
                     answer_waiter(waiter, failure)
 
+    def _book(self, error: BaseException | None, taken: TakenFlush | None) -> None:
+        """The commitlog's flush hook: a sync-mode flush ended (called under its flush token,
+        so flushes are booked in the order they end, whoever ran them)."""
+        if error is not None:
+            if isinstance(error, Exception):  # an interrupt is no disk failure
+                self._note_error(error)
+            return
+        self._note_error(None)
+        if taken is not None:
+            self._flushed(taken.target, taken.timestamp)
+
     def finish_elsewhere(self, taken: TakenFlush | None, error: Exception | None) -> str | None:
         """A flush begun with :meth:`CommitLog.begin_flush` and synced outside this thread
         ended (``error`` None: the sync succeeded; ``taken`` None: its beginning raised
-        ``error``). Ends it and books it as this thread books its own flushes; returns why the
-        puts it covers are not durable, or None."""
+        ``error``). Ends it (the commitlog books it); returns why the puts it covers are not
+        durable, or None."""
         if taken is None:
             assert error is not None
-            return self._failed(error)
-        covered = self._commitlog.end_flush(taken, ok=error is None)
+            return _failure_text(error)
+        covered = self._commitlog.end_flush(taken, error)
         if covered is None:  # its token was taken: the flush that took it answers for the bytes
             return NOT_COVERED
-        if error is not None:
-            return self._failed(error, taken.number)
-        self._note_error(None, False, taken.number)
-        self._flushed(taken.target, taken.timestamp)
-        return None
+        return None if error is None else _failure_text(error)
 
     def _flushed(self, offset: int, timestamp: int) -> None:
         with self._books_lock:
             self.fsync_count += 1
         self._on_flushed(offset, timestamp)
 
-    def _failed(self, exc: Exception, number: int | None = None) -> str:
-        """Keep a failed flush's error; returns the failure its puts hear."""
-        unexpected = not isinstance(exc, OSError)
-        self._note_error(exc, unexpected, number)
-        return f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"
-
-    def _note_error(self, error: Exception | None, unexpected: bool, number: int | None) -> None:
-        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change.
-        ``number`` is the flush's (see :meth:`CommitLog.begin_flush`); None for a failure
-        before a flush had one, which counts as newer than every flush begun so far. The flush
-        thread and a loop book flushes, so a booking older than the last one booked is
-        ignored: the error always tells how the newest flush went."""
+    def _note_error(self, error: Exception | None) -> None:
+        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change
+        (under ``_books_lock``: the store hears the changes in the order they are made)."""
         with self._books_lock:
             if error is not None:
                 self.failed_once = True
-            order = self._commitlog.flush_number + 0.5 if number is None else number
-            if order < self._booked:
-                return
-            self._booked = order
             if (error is None) == (self.error is None):
                 self.error = error
                 return
@@ -303,7 +300,7 @@ class FlushService:
                 log.error(
                     "commitlog flush failed, puts are refused until one succeeds: %s",
                     error,
-                    exc_info=unexpected,
+                    exc_info=not isinstance(error, OSError),
                 )
             else:
                 log.warning("commitlog flush succeeded again after: %s", previous)
@@ -335,3 +332,9 @@ def answer_waiter(waiter: FlushWaiter, failure: str | None) -> None:
         waiter.callback(failure)
     except Exception:
         log.exception("a flush callback failed")
+
+
+def _failure_text(exc: BaseException) -> str:
+    """What a put covered by a failed flush hears."""
+    unexpected = not isinstance(exc, OSError)
+    return f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"

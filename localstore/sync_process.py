@@ -40,7 +40,7 @@ import select
 import subprocess
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from localstore.commitlog import FlushBusyError, TakenFlush
 from localstore.flush import (
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CLOSE_TIMEOUT_S = 10.0
+_REAP_WAIT_S = 0.2
 _READ_BYTES = 1 << 16
 
 
@@ -72,11 +73,11 @@ class ProcessSync:
         self._flusher = store.flusher
         self._loop = loop
         self._gathered: list[FlushWaiter] = []  # requests not yet in a flush
-        self._in_flight: dict[int, tuple[TakenFlush, list[FlushWaiter]]] = {}  # at most one
+        # At most one flush in flight (two only after the flush thread took one over).
+        self._in_flight: dict[int, _InFlight] = {}
         self._sequence = 0  # requests sent to the child
         # A sync unanswered this long means a hung child (the store's takeover delay).
         self._overdue_s = max(0.001, store.options.sync_flush_timeout_ms / 2000)
-        self._deadline: asyncio.TimerHandle | None = None
         self._replies = bytearray()
         self._closed_by_child = False
         # Why the child can no longer be used (then the flush thread takes every request).
@@ -136,11 +137,12 @@ class ProcessSync:
         if self.failure is not None:
             self._hand_to_flush_thread()
             return
+        if self._in_flight:  # this loop's last flush (perhaps taken over) is not answered yet
+            return
         try:
             taken = self._commitlog.begin_flush(wait_s=0)
-        except FlushBusyError:
-            if not self._in_flight:  # the flush thread's: it flushes these after its own
-                self._hand_to_flush_thread()
+        except FlushBusyError:  # the flush thread holds or waits for the token: it takes these
+            self._hand_to_flush_thread()
             return
         except Exception as exc:  # nothing was written durably; the bytes are kept
             waiters, self._gathered = self._gathered, []
@@ -155,8 +157,8 @@ class ProcessSync:
                 answer_waiter(waiter, None if flushed >= waiter.end_offset else NOT_COVERED)
             return
         self._sequence += 1
-        self._in_flight[self._sequence] = (taken, waiters)
-        self._deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
+        deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
+        self._in_flight[self._sequence] = _InFlight(taken, waiters, deadline)
         paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
         try:
             write_all(self._to_child, frame(SYNC, SEQUENCE.pack(self._sequence) + paths))
@@ -195,10 +197,8 @@ class ProcessSync:
         if kind not in (SYNC, ERROR) or sequence not in self._in_flight:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
-        taken, waiters = self._in_flight.pop(sequence)
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        taken, waiters, deadline = self._in_flight.pop(sequence)
+        deadline.cancel()
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
         failure = self._flusher.finish_elsewhere(taken, error)
         self.flush()  # the next group's flush starts before this one's puts are answered
@@ -219,11 +219,9 @@ class ProcessSync:
         self.failure = f"the sync process (pid {pid}) can no longer be used: {why}"
         log.error("%s; the flush thread makes puts durable from now on", self.failure)
         in_flight, self._in_flight = self._in_flight, {}
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
         try:
-            for taken, waiters in in_flight.values():
+            for taken, waiters, deadline in in_flight.values():
+                deadline.cancel()
                 failure = self._flusher.finish_elsewhere(taken, OSError(self.failure))
                 for waiter in waiters:
                     answer_waiter(waiter, failure)
@@ -276,11 +274,21 @@ class ProcessSync:
         return True
 
 
+class _InFlight(NamedTuple):
+    taken: TakenFlush
+    waiters: list[FlushWaiter]
+    deadline: asyncio.TimerHandle  # gives the child up when it has not answered by then
+
+
 def _end_child(child: subprocess.Popen[bytes]) -> None:
-    """Kill the child if it still runs, reap it and close its pipes."""
+    """Kill the child if it still runs, reap it (not waiting long: a child stuck in the kernel
+    on a hung disk dies only once the disk answers) and close its pipes."""
     if child.poll() is None:
         child.kill()
-    child.wait()
+    try:
+        child.wait(_REAP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        log.warning("the sync process (pid %d) has not ended yet after SIGKILL", child.pid)
     for pipe in (child.stdin, child.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError):

@@ -228,14 +228,14 @@ def test_one_flush_runs_at_a_time_and_a_failed_one_is_written_again_by_the_next(
     _append(store, b"b", gathered)
     with pytest.raises(FlushBusyError):
         commitlog.begin_flush(wait_s=0)  # the next group waits for the one in flight
-    assert not commitlog.end_flush(failing, ok=False)
+    assert not commitlog.end_flush(failing, OSError(5, "EIO"))
     assert commitlog.flushed_offset == start
     retry = commitlog.begin_flush(wait_s=0)
     assert retry is not None
     assert retry.writes[0] == failing.writes[0]  # the failed bytes, written again first
     for segment in retry.to_sync:
         segment.sync()
-    assert commitlog.end_flush(retry, ok=True)
+    assert commitlog.end_flush(retry, None)
     assert commitlog.flushed_offset == commitlog.max_offset
 
 
@@ -372,5 +372,5 @@ def test_an_error_between_taking_the_token_and_the_write_gives_the_token_back(
     assert taken is not None and taken.writes
     for segment in taken.to_sync:
         segment.sync()
-    assert commitlog.end_flush(taken, ok=True)
+    assert commitlog.end_flush(taken, None)
     assert commitlog.flushed_offset == commitlog.max_offset
