@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from localstore.atomic_file import fsync_directory
 from localstore.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
@@ -54,8 +55,7 @@ log = logging.getLogger(__name__)
 Write = tuple[MappedFile, int, bytes]  # (segment, position in it, bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class TakenFlush:
+class TakenFlush(NamedTuple):
     """A sync-mode flush between its two halves (:meth:`CommitLog.begin_flush`)."""
 
     target: int  # the commitlog offset it makes durable
@@ -235,9 +235,11 @@ class CommitLog:
                 and last[0].start_offset + last[1] + len(last[2]) == target
             )
             durable = _write_through(pending, durably=alone)
-            low = min(segment.start_offset + position for segment, position, _ in pending)
-            floor = min(low, self.flushed_offset)
-            to_sync = [] if durable else self._segments_between(floor, target)
+            if durable:
+                to_sync = []
+            else:  # bytes written again after a failure may lie below the flushed offset
+                low = min(segment.start_offset + position for segment, position, _ in pending)
+                to_sync = self._segments_between(min(low, self.flushed_offset), target)
             taken = TakenFlush(target, timestamp, pending, to_sync)
         except BaseException as exc:
             with self._pending_lock:
@@ -247,9 +249,8 @@ class CommitLog:
             finally:
                 self._release_token(holder)
             raise
-        with self._token_lock:
-            holder.taken = taken
-            holder.since = time.monotonic()
+        holder.since = time.monotonic()  # before ``taken``: a waiting taker reads them
+        holder.taken = taken  # the other way round, without the lock
         return taken
 
     def end_flush(self, taken: TakenFlush, error: BaseException | None) -> bool | None:
@@ -261,7 +262,7 @@ class CommitLog:
             holder = self._holder
             if holder is None or holder.taken is not taken:
                 return None
-            holder.ending = True
+            holder.ending = True  # from here on it is not taken over
         try:
             if error is None:
                 self.flushed_offset = max(self.flushed_offset, taken.target)
@@ -293,6 +294,9 @@ class CommitLog:
                     raise FlushBusyError()
                 holder = self._holder = _Holder()
                 return holder
+        if self._flush_token.acquire(blocking=False):  # the common case: nobody holds it
+            holder = self._holder = _Holder()
+            return holder
         with self._token_lock:
             self._token_wanted += 1
         try:
@@ -325,10 +329,11 @@ class CommitLog:
                 self._token_wanted -= 1
 
     def _release_token(self, holder: _Holder) -> None:
-        with self._token_lock:
-            if self._holder is holder:
-                self._holder = None
-                self._flush_token.release()
+        """Give the token back, unless it was taken over. (A holder that is still writing or
+        is ending is never taken over, so no lock is needed to see that it still holds it.)"""
+        if self._holder is holder:
+            self._holder = None
+            self._flush_token.release()
 
     def _segments_between(self, start: int, end: int) -> list[MappedFile]:
         """The segments holding bytes in ``[start, end)`` (one, or two around a roll)."""

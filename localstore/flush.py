@@ -163,7 +163,6 @@ class FlushService:
         # error once), so the store keeps its abort marker and the next open recovers.
         self.failed_once = False
         self.fsync_count = 0
-        self._books_lock = threading.Lock()  # error and fsync count: two threads book flushes
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -259,12 +258,13 @@ class FlushService:
 
     def _book(self, error: BaseException | None, taken: TakenFlush | None) -> None:
         """The commitlog's flush hook: a sync-mode flush ended (called under its flush token,
-        so flushes are booked in the order they end, whoever ran them)."""
+        so flushes are booked one at a time, in the order they end, whoever ran them)."""
         if error is not None:
             if isinstance(error, Exception):  # an interrupt is no disk failure
                 self._note_error(error)
             return
-        self._note_error(None)
+        if self.error is not None:
+            self._note_error(None)
         if taken is not None:
             self._flushed(taken.target, taken.timestamp)
 
@@ -282,32 +282,31 @@ class FlushService:
         return None if error is None else _failure_text(error)
 
     def _flushed(self, offset: int, timestamp: int) -> None:
-        with self._books_lock:
-            self.fsync_count += 1
+        self.fsync_count += 1
         self._on_flushed(offset, timestamp)
 
     def _note_error(self, error: Exception | None) -> None:
-        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change
-        (under ``_books_lock``: the store hears the changes in the order they are made)."""
-        with self._books_lock:
-            if error is not None:
-                self.failed_once = True
-            if (error is None) == (self.error is None):
-                self.error = error
-                return
-            previous, self.error = self.error, error
-            if error is not None:
-                log.error(
-                    "commitlog flush failed, puts are refused until one succeeds: %s",
-                    error,
-                    exc_info=not isinstance(error, OSError),
-                )
-            else:
-                log.warning("commitlog flush succeeded again after: %s", previous)
-            try:
-                self._on_error(error)
-            except Exception:
-                log.exception("the store's flush-error hook failed")
+        """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change.
+        Flushes are booked one at a time (the flush thread's own under async flush; under sync
+        flush under the commitlog's flush token), so the store hears the changes in order."""
+        if error is not None:
+            self.failed_once = True
+        if (error is None) == (self.error is None):
+            self.error = error
+            return
+        previous, self.error = self.error, error
+        if error is not None:
+            log.error(
+                "commitlog flush failed, puts are refused until one succeeds: %s",
+                error,
+                exc_info=not isinstance(error, OSError),
+            )
+        else:
+            log.warning("commitlog flush succeeded again after: %s", previous)
+        try:
+            self._on_error(error)
+        except Exception:
+            log.exception("the store's flush-error hook failed")
 
     def close(self) -> None:
         """Flush everything once more, finish every waiter, stop the thread."""
