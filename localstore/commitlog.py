@@ -197,17 +197,29 @@ class CommitLog:
                 self.segments.flush()
                 self.flushed_offset = target
             return target, timestamp
-        taken = self.begin_flush(wait_s=steal_after_s, durable_if_alone=True)
-        if taken is None:
-            return self.flushed_offset, self.last_store_timestamp
+        # The flush thread's own flush: it is the only taker that waits, so nothing takes the
+        # token over from it, and it needs none of a holder's bookkeeping past the token.
+        holder = self._take_token(steal_after_s)
         try:
-            for segment in taken.to_sync:
-                segment.sync()
+            written = self._write_pending(durable_if_alone=True)
+            if written is None:
+                self._book(None, None)
+                return self.flushed_offset, self.last_store_timestamp
+            try:
+                for segment in written.to_sync:
+                    segment.sync()
+            except BaseException:
+                with self._pending_lock:
+                    self._pending[:0] = written.writes
+                raise
+            self._flushed_to(written)
+            self._book(None, written)
+            return self.flushed_offset, written.timestamp
         except BaseException as exc:
-            self.end_flush(taken, exc)
+            self._book(exc, None)
             raise
-        covered = self.end_flush(taken, None)
-        return self.flushed_offset, taken.timestamp if covered else 0
+        finally:
+            self._release_token(holder)
 
     def begin_flush(self, *, wait_s: float, durable_if_alone: bool = False) -> TakenFlush | None:
         """Sync flush, first half (see the module docstring): take the flush token, then pwrite
@@ -219,14 +231,31 @@ class CommitLog:
         flush that is one run within a page is made durable by the write itself (``to_sync``
         is then empty)."""
         holder = self._take_token(wait_s)
+        try:
+            taken = self._write_pending(durable_if_alone=durable_if_alone)
+        except BaseException as exc:
+            try:
+                self._book(exc, None)
+            finally:
+                self._release_token(holder)
+            raise
+        if taken is None:
+            self._book(None, None)
+            self._release_token(holder)
+            return None
+        holder.since = time.monotonic()  # before ``taken``: a waiting taker reads them
+        holder.taken = taken  # the other way round, without the lock
+        return taken
+
+    def _write_pending(self, *, durable_if_alone: bool) -> TakenFlush | None:
+        """Under the token: take the write-behind list and pwrite it; None when it is empty.
+        A failed write puts the bytes back and raises."""
         pending: list[Write] = []
         try:
             with self._pending_lock:
                 pending, self._pending = self._pending, []
                 target, timestamp = self.max_offset, self.last_store_timestamp
             if not pending:
-                self._book(None, None)
-                self._release_token(holder)
                 return None
             first, last = pending[0], pending[-1]
             alone = (
@@ -234,24 +263,21 @@ class CommitLog:
                 and first[0].start_offset + first[1] == self.flushed_offset
                 and last[0].start_offset + last[1] + len(last[2]) == target
             )
-            durable = _write_through(pending, durably=alone)
-            if durable:
-                to_sync = []
-            else:  # bytes written again after a failure may lie below the flushed offset
-                low = min(segment.start_offset + position for segment, position, _ in pending)
-                to_sync = self._segments_between(min(low, self.flushed_offset), target)
-            taken = TakenFlush(target, timestamp, pending, to_sync)
-        except BaseException as exc:
+            if _write_through(pending, durably=alone):
+                return TakenFlush(target, timestamp, pending, [])
+            # Bytes written again after a failure may lie below the flushed offset.
+            low = min(segment.start_offset + position for segment, position, _ in pending)
+            to_sync = self._segments_between(min(low, self.flushed_offset), target)
+            return TakenFlush(target, timestamp, pending, to_sync)
+        except BaseException:
             with self._pending_lock:
                 self._pending[:0] = pending
-            try:
-                self._book(exc, None)
-            finally:
-                self._release_token(holder)
             raise
-        holder.since = time.monotonic()  # before ``taken``: a waiting taker reads them
-        holder.taken = taken  # the other way round, without the lock
-        return taken
+
+    def _flushed_to(self, taken: TakenFlush) -> None:
+        self.flushed_offset = max(self.flushed_offset, taken.target)
+        for segment in taken.to_sync:
+            segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
 
     def end_flush(self, taken: TakenFlush, error: BaseException | None) -> bool | None:
         """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``error`` None) or
@@ -265,9 +291,7 @@ class CommitLog:
             holder.ending = True  # from here on it is not taken over
         try:
             if error is None:
-                self.flushed_offset = max(self.flushed_offset, taken.target)
-                for segment in taken.to_sync:
-                    segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
+                self._flushed_to(taken)
             else:
                 with self._pending_lock:
                     self._pending[:0] = taken.writes
