@@ -14,7 +14,8 @@ A loop's flush, step by step (the invariants are :mod:`localstore.commitlog`'s):
 1. Each put appended during a turn of the loop asks this object, not the flush thread, for its
    durability (:meth:`ProcessSync.request`); the requests are gathered.
 2. After the turn's appends the writer calls :meth:`ProcessSync.flush`. One commitlog flush
-   runs at a time: if one is in flight the gathered puts wait for the next. Otherwise
+   runs at a time: while this loop's last flush is in flight the gathered puts wait for the
+   next; while the flush thread holds (or waits for) the token, they go to it. Otherwise
    :meth:`CommitLog.begin_flush` writes the write-behind list through the files, and one
    ``SYNC`` request naming the segments to sync goes to the child (:mod:`localstore.sync_worker`
    holds the protocol).
