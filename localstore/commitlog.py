@@ -74,8 +74,9 @@ class _Holder:
     ending: bool = False
 
 
-# Told under the flush token how each sync-mode flush ended, in the order they end: the error
-# (None: it succeeded) and the flush (None: it wrote nothing, or its write raised).
+# Told how each flush ended, one at a time in the order they end (under sync flush under the
+# flush token): the error (None: it succeeded) and the flush (None: it wrote nothing, or it
+# raised before it had one).
 FlushHook = Callable[[BaseException | None, "TakenFlush | None"], None]
 
 
@@ -187,39 +188,33 @@ class CommitLog:
             self.last_store_timestamp = store_timestamp
         return True
 
-    def flush(self, *, steal_after_s: float = 5.0) -> tuple[int, int]:
-        """Make everything written durable; returns (flushed offset, store time of its last
-        record). Runs on the flush thread (and at close); raises what the write or the sync
-        raised (the bytes are kept for the next flush)."""
+    def flush(self, *, steal_after_s: float = 5.0) -> None:
+        """Make everything written durable, and book it (``flush_hook``). Runs on the flush
+        thread (and at close); raises what the write or the sync raised (under sync flush the
+        bytes are kept for the next flush)."""
         if not self.sync_flush:
             target, timestamp = self.max_offset, self.last_store_timestamp
-            if target > self.flushed_offset:
-                self.segments.flush()
-                self.flushed_offset = target
-            return target, timestamp
-        # The flush thread's own flush: it is the only taker that waits, so nothing takes the
-        # token over from it, and it needs none of a holder's bookkeeping past the token.
-        holder = self._take_token(steal_after_s)
-        try:
-            written = self._write_pending(durable_if_alone=True)
-            if written is None:
+            if target <= self.flushed_offset:
                 self._book(None, None)
-                return self.flushed_offset, self.last_store_timestamp
+                return
             try:
-                for segment in written.to_sync:
-                    segment.sync()
-            except BaseException:
-                with self._pending_lock:
-                    self._pending[:0] = written.writes
+                self.segments.flush()
+            except BaseException as exc:
+                self._book(exc, None)
                 raise
-            self._flushed_to(written)
-            self._book(None, written)
-            return self.flushed_offset, written.timestamp
+            self.flushed_offset = target
+            self._book(None, TakenFlush(target, timestamp, [], []))
+            return
+        taken = self.begin_flush(wait_s=steal_after_s, durable_if_alone=True)
+        if taken is None:
+            return
+        try:
+            for segment in taken.to_sync:
+                segment.sync()
         except BaseException as exc:
-            self._book(exc, None)
+            self.end_flush(taken, exc)
             raise
-        finally:
-            self._release_token(holder)
+        self.end_flush(taken, None)
 
     def begin_flush(self, *, wait_s: float, durable_if_alone: bool = False) -> TakenFlush | None:
         """Sync flush, first half (see the module docstring): take the flush token, then pwrite
@@ -270,14 +265,14 @@ class CommitLog:
             to_sync = self._segments_between(min(low, self.flushed_offset), target)
             return TakenFlush(target, timestamp, pending, to_sync)
         except BaseException:
-            with self._pending_lock:
-                self._pending[:0] = pending
+            self._put_back(pending)
             raise
 
-    def _flushed_to(self, taken: TakenFlush) -> None:
-        self.flushed_offset = max(self.flushed_offset, taken.target)
-        for segment in taken.to_sync:
-            segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
+    def _put_back(self, writes: list[Write]) -> None:
+        """Writes to be written again by the next flush go back to the write-behind list's head
+        (the same bytes at the same place)."""
+        with self._pending_lock:
+            self._pending[:0] = writes
 
     def end_flush(self, taken: TakenFlush, error: BaseException | None) -> bool | None:
         """Sync flush, second half: the sync of ``taken.to_sync`` succeeded (``error`` None) or
@@ -291,18 +286,19 @@ class CommitLog:
             holder.ending = True  # from here on it is not taken over
         try:
             if error is None:
-                self._flushed_to(taken)
+                self.flushed_offset = max(self.flushed_offset, taken.target)
+                for segment in taken.to_sync:
+                    segment.flushed_position = max(segment.flushed_position, segment.wrote_position)
             else:
-                with self._pending_lock:
-                    self._pending[:0] = taken.writes
+                self._put_back(taken.writes)
             self._book(error, taken)
         finally:
             self._release_token(holder)
         return error is None
 
     def _book(self, error: BaseException | None, taken: TakenFlush | None) -> None:
-        """Tell the flush hook how a flush ended (under the token; a hook that raises is
-        logged: the token is given back all the same)."""
+        """Tell the flush hook how a flush ended (under sync flush under the token; a hook that
+        raises is logged: the token is given back all the same)."""
         if self.flush_hook is None:
             return
         try:
@@ -336,8 +332,7 @@ class CommitLog:
                     ):
                         continue
                     # The token (still acquired) is the caller's now.
-                    with self._pending_lock:
-                        self._pending[:0] = stalled.taken.writes
+                    self._put_back(stalled.taken.writes)
                     holder = self._holder = _Holder()
                 log.error(
                     "a commitlog flush did not end within %.1f s (an event loop that stopped, "

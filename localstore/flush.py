@@ -39,7 +39,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from localstore.commitlog import CommitLog, TakenFlush
@@ -232,54 +232,36 @@ class FlushService:
                 next_others = time.monotonic() + self._others_interval_s
 
     def _flush_commitlog(self, waiters: list[FlushWaiter], gate: _Gate) -> None:
-        """Flush, then answer the puts the flush was for: the gate's and the callbacks'.
-        (Under sync flush the commitlog books the flush itself, through :meth:`_book`.)"""
+        """Flush (the commitlog books it, through :meth:`_book`), then answer the puts the
+        flush was for: the gate's and the callbacks'."""
         failure = None
-        sync_mode = self._commitlog.sync_flush
         try:
-            before = self._commitlog.flushed_offset
-            flushed, timestamp = self._commitlog.flush(steal_after_s=self._steal_after_s)
-            if not sync_mode:
-                if flushed > before:
-                    self._flushed(flushed, timestamp)
-                self._note_error(None)
+            self._commitlog.flush(steal_after_s=self._steal_after_s)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
-            failure = _failure_text(exc)
-            if not sync_mode:
-                self._note_error(exc)
+            failure = failure_text(exc)
         finally:
             gate.open(failure)
-            flushed = self._commitlog.flushed_offset
-            for waiter in waiters:  # each wrote before the flush read its target: all covered
-                if failure is None and waiter.end_offset > flushed:
-                    answer_waiter(waiter, NOT_COVERED)
-                else:
-                    answer_waiter(waiter, failure)
+            answer_waiters(waiters, self._commitlog.flushed_offset, failure)
 
     def _book(self, error: BaseException | None, taken: TakenFlush | None) -> None:
-        """The commitlog's flush hook: a sync-mode flush ended (called under its flush token,
-        so flushes are booked one at a time, in the order they end, whoever ran them)."""
+        """The commitlog's flush hook: a flush ended. Flushes are booked one at a time, in the
+        order they end, whoever ran them (under sync flush under the commitlog's flush token)."""
         if error is not None:
             if isinstance(error, Exception):  # an interrupt is no disk failure
                 self._note_error(error)
             return
-        if self.error is not None:
-            self._note_error(None)
+        self._note_error(None)
         if taken is not None:
             self._flushed(taken.target, taken.timestamp)
 
-    def finish_elsewhere(self, taken: TakenFlush | None, error: Exception | None) -> str | None:
+    def finish_elsewhere(self, taken: TakenFlush, error: Exception | None) -> str | None:
         """A flush begun with :meth:`CommitLog.begin_flush` and synced outside this thread
-        ended (``error`` None: the sync succeeded; ``taken`` None: its beginning raised
-        ``error``). Ends it (the commitlog books it); returns why the puts it covers are not
-        durable, or None."""
-        if taken is None:
-            assert error is not None
-            return _failure_text(error)
+        ended (``error`` None: the sync succeeded). Ends it (the commitlog books it); returns
+        why the puts it covers may not be durable, or None (see :func:`answer_waiters`)."""
         covered = self._commitlog.end_flush(taken, error)
         if covered is None:  # its token was taken: the flush that took it answers for the bytes
             return NOT_COVERED
-        return None if error is None else _failure_text(error)
+        return None if error is None else failure_text(error)
 
     def _flushed(self, offset: int, timestamp: int) -> None:
         self.fsync_count += 1
@@ -287,8 +269,8 @@ class FlushService:
 
     def _note_error(self, error: Exception | None) -> None:
         """Keep the commitlog flush's error (None: it succeeded) and tell the store of a change.
-        Flushes are booked one at a time (the flush thread's own under async flush; under sync
-        flush under the commitlog's flush token), so the store hears the changes in order."""
+        Flushes are booked one at a time (see :meth:`_book`), so the store hears the changes in
+        order."""
         if error is not None:
             self.failed_once = True
         if (error is None) == (self.error is None):
@@ -314,14 +296,15 @@ class FlushService:
             self._stopping = True
             self._queue.put(_STOP)
         self._thread.join()
-        flushed = self._commitlog.flushed_offset
+        late: list[FlushWaiter] = []
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if isinstance(item, FlushWaiter):
-                answer_waiter(item, None if item.end_offset <= flushed else _CLOSED)
+                late.append(item)
+        answer_waiters(late, self._commitlog.flushed_offset, _CLOSED)
 
 
 def answer_waiter(waiter: FlushWaiter, failure: str | None) -> None:
@@ -333,7 +316,19 @@ def answer_waiter(waiter: FlushWaiter, failure: str | None) -> None:
         log.exception("a flush callback failed")
 
 
-def _failure_text(exc: BaseException) -> str:
+def answer_waiters(
+    waiters: Iterable[FlushWaiter], flushed_offset: int, failure: str | None
+) -> None:
+    """Answer the puts a flush was for: durable where ``flushed_offset`` covers them (it moves
+    only over synced bytes, whichever flush synced them); otherwise ``failure``, or, when that
+    flush succeeded without covering them, :data:`NOT_COVERED`."""
+    for waiter in waiters:
+        answer_waiter(
+            waiter, None if waiter.end_offset <= flushed_offset else failure or NOT_COVERED
+        )
+
+
+def failure_text(exc: BaseException) -> str:
     """What a put covered by a failed flush hears."""
     unexpected = not isinstance(exc, OSError)
     return f"the flush that should cover it failed: {repr(exc) if unexpected else exc}"

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from localstore.commitlog import FlushBusyError, TakenFlush
 from localstore.flush import (
-    NOT_COVERED,
     DurableCallback,
     DurableWait,
     FlushWaiter,
-    answer_waiter,
+    answer_waiters,
+    failure_text,
 )
 from localstore.pipe_frames import frame, split_frames, write_all
 from localstore.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC
@@ -74,10 +74,11 @@ class ProcessSync:
         self._flusher = store.flusher
         self._loop = loop
         self._gathered: list[FlushWaiter] = []  # requests not yet in a flush
-        self._in_flight: dict[int, _InFlight] = {}  # at most one flush
+        self._in_flight: _InFlight | None = None  # one flush at a time
         self._sequence = 0  # requests sent to the child
         # A sync unanswered this long means a hung child (the store's takeover delay).
         self._overdue_s = max(0.001, store.options.sync_flush_timeout_ms / 2000)
+        self._deadline: asyncio.TimerHandle | None = None  # of the flush in flight
         self._replies = bytearray()
         self._closed_by_child = False
         # Why the child can no longer be used (then the flush thread takes every request).
@@ -107,7 +108,7 @@ class ProcessSync:
     @property
     def idle(self) -> bool:
         """No flush of this loop is waiting for the child."""
-        return not self._in_flight
+        return self._in_flight is None
 
     @property
     def pid(self) -> int | None:
@@ -137,7 +138,7 @@ class ProcessSync:
         if self.failure is not None:
             self._hand_to_flush_thread()
             return
-        if self._in_flight:  # this loop's last flush (perhaps taken over) is not answered yet
+        if self._in_flight is not None:  # this loop's last flush is not answered yet
             return
         try:
             taken = self._commitlog.begin_flush(wait_s=0)
@@ -146,29 +147,20 @@ class ProcessSync:
             return
         except Exception as exc:  # nothing was written durably; the bytes are kept
             waiters, self._gathered = self._gathered, []
-            failure = self._flusher.finish_elsewhere(None, exc)
-            for waiter in waiters:
-                answer_waiter(waiter, failure)
+            answer_waiters(waiters, self._commitlog.flushed_offset, failure_text(exc))
             return
         waiters, self._gathered = self._gathered, []
         if taken is None:  # nothing left to write, and no flush in flight: all is durable
-            flushed = self._commitlog.flushed_offset
-            for waiter in waiters:
-                answer_waiter(waiter, None if flushed >= waiter.end_offset else NOT_COVERED)
+            answer_waiters(waiters, self._commitlog.flushed_offset, None)
             return
         self._sequence += 1
-        self._in_flight[self._sequence] = _InFlight(taken, waiters, None)
+        self._in_flight = _InFlight(self._sequence, taken, waiters)
         try:
-            deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
-        except RuntimeError as exc:  # the loop is closed
-            self._give_up(f"its event loop cannot run ({exc})")
-            return
-        self._in_flight[self._sequence] = _InFlight(taken, waiters, deadline)
-        paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
-        try:
+            self._deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
+            paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
             write_all(self._to_child, frame(SYNC, SEQUENCE.pack(self._sequence) + paths))
-        except OSError as exc:
-            self._give_up(f"writing to it failed ({exc})")
+        except (OSError, RuntimeError) as exc:  # the child is gone, or the loop is closed
+            self._give_up(f"a sync could not be asked for ({exc})")
 
     def _hand_to_flush_thread(self) -> None:
         waiters, self._gathered = self._gathered, []
@@ -199,23 +191,25 @@ class ProcessSync:
 
     def _answered(self, kind: bytes, payload: bytes) -> None:
         sequence = SEQUENCE.unpack_from(payload)[0] if len(payload) >= SEQUENCE.size else -1
-        if kind not in (SYNC, ERROR) or sequence not in self._in_flight:
+        in_flight = self._in_flight
+        if kind not in (SYNC, ERROR) or in_flight is None or in_flight.sequence != sequence:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
-        taken, waiters, deadline = self._in_flight.pop(sequence)
-        if deadline is not None:
-            deadline.cancel()
+        self._end_in_flight()
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
-        failure = self._flusher.finish_elsewhere(taken, error)
+        failure = self._flusher.finish_elsewhere(in_flight.taken, error)
         self.flush()  # the next group's flush starts before this one's puts are answered
-        flushed = self._commitlog.flushed_offset
-        for waiter in waiters:  # taken over: the flush that took it may have covered them
-            covered = failure == NOT_COVERED and flushed >= waiter.end_offset
-            answer_waiter(waiter, None if covered else failure)
+        answer_waiters(in_flight.waiters, self._commitlog.flushed_offset, failure)
+
+    def _end_in_flight(self) -> None:
+        self._in_flight = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def _overdue(self, sequence: int) -> None:
         """A flush still unanswered after half the sync flush timeout: the child hangs."""
-        if sequence in self._in_flight:
+        if self._in_flight is not None and self._in_flight.sequence == sequence:
             self._give_up(f"it did not answer a sync within {self._overdue_s:.1f} s")
 
     def _give_up(self, why: str) -> None:
@@ -226,14 +220,12 @@ class ProcessSync:
         pid = self._child.pid if self._child is not None else "-"
         self.failure = f"the sync process (pid {pid}) can no longer be used: {why}"
         log.error("%s; the flush thread makes puts durable from now on", self.failure)
-        in_flight, self._in_flight = self._in_flight, {}
+        in_flight = self._in_flight
+        self._end_in_flight()
         try:
-            for taken, waiters, deadline in in_flight.values():
-                if deadline is not None:
-                    deadline.cancel()
-                failure = self._flusher.finish_elsewhere(taken, OSError(self.failure))
-                for waiter in waiters:
-                    answer_waiter(waiter, failure)
+            if in_flight is not None:
+                failure = self._flusher.finish_elsewhere(in_flight.taken, OSError(self.failure))
+                answer_waiters(in_flight.waiters, self._commitlog.flushed_offset, failure)
             self._hand_to_flush_thread()
         finally:
             self._stop_child()
@@ -255,7 +247,7 @@ class ProcessSync:
             return
         deadline = time.monotonic() + _CLOSE_TIMEOUT_S
         try:
-            while self._in_flight and self.failure is None:
+            while self._in_flight is not None and self.failure is None:
                 if not self._read_blocking(deadline):
                     self._give_up("it did not answer before the writer closed")
                     return
@@ -284,9 +276,9 @@ class ProcessSync:
 
 
 class _InFlight(NamedTuple):
+    sequence: int  # the child's answer names it
     taken: TakenFlush
     waiters: list[FlushWaiter]
-    deadline: asyncio.TimerHandle | None  # gives the child up when it has not answered by then
 
 
 def _end_child(child: subprocess.Popen[bytes]) -> None:
