@@ -78,7 +78,10 @@ class ProcessSync:
         self._sequence = 0  # requests sent to the child
         # A sync unanswered this long means a hung child (the store's takeover delay).
         self._overdue_s = max(0.001, store.options.sync_flush_timeout_ms / 2000)
-        self._deadline: asyncio.TimerHandle | None = None  # of the flush in flight
+        # One watchdog timer, not one per flush (scheduling and cancelling a timer per flush
+        # cost about 2 % of the loop's time): armed when a flush is sent and none is armed,
+        # it gives the child up when the flush in flight is overdue, else re-arms for it.
+        self._watchdog: asyncio.TimerHandle | None = None
         self._replies = bytearray()
         self._closed_by_child = False
         # Why the child can no longer be used (then the flush thread takes every request).
@@ -154,9 +157,11 @@ class ProcessSync:
             answer_waiters(waiters, self._commitlog.flushed_offset, None)
             return
         self._sequence += 1
-        self._in_flight = _InFlight(self._sequence, taken, waiters)
+        loop = self._loop
+        self._in_flight = _InFlight(self._sequence, taken, waiters, loop.time())
         try:
-            self._deadline = self._loop.call_later(self._overdue_s, self._overdue, self._sequence)
+            if self._watchdog is None:
+                self._watchdog = loop.call_later(self._overdue_s, self._watch)
             paths = b"\0".join(os.fsencode(segment.path) for segment in taken.to_sync)
             write_all(self._to_child, frame(SYNC, SEQUENCE.pack(self._sequence) + paths))
         except (OSError, RuntimeError) as exc:  # the child is gone, or the loop is closed
@@ -203,14 +208,18 @@ class ProcessSync:
 
     def _end_in_flight(self) -> None:
         self._in_flight = None
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
 
-    def _overdue(self, sequence: int) -> None:
-        """A flush still unanswered after half the sync flush timeout: the child hangs."""
-        if self._in_flight is not None and self._in_flight.sequence == sequence:
+    def _watch(self) -> None:
+        """The watchdog: a flush unanswered for half the sync flush timeout means a hung child."""
+        self._watchdog = None
+        in_flight = self._in_flight
+        if in_flight is None or self.failure is not None:
+            return  # re-armed by the next flush sent
+        waited = self._loop.time() - in_flight.sent_at
+        if waited >= self._overdue_s:
             self._give_up(f"it did not answer a sync within {self._overdue_s:.1f} s")
+        else:
+            self._watchdog = self._loop.call_later(self._overdue_s - waited, self._watch)
 
     def _give_up(self, why: str) -> None:
         """Stop using the child: its flush in flight fails (its bytes are kept for the flush
@@ -235,6 +244,9 @@ class ProcessSync:
         if child is None:
             return
         self._child = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         with contextlib.suppress(Exception):  # a closed loop has nothing to remove
             self._loop.remove_reader(self._from_child)
         _end_child(child)
@@ -279,6 +291,7 @@ class _InFlight(NamedTuple):
     sequence: int  # the child's answer names it
     taken: TakenFlush
     waiters: list[FlushWaiter]
+    sent_at: float  # the loop's time
 
 
 def _end_child(child: subprocess.Popen[bytes]) -> None:

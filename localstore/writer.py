@@ -63,12 +63,18 @@ def _append_group(
     """Append one topic-queue's puts as one batch (the store checks it once; see ``_append``
     for a batch it refuses). Transaction records get no queue offsets, so a result cannot be
     cut per put around them: a group holding one appends put by put."""
-    merged = [m for put in group for m in put[0]] if len(group) > 1 else group[0][0]
-    if len(group) > 1 and any(m.sys_flag & SYSFLAG_TRANSACTION_PREPARED for m in merged):
-        for put in group:
-            _append(store, [put], put[0], ready, deliver, flushed_by)
-    else:
-        _append(store, group, merged, ready, deliver, flushed_by)
+    if len(group) == 1:
+        _append(store, group, group[0][0], ready, deliver, flushed_by)
+        return
+    merged: list[NewMessage] = []
+    for put in group:
+        merged += put[0]
+    for message in merged:
+        if message.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
+            for put in group:
+                _append(store, [put], put[0], ready, deliver, flushed_by)
+            return
+    _append(store, group, merged, ready, deliver, flushed_by)
 
 
 # Rejections for something one message holds (topic, body, properties, record size): a merged
@@ -106,9 +112,17 @@ def _append(
 def _group_by_queue(puts: list[Put]) -> dict[tuple[str, int, bool], list[Put]]:
     groups: dict[tuple[str, int, bool], list[Put]] = {}
     for put in puts:
-        first = put[0][0] if put[0] else None
-        key = (first.topic, first.queue_id, put[1]) if first is not None else ("", -1, put[1])
-        groups.setdefault(key, []).append(put)
+        messages = put[0]
+        if messages:
+            first = messages[0]
+            key = (first.topic, first.queue_id, put[1])
+        else:
+            key = ("", -1, put[1])
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [put]
+        else:
+            group.append(put)
     return groups
 
 
