@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import AbortMarker, Checkpoint
@@ -330,67 +330,97 @@ class MessageStore:
         called on the flush thread instead, with None once durable or why not. With
         ``flushed_by`` as well, the request for a flush goes there instead of to the flush
         thread (an event loop's :class:`~localstore.sync_process.ProcessSync`)."""
-        rejection = self.check(messages, system=system)
-        if rejection is not None:
-            return rejection, None
+        results, waiter = self.append_batches(
+            ((messages, system),), on_durable=on_durable, flushed_by=flushed_by
+        )
+        return results[0], waiter
+
+    def append_batches(
+        self,
+        batches: Sequence[tuple[Sequence[NewMessage], bool]],
+        *,
+        on_durable: DurableCallback | None = None,
+        flushed_by: FlushRequests | None = None,
+    ) -> tuple[list[PutResult], DurableWait | FlushWaiter | None]:
+        """:meth:`append` for several batches, each ``(messages of one topic-queue, system)``
+        and each stored all or none, in order, under one hold of the put lock. One result per
+        batch; under sync flush one waiter covers every stored batch (None when none was
+        stored). An event loop appends a turn's puts to several queues so (see
+        :mod:`localstore.writer`): per-call work is paid once per turn, not once per queue."""
+        results: list[PutResult | None] = [self.check(m, system=s) for m, s in batches]
+        end_offset = 0
+        with self._put_lock:
+            store_timestamp = time.time_ns() // 1_000_000
+            for i, (messages, system) in enumerate(batches):
+                if results[i] is None:
+                    results[i], end = self._append_locked(messages, system, store_timestamp)
+                    if end:
+                        end_offset = end
+            waiter = (
+                self._durability_request(end_offset, on_durable, flushed_by) if end_offset else None
+            )
+        return cast(list[PutResult], results), waiter
+
+    def _append_locked(
+        self, messages: Sequence[NewMessage], system: bool, store_timestamp: int
+    ) -> tuple[PutResult, int]:
+        """One checked batch, under the put lock: encode, write, note. Returns its result and
+        the commitlog offset after it (0 when nothing was stored)."""
+        if self._closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), 0
+        flush_error = self.flusher.error
+        if flush_error is not None:
+            return PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                f"the last commitlog flush failed ({flush_error}); puts are refused "
+                "until a flush succeeds (retried every flush interval)",
+            ), 0
         first = messages[0]
         topic, queue_id = first.topic, first.queue_id
-        with self._put_lock:
-            if self._closed:
-                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), None
-            flush_error = self.flusher.error
-            if flush_error is not None:
-                return PutResult(
-                    PutStatus.SERVICE_NOT_AVAILABLE,
-                    f"the last commitlog flush failed ({flush_error}); puts are refused "
-                    "until a flush succeeds (retried every flush interval)",
-                ), None
-            state = self._put_states.get((topic, queue_id))
-            if state is None:
-                rejection = self._check_queue(topic, queue_id, system)
-                if rejection is not None:
-                    return rejection, None
-                state = self._new_put_state(topic, queue_id)
-            queue_offset = state.next_offset
-            store_timestamp = time.time_ns() // 1_000_000
-            commitlog = self.commitlog
-            try:
-                encoded = encode_batch(
-                    messages,
-                    topic,
-                    queue_id,
-                    queue_offset,
-                    commitlog.max_offset,
-                    commitlog.segment_size,
-                    store_timestamp,
-                    self._store_host,
-                    self._max_record_size,
-                    self._delay_levels if topic == SCHEDULE_TOPIC else None,
-                )
-            except RejectedMessageError as rejected:
-                return PutResult(PutStatus[rejected.status], rejected.detail, topic, queue_id), None
-            try:
-                commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
-            except OSError as exc:
-                return PutResult(
-                    PutStatus.CREATE_MAPPED_FILE_FAILED,
-                    f"cannot write the commitlog: {exc}",
-                    topic,
-                    queue_id,
-                ), None
-            waiter = self._note_appended(
-                state,
+        state = self._put_states.get((topic, queue_id))
+        if state is None:
+            rejection = self._check_queue(topic, queue_id, system)
+            if rejection is not None:
+                return rejection, 0
+            state = self._new_put_state(topic, queue_id)
+        queue_offset = state.next_offset
+        commitlog = self.commitlog
+        try:
+            encoded = encode_batch(
                 messages,
+                topic,
+                queue_id,
                 queue_offset,
-                encoded.units,
-                encoded.next_queue_offset,
-                encoded.last_unit_phys_end,
-                encoded.phys_offsets,
-                encoded.end_offset,
+                commitlog.max_offset,
+                commitlog.segment_size,
                 store_timestamp,
-                on_durable,
-                flushed_by,
+                self._store_host,
+                self._max_record_size,
+                self._delay_levels if topic == SCHEDULE_TOPIC else None,
             )
+        except RejectedMessageError as rejected:
+            return PutResult(PutStatus[rejected.status], rejected.detail, topic, queue_id), 0
+        try:
+            commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
+        except OSError as exc:
+            return PutResult(
+                PutStatus.CREATE_MAPPED_FILE_FAILED,
+                f"cannot write the commitlog: {exc}",
+                topic,
+                queue_id,
+            ), 0
+        self._note_appended(
+            state,
+            messages,
+            queue_offset,
+            encoded.units,
+            encoded.next_queue_offset,
+            encoded.last_unit_phys_end,
+            encoded.phys_offsets,
+            encoded.end_offset,
+            store_timestamp,
+            request_flush=False,
+        )
         # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
         if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
             queue_offset = 0
@@ -404,7 +434,7 @@ class MessageStore:
             store_timestamp,
             self._store_host,
         )
-        return result, waiter
+        return result, encoded.end_offset
 
     def _note_appended(
         self,
@@ -419,10 +449,13 @@ class MessageStore:
         store_timestamp: int,
         on_durable: DurableCallback | None = None,
         flushed_by: FlushRequests | None = None,
+        *,
+        request_flush: bool = True,
     ) -> DurableWait | FlushWaiter | None:
         """Everything a put notes once its records are written, under the put lock, for both
         put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
-        offset index, key index; under sync flush, the flush request it waits on."""
+        offset index, key index; under sync flush, the flush request it waits on (unless the
+        caller makes one for several batches: ``request_flush`` False)."""
         if units:
             state.queue.append(queue_offset, units, last_unit_end)
             state.next_offset = next_offset
@@ -435,6 +468,17 @@ class MessageStore:
             self.index.on_appended(
                 state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
             )
+        if not request_flush or not self.commitlog.sync_flush:  # no call on the async path
+            return None
+        return self._durability_request(end_offset, on_durable, flushed_by)
+
+    def _durability_request(
+        self,
+        end_offset: int,
+        on_durable: DurableCallback | None,
+        flushed_by: FlushRequests | None,
+    ) -> DurableWait | FlushWaiter | None:
+        """Under sync flush, the flush request for puts that end at ``end_offset``."""
         if not self.commitlog.sync_flush:
             return None
         if flushed_by is not None and on_durable is not None:

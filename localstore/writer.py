@@ -2,16 +2,17 @@
 
 Batches are the unit of speed, so puts gathered over a short while (one turn of an event loop,
 see :mod:`localstore.async_writer`) are grouped by topic-queue and each group is appended as
-one batch, checked once by the store. A merged batch the store refuses for something one
-message holds (an empty body, properties over 32,767 bytes, ...) wrote nothing and is retried
-put by put, so one bad put never fails its neighbours. Puts to one queue keep their arrival
-order. A merged batch's result is cut back into one result per put. Under sync flush a merged
-batch registers one flush request; when group commit has made it durable, every put in it is
-answered at once.
+one batch, checked once by the store; the batches of all queues go to the store in one call
+(:meth:`MessageStore.append_batches`: one hold of the put lock, one flush request). A merged
+batch the store refuses for something one message holds (an empty body, properties over 32,767
+bytes, ...) wrote nothing and is retried put by put, so one bad put never fails its neighbours.
+Puts to one queue keep their arrival order. A merged batch's result is cut back into one result
+per put. Under sync flush, once group commit has made the stored batches durable, all their
+puts are answered at once.
 
 Answers go through a ``deliver`` callable with (token, result) pairs: at once for rejections
-and under async flush, or once durable (one call per merged batch) from the flush thread, or
-from whatever took the flush requests instead (``flushed_by``: an event loop's sync process).
+and under async flush, or once durable (one call per :func:`append_all`) from the flush thread,
+or from whatever took the flush requests instead (``flushed_by``: an event loop's sync process).
 
 (Routing blocking puts from many threads through one writer thread was measured too: with 16
 threads under sync flush it was no faster than each thread appending under the store's lock,
@@ -44,27 +45,43 @@ def append_all(
     deliver: Deliver,
     flushed_by: FlushRequests | None = None,
 ) -> list[Answer]:
-    """Append ``puts`` one batch per topic-queue. Returns the answers known now (rejections,
-    and every answer under async flush); the others reach ``deliver`` once durable. Flush
-    requests go to ``flushed_by`` when given (see :meth:`MessageStore.append`)."""
-    ready: list[Answer] = []
+    """Append ``puts`` one batch per topic-queue, all batches in one store call
+    (:meth:`MessageStore.append_batches`). Returns the answers known now (rejections, and
+    every answer under async flush); the others reach ``deliver`` once durable, in one call.
+    Flush requests go to ``flushed_by`` when given (see :meth:`MessageStore.append`)."""
+    batches: list[tuple[Sequence[NewMessage], bool]] = []
+    owners: list[list[Put]] = []  # the puts of each batch, to cut its result back
     for group in _group_by_queue(puts).values():
-        _append_group(store, group, ready, deliver, flushed_by)
+        _plan_group(group, batches, owners)
+    callback = _DurableCallback(deliver)
+    try:
+        results, waiter = store.append_batches(batches, on_durable=callback, flushed_by=flushed_by)
+    except Exception as exc:  # never leave a submitter without an answer
+        results, waiter = [PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)) for _ in batches], None
+    ready: list[Answer] = []
+    durable: list[Answer] = []  # stored, to be answered once the waiter's flush ended
+    for owner, result in zip(owners, results, strict=True):
+        if len(owner) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
+            for put in owner:
+                _append(store, [put], put[0], ready, deliver, flushed_by)
+        elif waiter is not None and result.status is PutStatus.PUT_OK:
+            durable += _split(result, owner)
+        else:
+            ready += _split(result, owner)
+    if waiter is not None:
+        callback.set_answers(durable)
     return ready
 
 
-def _append_group(
-    store: MessageStore,
-    group: list[Put],
-    ready: list[Answer],
-    deliver: Deliver,
-    flushed_by: FlushRequests | None,
+def _plan_group(
+    group: list[Put], batches: list[tuple[Sequence[NewMessage], bool]], owners: list[list[Put]]
 ) -> None:
-    """Append one topic-queue's puts as one batch (the store checks it once; see ``_append``
-    for a batch it refuses). Transaction records get no queue offsets, so a result cannot be
-    cut per put around them: a group holding one appends put by put."""
+    """One topic-queue's puts as one batch (the store checks it once; a batch it refuses for
+    one message is retried put by put). Transaction records get no queue offsets, so a result
+    cannot be cut per put around them: a group holding one becomes a batch per put."""
     if len(group) == 1:
-        _append(store, group, group[0][0], ready, deliver, flushed_by)
+        batches.append((group[0][0], group[0][1]))
+        owners.append(group)
         return
     merged: list[NewMessage] = []
     for put in group:
@@ -72,9 +89,11 @@ def _append_group(
     for message in merged:
         if message.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
             for put in group:
-                _append(store, [put], put[0], ready, deliver, flushed_by)
+                batches.append((put[0], put[1]))
+                owners.append([put])
             return
-    _append(store, group, merged, ready, deliver, flushed_by)
+    batches.append((merged, group[0][1]))
+    owners.append(group)
 
 
 # Rejections for something one message holds (topic, body, properties, record size): a merged

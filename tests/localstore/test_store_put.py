@@ -251,6 +251,32 @@ def test_consume_queue_files_roll(tiny_store: MessageStore, store_dir: Path) -> 
     assert units[200:] == bytes(40)
 
 
+def test_append_batches_stores_each_batch_or_none_with_one_waiter(open_store: StoreFactory) -> None:
+    store = open_store(flush_mode="sync")
+    batches = [
+        ([message(body=b"q0-a", queue_id=0), message(body=b"q0-b", queue_id=0)], False),
+        ([message(body=b"ok", queue_id=1), message(body=b"", queue_id=1)], False),  # empty body
+        ([message(body=b"q2", queue_id=2)], False),
+        ([message(topic="SCHEDULE_TOPIC_XXXX", body=b"x")], False),  # a system topic
+    ]
+    results, waiter = store.append_batches(batches)
+    assert [r.status for r in results] == [PutStatus.PUT_OK, ILLEGAL, PutStatus.PUT_OK, ILLEGAL]
+    assert results[0].queue_offset == 0 and len(results[0].phys_offsets) == 2
+    assert results[2].queue_id == 2 and results[2].queue_offset == 0
+    assert results[2].phys_offsets[0] > results[0].phys_offsets[1]  # in order, one after another
+    assert waiter is not None and waiter.wait(5)  # one waiter covers every stored batch
+    assert store.commitlog.flushed_offset == store.commitlog.max_offset
+    assert store.max_offset("TopicTest", 1) == 0  # the refused batch stored nothing
+    got = [store.get_messages("TopicTest", q, 0).messages for q in (0, 2)]
+    assert [[m.body for m in messages] for messages in got] == [[b"q0-a", b"q0-b"], [b"q2"]]
+
+
+def test_append_batches_with_nothing_stored_has_no_waiter(open_store: StoreFactory) -> None:
+    store = open_store(flush_mode="sync")
+    results, waiter = store.append_batches([([message(body=b"")], False)])
+    assert [r.status for r in results] == [ILLEGAL] and waiter is None
+
+
 def test_batch_put_is_consecutive(tiny_store: MessageStore) -> None:
     tiny_store.put(message(queue_id=2))
     batch = [message(body=bytes([i]) * 200, queue_id=2, tags="B") for i in range(30)]

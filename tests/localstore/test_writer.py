@@ -1,0 +1,58 @@
+"""append_all: many puts to several queues, one store call, one flush request, one delivery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from localstore import MessageStore, NewMessage, PutStatus
+from localstore.flush import DurableCallback, FlushWaiter, answer_waiters
+from localstore.writer import Answer, Put, append_all
+
+
+class RecordedRequests:
+    """A FlushRequests that keeps the requests, to be answered by the test."""
+
+    def __init__(self) -> None:
+        self.waiters: list[FlushWaiter] = []
+
+    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
+        waiter = FlushWaiter(end_offset, callback)
+        self.waiters.append(waiter)
+        return waiter
+
+
+def _put(queue_id: int, body: bytes, token: Any) -> Put:
+    return ((NewMessage("WriterTopic", body, queue_id),), False, token)
+
+
+def test_one_turn_over_four_queues_makes_one_flush_request_and_one_delivery(tmp_path: Path):
+    deliveries: list[list[Answer]] = []
+    requests = RecordedRequests()
+    with MessageStore(tmp_path, flush_mode="sync") as store:
+        puts = [_put(i % 4, f"m{i}".encode(), i) for i in range(12)]
+        ready = append_all(store, puts, deliveries.append, requests)
+
+        assert ready == []  # nothing is refused, and nothing is answered before its flush
+        assert len(requests.waiters) == 1
+        assert requests.waiters[0].end_offset == store.commitlog.max_offset
+        assert deliveries == []
+
+        answer_waiters(requests.waiters, store.commitlog.max_offset, None)
+        assert len(deliveries) == 1
+        answers = dict(deliveries[0])
+        assert sorted(answers) == list(range(12))
+        for token, result in answers.items():
+            assert result.status is PutStatus.PUT_OK
+            assert (result.queue_id, result.queue_offset) == (token % 4, token // 4)
+
+
+def test_a_failed_flush_answers_every_stored_put_of_the_call(tmp_path: Path):
+    deliveries: list[list[Answer]] = []
+    requests = RecordedRequests()
+    with MessageStore(tmp_path, flush_mode="sync") as store:
+        append_all(store, [_put(q, b"x", q) for q in range(3)], deliveries.append, requests)
+        answer_waiters(requests.waiters, 0, "the disk is gone")
+        (answers,) = deliveries
+        assert [result.status for _, result in answers] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
+        assert all("the disk is gone" in result.detail for _, result in answers)
