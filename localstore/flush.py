@@ -93,6 +93,11 @@ class DurableWait:
         # After ``wait`` answered False: why (None when it timed out).
         self.failure: str | None = None
 
+    @property
+    def end_offset(self) -> int:
+        """The commitlog offset the put's bytes end at: durable once flushed that far."""
+        return self._end_offset
+
     def wait(self, timeout_s: float) -> bool:
         """True once flushed; False on timeout, a failed flush, or when the store closed first."""
         gate = self._gate

@@ -22,6 +22,7 @@ no offset.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -74,6 +75,8 @@ from localstore.tags import SCHEDULE_TOPIC, TagFilter, parse_delay_levels
 from localstore.time_index import QueueTimeIndex, offset_for_timestamp
 from localstore.topics import TopicTable
 from localstore.validation import check_batch
+
+log = logging.getLogger(__name__)
 
 ENCODER_SLACK_BYTES = 64 * 1024  # a record may exceed max_message_size by this much (headers)
 DEFAULT_MAX_BYTES = 256 * 1024
@@ -330,8 +333,8 @@ class MessageStore:
         called on the flush thread instead, with None once durable or why not. With
         ``flushed_by`` as well, the request for a flush goes there instead of to the flush
         thread (an event loop's :class:`~localstore.sync_process.ProcessSync`)."""
-        results, waiter = self.append_batches(
-            ((messages, system),), on_durable=on_durable, flushed_by=flushed_by
+        results, waiter = self._append_batches(
+            ((messages, system),), on_durable, flushed_by, isolate_errors=False
         )
         return results[0], waiter
 
@@ -346,16 +349,37 @@ class MessageStore:
         and each stored all or none, in order, under one hold of the put lock. One result per
         batch; under sync flush one waiter covers every stored batch (None when none was
         stored). An event loop appends a turn's puts to several queues so (see
-        :mod:`localstore.writer`): per-call work is paid once per turn, not once per queue."""
+        :mod:`localstore.writer`): per-call work is paid once per turn, not once per queue.
+
+        A batch whose append raised (a topic or queue file that could not be created, a key
+        index process that died) is answered UNKNOWN_ERROR naming the exception, and logged;
+        the batches before and after it keep their own results. (:meth:`append` raises it.)"""
+        return self._append_batches(batches, on_durable, flushed_by, isolate_errors=True)
+
+    def _append_batches(
+        self,
+        batches: Sequence[tuple[Sequence[NewMessage], bool]],
+        on_durable: DurableCallback | None,
+        flushed_by: FlushRequests | None,
+        *,
+        isolate_errors: bool,
+    ) -> tuple[list[PutResult], DurableWait | FlushWaiter | None]:
         results: list[PutResult | None] = [self.check(m, system=s) for m, s in batches]
         end_offset = 0
         with self._put_lock:
             store_timestamp = time.time_ns() // 1_000_000
             for i, (messages, system) in enumerate(batches):
-                if results[i] is None:
+                if results[i] is not None:
+                    continue
+                try:
                     results[i], end = self._append_locked(messages, system, store_timestamp)
-                    if end:
-                        end_offset = end
+                except Exception as exc:
+                    if not isolate_errors:
+                        raise
+                    log.exception("appending a batch for %s failed", _queue_name(messages[0]))
+                    results[i], end = _append_failure(messages[0], exc), 0
+                if end:
+                    end_offset = end
             waiter = (
                 self._durability_request(end_offset, on_durable, flushed_by) if end_offset else None
             )
@@ -745,3 +769,17 @@ class MessageStore:
     def _ensure_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {self.root} is closed")
+
+
+def _queue_name(message: NewMessage) -> str:
+    return f"{message.topic}/{message.queue_id}"
+
+
+def _append_failure(first: NewMessage, exc: Exception) -> PutResult:
+    """The answer to a batch whose append raised (see :meth:`MessageStore.append_batches`)."""
+    return PutResult(
+        PutStatus.UNKNOWN_ERROR,
+        f"appending to {_queue_name(first)} failed: {exc!r}",
+        first.topic,
+        first.queue_id,
+    )

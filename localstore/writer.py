@@ -11,8 +11,9 @@ per put. Under sync flush, once group commit has made the stored batches durable
 puts are answered at once.
 
 Answers go through a ``deliver`` callable with (token, result) pairs: at once for rejections
-and under async flush, or once durable (one call per :func:`append_all`) from the flush thread,
-or from whatever took the flush requests instead (``flushed_by``: an event loop's sync process).
+and under async flush, or once durable from the flush thread, or from whatever took the flush
+requests instead (``flushed_by``: an event loop's sync process): one call for the batches of
+one :func:`append_all`, and one per put retried on its own.
 
 (Routing blocking puts from many threads through one writer thread was measured too: with 16
 threads under sync flush it was no faster than each thread appending under the store's lock,

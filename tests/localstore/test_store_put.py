@@ -11,12 +11,14 @@ import pytest
 
 from localstore import MessageStore, NewMessage, PutStatus, pack_host
 from localstore.codec import BLANK_MAGIC
+from localstore.flush import DurableWait
 from localstore.javahash import java_hash
 from localstore.validation import SYSTEM_TOPICS
 
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 
 ILLEGAL = PutStatus.MESSAGE_ILLEGAL
+UNKNOWN = PutStatus.UNKNOWN_ERROR
 
 
 def segment_files(directory: Path) -> list[Path]:
@@ -264,8 +266,9 @@ def test_append_batches_stores_each_batch_or_none_with_one_waiter(open_store: St
     assert results[0].queue_offset == 0 and len(results[0].phys_offsets) == 2
     assert results[2].queue_id == 2 and results[2].queue_offset == 0
     assert results[2].phys_offsets[0] > results[0].phys_offsets[1]  # in order, one after another
-    assert waiter is not None and waiter.wait(5)  # one waiter covers every stored batch
-    assert store.commitlog.flushed_offset == store.commitlog.max_offset
+    assert isinstance(waiter, DurableWait)  # one waiter covers every stored batch
+    assert waiter.end_offset == store.commitlog.max_offset
+    assert waiter.wait(5)
     assert store.max_offset("TopicTest", 1) == 0  # the refused batch stored nothing
     got = [store.get_messages("TopicTest", q, 0).messages for q in (0, 2)]
     assert [[m.body for m in messages] for messages in got] == [[b"q0-a", b"q0-b"], [b"q2"]]
@@ -275,6 +278,33 @@ def test_append_batches_with_nothing_stored_has_no_waiter(open_store: StoreFacto
     store = open_store(flush_mode="sync")
     results, waiter = store.append_batches([([message(body=b"")], False)])
     assert [r.status for r in results] == [ILLEGAL] and waiter is None
+
+
+def test_a_batch_whose_append_raises_fails_alone(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(flush_mode="sync")
+    store.put(message(queue_id=0))
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.topics, "create", no_room)  # a new topic's config cannot be saved
+    batches = [
+        ([message(body=b"before")], False),
+        ([message(topic="NewTopic", body=b"new")], False),
+        ([message(body=b"after")], False),
+    ]
+    results, waiter = store.append_batches(batches)
+    assert [r.status for r in results] == [PutStatus.PUT_OK, UNKNOWN, PutStatus.PUT_OK]
+    assert results[1].detail.startswith("appending to NewTopic/0 failed: OSError(28,")
+    assert "appending a batch for NewTopic/0 failed" in caplog.text
+    assert isinstance(waiter, DurableWait) and waiter.end_offset == store.commitlog.max_offset
+    assert waiter.wait(5)
+    got = store.get_messages("TopicTest", 0, 0)
+    assert [m.body for m in got.messages] == [b"hello", b"before", b"after"]
+    with pytest.raises(OSError, match="No space left"):  # a single append raises, as before
+        store.append([message(topic="NewTopic")])
 
 
 def test_batch_put_is_consecutive(tiny_store: MessageStore) -> None:
