@@ -8,7 +8,8 @@ paths read it with one dict lookup.
 put's cost is mostly per-call bookkeeping rather than bytes (the encoder's batch lists and
 result tuple, the segment-run writer), so for the common shape the record is packed and written
 here without them. What a put notes after the write (units, indexes, checkpoint time, flush
-request) is ``MessageStore._note_appended``, the same for both paths. The common shape:
+request) is ``PutPath.note_appended`` (:mod:`localstore.put_path`), the same for both paths. The
+common shape:
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
@@ -86,7 +87,7 @@ class QueuePutState:
 
 
 if TYPE_CHECKING:
-    # MessageStore._note_appended: (state, messages, queue offset, units, next queue offset,
+    # PutPath.note_appended: (state, messages, queue offset, units, next queue offset,
     # end of the last unit's record, record offsets, end offset, store time) -> flush waiter
     NoteAppended = Callable[
         [
@@ -133,7 +134,7 @@ class SinglePut:
         self._valid_topics = valid_topics
         self._lock = lock
         self._commitlog = commitlog
-        self._note_appended = note_appended  # the store's notes after a write (both paths)
+        self._note_appended = note_appended  # the put path's notes after a write (both paths)
         self._store_host = store_host if len(store_host) == 8 else None
         self._max_body = max_body
         # Set by the store under the put lock while it refuses puts (closed, or its last

@@ -22,19 +22,16 @@ no offset.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
-from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import AbortMarker, Checkpoint
 from localstore.codec import (
-    SYSFLAG_TRANSACTION_PREPARED,
     NewMessage,
     RecordError,
     StoredMessage,
@@ -60,6 +57,7 @@ from localstore.message_id import parse_offset_msg_id
 from localstore.offset_index import CommitLogOffsetIndex
 from localstore.options import StoreOptions
 from localstore.periodic import PeriodicTask
+from localstore.put_path import PutPath
 from localstore.queue_registry import QueueRegistry
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
@@ -70,15 +68,10 @@ from localstore.retention import (
     clean,
     correct_min_offset,
 )
-from localstore.single_put import QueuePutState, SinglePut
-from localstore.tags import SCHEDULE_TOPIC, TagFilter, parse_delay_levels
+from localstore.tags import TagFilter, parse_delay_levels
 from localstore.time_index import QueueTimeIndex, offset_for_timestamp
 from localstore.topics import TopicTable
-from localstore.validation import check_batch
 
-log = logging.getLogger(__name__)
-
-ENCODER_SLACK_BYTES = 64 * 1024  # a record may exceed max_message_size by this much (headers)
 DEFAULT_MAX_BYTES = 256 * 1024
 
 
@@ -96,12 +89,12 @@ class MessageStore:
         self.options = options or StoreOptions()
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_file = acquire_directory_lock(self.root)
-        self.index: KeyIndex | None = None
+        self._index: KeyIndex | None = None
         try:
             self._open(geometry)
         except BaseException:
-            if self.index is not None:
-                self.index.abandon()
+            if self._index is not None:
+                self._index.abandon()
             self._lock_file.release()
             raise
 
@@ -128,7 +121,7 @@ class MessageStore:
         self.topics.load(self.root / "consumequeue")
         in_process_index = None
         if self.geometry.index_enabled and not options.index_process:
-            in_process_index = self.index = IndexService(
+            in_process_index = self._index = IndexService(
                 self.root / "index", self.geometry.index_slots, self.geometry.index_entries
             )
             in_process_index.load(
@@ -145,7 +138,7 @@ class MessageStore:
         )
         if self.geometry.index_enabled and options.index_process:
             # The child loads the files itself and catches up from the commitlog.
-            self.index = IndexProcess(
+            self._index = IndexProcess(
                 self.root,
                 slots=self.geometry.index_slots,
                 entries=self.geometry.index_entries,
@@ -165,13 +158,7 @@ class MessageStore:
             for key, queue in self.queues.queues.items()
         }
         self.offset_index = CommitLogOffsetIndex.open(self.root, self.commitlog)
-        # Topic-queues known to accept puts (queue id in range), with what puts keep for them.
-        self._put_states: dict[tuple[str, int], QueuePutState] = {}
-        self._valid_topics: set[str] = set()
-        self._valid_system_topics: set[str] = set()
         self._put_lock = threading.Lock()
-        self._max_body = self.geometry.max_message_size
-        self._max_record_size = self._max_body + ENCODER_SLACK_BYTES
         self._closed = False
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
@@ -192,14 +179,21 @@ class MessageStore:
             # Half the puts' wait: the puts a taken-over flush covers are still answered.
             steal_after_ms=max(1, options.sync_flush_timeout_ms // 2),
         )
-        self._single_put = SinglePut(
-            states=self._put_states,
-            valid_topics=self._valid_topics,
+        self._puts = PutPath(
+            root=self.root,
             lock=self._put_lock,
             commitlog=self.commitlog,
-            note_appended=self._note_appended,
+            queues=self.queues,
+            topics=self.topics,
+            checkpoint=self.checkpoint,
+            time_indexes=self.time_indexes,
+            offset_index=self.offset_index,
+            index=self._index,
+            flusher=self.flusher,
             store_host=self._store_host,
-            max_body=self._max_body,
+            max_body=self.geometry.max_message_size,
+            options=options,
+            delay_levels=self._delay_levels,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -215,7 +209,8 @@ class MessageStore:
         if self._closed:
             return
         with self._put_lock:
-            self._closed = self._single_put.refusing = True
+            self._closed = True
+            self._puts.refuse(closed=True, flush_failed=self.flusher.error is not None)
         problems: list[Exception] = []  # the first is raised once everything is closed
 
         def attempt(step: Callable[[], object]) -> None:
@@ -275,6 +270,17 @@ class MessageStore:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def index(self) -> KeyIndex | None:
+        """The key index (query by key), built in this process or by the store's index
+        process; None when the store keeps none."""
+        return self._index
+
+    @index.setter
+    def index(self, index: KeyIndex | None) -> None:
+        """Swap the key index the puts fill (None: puts fill none); the caller owns both."""
+        self._index = self._puts.index = index
+
     def _on_flushed(self, offset: int, store_timestamp: int) -> None:
         if store_timestamp:
             self.checkpoint.physic_msg_timestamp = store_timestamp
@@ -284,7 +290,7 @@ class MessageStore:
         the retry stop growing; the general path reads ``flusher.error`` and says why) or, with
         None, one succeeded again."""
         with self._put_lock:
-            self._single_put.refusing = self._closed or error is not None
+            self._puts.refuse(closed=self._closed, flush_failed=error is not None)
 
     def _flush_others(self) -> None:
         self.queues.flush()
@@ -298,7 +304,7 @@ class MessageStore:
     # -- put -------------------------------------------------------------------------------
     def put(self, message: NewMessage, *, system: bool = False) -> PutResult:
         """Store one message. ``system`` allows the store's own topics (schedule, retry, ...)."""
-        done = None if system else self._single_put.put(message)
+        done = None if system else self._puts.single.put(message)
         result, waiter = self.append((message,), system=system) if done is None else done
         return result if waiter is None else self._await_durable(result, waiter)
 
@@ -333,7 +339,7 @@ class MessageStore:
         called on the flush thread instead, with None once durable or why not. With
         ``flushed_by`` as well, the request for a flush goes there instead of to the flush
         thread (an event loop's :class:`~localstore.sync_process.ProcessSync`)."""
-        results, waiter = self._append_batches(
+        results, waiter = self._puts.append_batches(
             ((messages, system),), on_durable, flushed_by, isolate_errors=False
         )
         return results[0], waiter
@@ -354,197 +360,12 @@ class MessageStore:
         A batch whose append raised (a topic or queue file that could not be created, a key
         index process that died) is answered UNKNOWN_ERROR naming the exception, and logged;
         the batches before and after it keep their own results. (:meth:`append` raises it.)"""
-        return self._append_batches(batches, on_durable, flushed_by, isolate_errors=True)
-
-    def _append_batches(
-        self,
-        batches: Sequence[tuple[Sequence[NewMessage], bool]],
-        on_durable: DurableCallback | None,
-        flushed_by: FlushRequests | None,
-        *,
-        isolate_errors: bool,
-    ) -> tuple[list[PutResult], DurableWait | FlushWaiter | None]:
-        results: list[PutResult | None] = [self.check(m, system=s) for m, s in batches]
-        end_offset = 0
-        with self._put_lock:
-            store_timestamp = time.time_ns() // 1_000_000
-            for i, (messages, system) in enumerate(batches):
-                if results[i] is not None:
-                    continue
-                try:
-                    results[i], end = self._append_locked(messages, system, store_timestamp)
-                except Exception as exc:
-                    if not isolate_errors:
-                        raise
-                    log.exception("appending a batch for %s failed", _queue_name(messages[0]))
-                    results[i], end = _append_failure(messages[0], exc), 0
-                if end:
-                    end_offset = end
-            waiter = (
-                self._durability_request(end_offset, on_durable, flushed_by) if end_offset else None
-            )
-        return cast(list[PutResult], results), waiter
-
-    def _append_locked(
-        self, messages: Sequence[NewMessage], system: bool, store_timestamp: int
-    ) -> tuple[PutResult, int]:
-        """One checked batch, under the put lock: encode, write, note. Returns its result and
-        the commitlog offset after it (0 when nothing was stored)."""
-        if self._closed:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, "the store is closed"), 0
-        flush_error = self.flusher.error
-        if flush_error is not None:
-            return PutResult(
-                PutStatus.SERVICE_NOT_AVAILABLE,
-                f"the last commitlog flush failed ({flush_error}); puts are refused "
-                "until a flush succeeds (retried every flush interval)",
-            ), 0
-        first = messages[0]
-        topic, queue_id = first.topic, first.queue_id
-        state = self._put_states.get((topic, queue_id))
-        if state is None:
-            rejection = self._check_queue(topic, queue_id, system)
-            if rejection is not None:
-                return rejection, 0
-            state = self._new_put_state(topic, queue_id)
-        queue_offset = state.next_offset
-        commitlog = self.commitlog
-        try:
-            encoded = encode_batch(
-                messages,
-                topic,
-                queue_id,
-                queue_offset,
-                commitlog.max_offset,
-                commitlog.segment_size,
-                store_timestamp,
-                self._store_host,
-                self._max_record_size,
-                self._delay_levels if topic == SCHEDULE_TOPIC else None,
-            )
-        except RejectedMessageError as rejected:
-            return PutResult(PutStatus[rejected.status], rejected.detail, topic, queue_id), 0
-        try:
-            commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
-        except OSError as exc:
-            return PutResult(
-                PutStatus.CREATE_MAPPED_FILE_FAILED,
-                f"cannot write the commitlog: {exc}",
-                topic,
-                queue_id,
-            ), 0
-        self._note_appended(
-            state,
-            messages,
-            queue_offset,
-            encoded.units,
-            encoded.next_queue_offset,
-            encoded.last_unit_phys_end,
-            encoded.phys_offsets,
-            encoded.end_offset,
-            store_timestamp,
-            request_flush=False,
-        )
-        # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
-        if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
-            queue_offset = 0
-        result = PutResult(
-            PutStatus.PUT_OK,
-            "",
-            topic,
-            queue_id,
-            queue_offset,
-            encoded.phys_offsets,
-            store_timestamp,
-            self._store_host,
-        )
-        return result, encoded.end_offset
-
-    def _note_appended(
-        self,
-        state: QueuePutState,
-        messages: Sequence[NewMessage],
-        queue_offset: int,
-        units: bytes,
-        next_offset: int,
-        last_unit_end: int,
-        phys_offsets: Sequence[int],
-        end_offset: int,
-        store_timestamp: int,
-        on_durable: DurableCallback | None = None,
-        flushed_by: FlushRequests | None = None,
-        *,
-        request_flush: bool = True,
-    ) -> DurableWait | FlushWaiter | None:
-        """Everything a put notes once its records are written, under the put lock, for both
-        put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
-        offset index, key index; under sync flush, the flush request it waits on (unless the
-        caller makes one for several batches: ``request_flush`` False)."""
-        if units:
-            state.queue.append(queue_offset, units, last_unit_end)
-            state.next_offset = next_offset
-            self.checkpoint.logics_msg_timestamp = store_timestamp
-            time_index = state.time_index
-            if next_offset > time_index.next_due:  # most puts add no time index entry
-                time_index.append(queue_offset, next_offset - queue_offset, store_timestamp)
-        self.offset_index.append_batch(phys_offsets, end_offset)
-        if self.index is not None:
-            self.index.on_appended(
-                state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
-            )
-        if not request_flush or not self.commitlog.sync_flush:  # no call on the async path
-            return None
-        return self._durability_request(end_offset, on_durable, flushed_by)
-
-    def _durability_request(
-        self,
-        end_offset: int,
-        on_durable: DurableCallback | None,
-        flushed_by: FlushRequests | None,
-    ) -> DurableWait | FlushWaiter | None:
-        """Under sync flush, the flush request for puts that end at ``end_offset``."""
-        if not self.commitlog.sync_flush:
-            return None
-        if flushed_by is not None and on_durable is not None:
-            return flushed_by.request(end_offset, on_durable)
-        return self.flusher.request(end_offset, on_durable)
-
-    def _new_put_state(self, topic: str, queue_id: int) -> QueuePutState:
-        """The put state of a topic-queue about to get its first put of this run."""
-        key = (topic, queue_id)
-        queue = self.queues.get_or_create(topic, queue_id)
-        time_index = self.time_indexes.get(key)
-        if time_index is None:
-            time_index = self.time_indexes[key] = QueueTimeIndex.open(
-                self.root, queue, self.commitlog
-            )
-        state = self._put_states[key] = QueuePutState(queue, time_index)
-        return state
+        return self._puts.append_batches(batches, on_durable, flushed_by, isolate_errors=True)
 
     def check(self, messages: Sequence[NewMessage], *, system: bool = False) -> PutResult | None:
         """The rejection a put of ``messages`` would get for its topic, bodies or batch shape,
         or None. (Queue range and sizes known only after encoding are checked by the put.)"""
-        valid = self._valid_system_topics if system else self._valid_topics
-        return check_batch(messages, valid, self.geometry.max_message_size, system=system)
-
-    def _check_queue(self, topic: str, queue_id: int, system: bool) -> PutResult | None:
-        config = self.topics.get(topic)
-        if config is None:
-            count = self.options.default_queue_count
-            config = self.topics.create(topic, max(count, queue_id + 1) if system else count)
-        if 0 <= queue_id < config.write_queue_nums:
-            return None
-        if system and queue_id >= 0:
-            config.read_queue_nums = config.write_queue_nums = queue_id + 1
-            self.topics.save()
-            return None
-        return PutResult(
-            PutStatus.MESSAGE_ILLEGAL,
-            f"queue {queue_id} does not exist: topic {topic} has "
-            f"{config.write_queue_nums} write queues",
-            topic,
-            queue_id,
-        )
+        return self._puts.check(messages, system=system)
 
     # -- retention -------------------------------------------------------------------------
     def clean(
@@ -769,17 +590,3 @@ class MessageStore:
     def _ensure_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {self.root} is closed")
-
-
-def _queue_name(message: NewMessage) -> str:
-    return f"{message.topic}/{message.queue_id}"
-
-
-def _append_failure(first: NewMessage, exc: Exception) -> PutResult:
-    """The answer to a batch whose append raised (see :meth:`MessageStore.append_batches`)."""
-    return PutResult(
-        PutStatus.UNKNOWN_ERROR,
-        f"appending to {_queue_name(first)} failed: {exc!r}",
-        first.topic,
-        first.queue_id,
-    )

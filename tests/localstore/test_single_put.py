@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, PutStatus, StoredMessage, StoreOptions, pack_host
 
-from .conftest import TINY_GEOMETRY, StoreFactory
+from .conftest import STORE_CLOCK_READERS, TINY_GEOMETRY, StoreFactory
 
 STORE_TIME = 1_700_000_000_123
 
@@ -31,7 +31,7 @@ class FixedClock:
 def fixed_store_time() -> Iterator[None]:
     """Both put paths stamp STORE_TIME, so two stores' files can be compared byte for byte."""
     with pytest.MonkeyPatch.context() as patch:
-        for module in ("localstore.store.time", "localstore.single_put.time"):
+        for module in STORE_CLOCK_READERS:
             patch.setattr(module, FixedClock())
         yield
 

@@ -36,7 +36,7 @@ from localstore.time_index import (
     time_index_directory,
 )
 
-from .conftest import StoreFactory, message
+from .conftest import STORE_CLOCK_READERS, StoreFactory, message
 
 TOPIC = "TopicTest"
 KEY = (TOPIC, 0)
@@ -81,12 +81,9 @@ def set_interval(monkeypatch: pytest.MonkeyPatch, units: int) -> None:
 
 
 # The modules whose put paths read the clock: the general path and the single put's.
-CLOCK_READERS = ("localstore.store.time", "localstore.single_put.time")
-
-
 def set_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    for reader in CLOCK_READERS:
+    for reader in STORE_CLOCK_READERS:
         monkeypatch.setattr(reader, clock)
     return clock
 
@@ -440,7 +437,7 @@ def test_index_behind_or_ahead_of_the_queue_still_answers_exactly(small: Any, cl
 
 def test_store_put_path_with_real_clock(small: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     store = small(interval=2)
-    for reader in CLOCK_READERS:
+    for reader in STORE_CLOCK_READERS:
         monkeypatch.setattr(reader, time)  # the real clock again
     results = []
     for i in range(6):
