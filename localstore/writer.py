@@ -155,14 +155,24 @@ def _split(result: PutResult, puts: list[Put]) -> list[Answer]:
             (token, PutResult(result.status, result.detail, result.topic, result.queue_id))
             for _, _, token in puts
         ]
+    status, detail, topic, queue_id = result.status, result.detail, result.topic, result.queue_id
+    first, phys, stamp, host = (
+        result.queue_offset,
+        result.phys_offsets,
+        result.store_timestamp,
+        result.store_host_raw,
+    )
+    if len(phys) == len(puts):  # one message a put, the common case
+        return [
+            (token, PutResult(status, detail, topic, queue_id, first + i, [offset], stamp, host))
+            for i, ((_, _, token), offset) in enumerate(zip(puts, phys, strict=True))
+        ]
     answers: list[Answer] = []
     start = 0
     for messages, _, token in puts:
         end = start + len(messages)
         answers.append((token, PutResult(
-            result.status, result.detail, result.topic, result.queue_id,
-            result.queue_offset + start, result.phys_offsets[start:end],
-            result.store_timestamp, result.store_host_raw,
+            status, detail, topic, queue_id, first + start, phys[start:end], stamp, host
         )))  # fmt: skip
         start = end
     return answers

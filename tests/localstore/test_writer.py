@@ -56,3 +56,19 @@ def test_a_failed_flush_answers_every_stored_put_of_the_call(tmp_path: Path):
         (answers,) = deliveries
         assert [result.status for _, result in answers] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
         assert all("the disk is gone" in result.detail for _, result in answers)
+
+
+def test_puts_of_several_messages_get_their_own_offsets_back(tmp_path: Path):
+    deliveries: list[list[Answer]] = []
+    with MessageStore(tmp_path) as store:  # async flush: every answer is ready at once
+        batch = tuple(NewMessage("WriterTopic", f"b{i}".encode(), 0) for i in range(3))
+        puts: list[Put] = [_put(0, b"a", "a"), (batch, False, "batch"), _put(0, b"c", "c")]
+        ready = dict(append_all(store, puts, deliveries.append))
+        assert deliveries == []
+        assert [ready[t].queue_offset for t in ("a", "batch", "c")] == [0, 1, 4]
+        assert [len(ready[t].phys_offsets) for t in ("a", "batch", "c")] == [1, 3, 1]
+        for token, result in ready.items():
+            got = store.get_messages("WriterTopic", 0, result.queue_offset, max_count=1)
+            assert got.messages[0].phys_offset == result.phys_offsets[0], token
+        bodies = [m.body for m in store.get_messages("WriterTopic", 0, 0).messages]
+        assert bodies == [b"a", b"b0", b"b1", b"b2", b"c"]
