@@ -83,13 +83,13 @@ class PutPath:
         self._store_host = store_host
         self._max_body = max_body
         self._max_record_size = max_body + ENCODER_SLACK_BYTES
-        self._options = options  # read when a topic is created: a caller may change them
+        self._options = options  # read when a topic is created (a caller may change its fields)
         self._delay_levels = delay_levels
         # Topic-queues known to accept puts (queue id in range), with what puts keep for them.
         self.states: dict[tuple[str, int], QueuePutState] = {}
         self.valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
-        self.closed = False  # set by the store under the lock
+        self.closed = False  # through refuse(), under the put lock
         self.single = SinglePut(
             states=self.states,
             valid_topics=self.valid_topics,

@@ -22,7 +22,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROCKETMQ_DIR = FIXTURES / "rocketmq-4.9.8"
 REFERENCE_DIR = FIXTURES / "reference-encoder"
 
-# A geometry small enough that a few dozen messages roll commitlog and consume-queue files.
 # The modules whose ``time`` stamps a put's store time (both put paths, and retention's clock):
 # a test that fixes the store time patches each.
 STORE_CLOCK_READERS = (
@@ -31,6 +30,7 @@ STORE_CLOCK_READERS = (
     "localstore.single_put.time",
 )
 
+# A geometry small enough that a few dozen messages roll commitlog and consume-queue files.
 TINY_GEOMETRY: dict[str, Any] = {"commitlog_file_size": 4096, "cq_entries_per_file": 4}
 
 StoreFactory = Callable[..., MessageStore]

@@ -80,7 +80,6 @@ def set_interval(monkeypatch: pytest.MonkeyPatch, units: int) -> None:
     monkeypatch.setattr(QueueTimeIndex, "open", classmethod(open_with))
 
 
-# The modules whose put paths read the clock: the general path and the single put's.
 def set_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
     for reader in STORE_CLOCK_READERS:
