@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from localstore import MessageStore, NewMessage, StoreOptions
+from localstore.flush import DurableCallback, FlushWaiter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROCKETMQ_DIR = FIXTURES / "rocketmq-4.9.8"
@@ -112,3 +113,16 @@ def copy_reference_store(dest: Path) -> Path:
 
 def reference_geometry() -> dict[str, Any]:
     return json.loads((REFERENCE_DIR / "geometry.json").read_text())
+
+
+class GatheredFlushRequests:
+    """A ``FlushRequests`` that only keeps the requests: the test answers them or drives the
+    flushes itself."""
+
+    def __init__(self) -> None:
+        self.waiters: list[FlushWaiter] = []
+
+    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
+        waiter = FlushWaiter(end_offset, callback)
+        self.waiters.append(waiter)
+        return waiter

@@ -19,11 +19,10 @@ import pytest
 from localstore import MessageStore, PutResult, PutStatus, StoreOptions
 from localstore.async_writer import AsyncStoreWriter
 from localstore.commitlog import FlushBusyError, TakenFlush
-from localstore.flush import DurableCallback, FlushWaiter
 from localstore.pipe_frames import frame, read_frame
 from localstore.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC, serve
 
-from .conftest import StoreFactory, message
+from .conftest import GatheredFlushRequests, StoreFactory, message
 
 Check = Callable[[PutResult], None]
 
@@ -195,19 +194,7 @@ def test_the_sync_worker_answers_each_request_in_order(tmp_path: Path) -> None:
     assert replies[3] == (CLOSE, b"")
 
 
-class _Gathered:
-    """Takes flush requests and does nothing with them: the test drives the flushes."""
-
-    def __init__(self) -> None:
-        self.waiters: list[FlushWaiter] = []
-
-    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
-        waiter = FlushWaiter(end_offset, callback)
-        self.waiters.append(waiter)
-        return waiter
-
-
-def _append(store: MessageStore, body: bytes, gathered: _Gathered) -> None:
+def _append(store: MessageStore, body: bytes, gathered: GatheredFlushRequests) -> None:
     result, _ = store.append(
         [message(body=body)], on_durable=lambda failure: None, flushed_by=gathered
     )
@@ -221,7 +208,7 @@ def test_one_flush_runs_at_a_time_and_a_failed_one_is_written_again_by_the_next(
     assert store.put(message(body=b"first")).ok
     commitlog = store.commitlog
     commitlog.flush_hook = None  # the flush thread would retry the failure below on its own
-    gathered = _Gathered()
+    gathered = GatheredFlushRequests()
     start = commitlog.flushed_offset
     _append(store, b"a", gathered)
     failing = commitlog.begin_flush(wait_s=0)
@@ -366,7 +353,7 @@ def test_an_error_between_taking_the_token_and_the_write_gives_the_token_back(
         return real(start, end)
 
     monkeypatch.setattr(commitlog, "_segments_between", fails_once)
-    _append(store, b"kept", _Gathered())
+    _append(store, b"kept", GatheredFlushRequests())
     with pytest.raises(KeyboardInterrupt):
         commitlog.begin_flush(wait_s=0)
     taken = commitlog.begin_flush(wait_s=0)  # the token is free, the bytes were kept

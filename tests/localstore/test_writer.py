@@ -6,20 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from localstore import MessageStore, NewMessage, PutStatus
-from localstore.flush import DurableCallback, FlushWaiter, answer_waiters
+from localstore.flush import answer_waiters
 from localstore.writer import Answer, Put, append_all
 
-
-class RecordedRequests:
-    """A FlushRequests that keeps the requests, to be answered by the test."""
-
-    def __init__(self) -> None:
-        self.waiters: list[FlushWaiter] = []
-
-    def request(self, end_offset: int, callback: DurableCallback) -> FlushWaiter:
-        waiter = FlushWaiter(end_offset, callback)
-        self.waiters.append(waiter)
-        return waiter
+from .conftest import GatheredFlushRequests
 
 
 def _put(queue_id: int, body: bytes, token: Any) -> Put:
@@ -28,7 +18,7 @@ def _put(queue_id: int, body: bytes, token: Any) -> Put:
 
 def test_one_turn_over_four_queues_makes_one_flush_request_and_one_delivery(tmp_path: Path):
     deliveries: list[list[Answer]] = []
-    requests = RecordedRequests()
+    requests = GatheredFlushRequests()
     with MessageStore(tmp_path, flush_mode="sync") as store:
         puts = [_put(i % 4, f"m{i}".encode(), i) for i in range(12)]
         ready = append_all(store, puts, deliveries.append, requests)
@@ -49,7 +39,7 @@ def test_one_turn_over_four_queues_makes_one_flush_request_and_one_delivery(tmp_
 
 def test_a_failed_flush_answers_every_stored_put_of_the_call(tmp_path: Path):
     deliveries: list[list[Answer]] = []
-    requests = RecordedRequests()
+    requests = GatheredFlushRequests()
     with MessageStore(tmp_path, flush_mode="sync") as store:
         append_all(store, [_put(q, b"x", q) for q in range(3)], deliveries.append, requests)
         answer_waiters(requests.waiters, 0, "the disk is gone")
