@@ -1,16 +1,17 @@
 """Putting from asyncio code.
 
-Puts made during one turn of the event loop are appended together at the end of that turn
-(one ``call_soon``), one append per topic-queue (:func:`localstore.writer.append_all`), on the
-loop's own thread. An append copies bytes into the page cache, or under sync flush into the
-write-behind buffer: microseconds per message, less than handing the puts to another thread
-would cost. Under sync flush a put's future resolves when group commit has made it durable
-(FLUSH_DISK_TIMEOUT when that flush failed). The writer makes its own flushes then: after each
-turn's appends it writes the turn's bytes and a sync process of its own runs the fdatasync
-(:mod:`localstore.sync_process`), so the loop never waits for the GIL of a flush thread; the
-answers arrive on a pipe the loop watches. With ``sync_process=False`` (or once that process
-is gone) the store's flush thread makes them durable instead, and its answers reach the loop in
-one ``call_soon_threadsafe`` per delivery, not one per put.
+Puts made during one turn of the event loop are appended together at the end of that turn (one
+``call_soon``), one batch per topic-queue and all of them in one store call
+(:func:`localstore.writer.append_all`), on the loop's own thread. An append copies bytes into
+the page cache, or under sync flush into the write-behind buffer: microseconds per message,
+less than handing the puts to another thread would cost. Under sync flush a put's future
+resolves when group commit has made it durable (FLUSH_DISK_TIMEOUT when that flush failed). The
+writer makes its own flushes then: after each turn's appends it writes the turn's bytes and a
+sync process of its own runs the fdatasync (:mod:`localstore.sync_process`), so the loop never
+waits for the GIL of a flush thread; the answers arrive on a pipe the loop watches. With
+``sync_process=False`` (or once that process is gone) the store's flush thread makes them
+durable instead, and its answers reach the loop in one ``call_soon_threadsafe`` per delivery,
+not one per put.
 
 The loop does wait on the store's put lock (held by other threads for microseconds) and, should
 the writer outrun the background preparation of the next commitlog segment, on that segment.
