@@ -46,11 +46,9 @@ from localstore.index_protocol import (
     READY,
     RETIRE,
     SYNC,
-    frame,
-    read_frame,
-    write_all,
 )
 from localstore.index_service import matches_key
+from localstore.pipe_frames import frame, read_frame, write_all
 from localstore.retention import RetiredFiles
 from localstore.worker_command import worker_command, worker_env
 

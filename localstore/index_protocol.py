@@ -25,25 +25,6 @@ from __future__ import annotations
 
 import struct
 
-from localstore.pipe_frames import FRAME_HEAD, frame, read_frame, split_frames, write_all
-
-__all__ = [
-    "CLOSE",
-    "ERROR",
-    "FLUSH",
-    "FRAME_HEAD",
-    "KEYS",
-    "OFFSET",
-    "QUERY",
-    "READY",
-    "RETIRE",
-    "SYNC",
-    "frame",
-    "read_frame",
-    "split_frames",
-    "write_all",
-]
-
 KEYS = b"K"
 SYNC = b"S"
 FLUSH = b"F"

@@ -46,13 +46,11 @@ from localstore.index_protocol import (
     READY,
     RETIRE,
     SYNC,
-    frame,
-    split_frames,
-    write_all,
 )
 from localstore.index_service import IndexService
 from localstore.log_scan import iter_records
 from localstore.mapped_file import segment_name
+from localstore.pipe_frames import frame, split_frames, write_all
 from localstore.retention import RetiredFiles
 
 _READ_CHUNK = 1 << 16
