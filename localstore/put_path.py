@@ -96,6 +96,7 @@ class PutPath:
             lock=lock,
             commitlog=commitlog,
             note_appended=self.note_appended,
+            durability=flusher if commitlog.sync_flush else None,
             store_host=store_host,
             max_body=max_body,
         )
@@ -198,7 +199,6 @@ class PutPath:
             encoded.phys_offsets,
             encoded.end_offset,
             store_timestamp,
-            request_flush=False,
         )
         # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
         if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
@@ -226,15 +226,10 @@ class PutPath:
         phys_offsets: Sequence[int],
         end_offset: int,
         store_timestamp: int,
-        on_durable: DurableCallback | None = None,
-        flushed_by: FlushRequests | None = None,
-        *,
-        request_flush: bool = True,
-    ) -> DurableWait | FlushWaiter | None:
+    ) -> None:
         """Everything a put notes once its records are written, under the put lock, for both
         put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
-        offset index, key index; under sync flush, the flush request it waits on (unless the
-        caller makes one for several batches: ``request_flush`` False)."""
+        offset index, key index. (Under sync flush the caller then asks for its flush.)"""
         if units:
             state.queue.append(queue_offset, units, last_unit_end)
             state.next_offset = next_offset
@@ -247,9 +242,6 @@ class PutPath:
             self.index.on_appended(
                 state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
             )
-        if not request_flush or not self.commitlog.sync_flush:  # no call on the async path
-            return None
-        return self._durability_request(end_offset, on_durable, flushed_by)
 
     def _durability_request(
         self,

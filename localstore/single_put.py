@@ -7,9 +7,9 @@ paths read it with one dict lookup.
 :class:`SinglePut` packs and writes one message of the common shape in one function. A single
 put's cost is mostly per-call bookkeeping rather than bytes (the encoder's batch lists and
 result tuple, the segment-run writer), so for the common shape the record is packed and written
-here without them. What a put notes after the write (units, indexes, checkpoint time, flush
-request) is ``PutPath.note_appended`` (:mod:`localstore.put_path`), the same for both paths. The
-common shape:
+here without them. What a put notes after the write (units, indexes, checkpoint time) is
+``PutPath.note_appended`` (:mod:`localstore.put_path`), the same for both paths; under sync flush
+it then asks the store's flush thread for its flush. The common shape:
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
@@ -45,7 +45,7 @@ from localstore.time_index import QueueTimeIndex
 
 if TYPE_CHECKING:
     from localstore.commitlog import CommitLog
-    from localstore.flush import DurableWait, FlushWaiter
+    from localstore.flush import DurableWait, FlushService, FlushWaiter
 
 
 _crc32 = zlib.crc32
@@ -88,7 +88,7 @@ class QueuePutState:
 
 if TYPE_CHECKING:
     # PutPath.note_appended: (state, messages, queue offset, units, next queue offset,
-    # end of the last unit's record, record offsets, end offset, store time) -> flush waiter
+    # end of the last unit's record, record offsets, end offset, store time)
     NoteAppended = Callable[
         [
             QueuePutState,
@@ -101,7 +101,7 @@ if TYPE_CHECKING:
             int,
             int,
         ],
-        DurableWait | FlushWaiter | None,
+        None,
     ]
 
 
@@ -110,6 +110,7 @@ class SinglePut:
 
     __slots__ = (
         "_commitlog",
+        "_durability",
         "_lock",
         "_max_body",
         "_note_appended",
@@ -127,6 +128,7 @@ class SinglePut:
         lock: threading.Lock,
         commitlog: CommitLog,
         note_appended: NoteAppended,
+        durability: FlushService | None,
         store_host: bytes,
         max_body: int,
     ):
@@ -135,6 +137,7 @@ class SinglePut:
         self._lock = lock
         self._commitlog = commitlog
         self._note_appended = note_appended  # the put path's notes after a write (both paths)
+        self._durability = durability  # under sync flush: the flush thread, for blocking puts
         self._store_host = store_host if len(store_host) == 8 else None
         self._max_body = max_body
         # Set by the store under the put lock while it refuses puts (closed, or its last
@@ -218,7 +221,7 @@ class SinglePut:
                     return None
             except OSError:  # no disk blocks (nothing written): the general path reports it
                 return None
-            waiter = self._note_appended(
+            self._note_appended(
                 state,
                 (message,),
                 queue_offset,
@@ -229,6 +232,8 @@ class SinglePut:
                 end,
                 store_timestamp,
             )
+            durability = self._durability
+            waiter = durability.request(end, None) if durability is not None else None
         finally:
             lock.release()
         result = PutResult(
