@@ -200,14 +200,11 @@ class ProcessSync:
         if kind not in (SYNC, ERROR) or in_flight is None or in_flight.sequence != sequence:
             self._give_up(f"it answered out of turn ({kind!r}, request {sequence})")
             return
-        self._end_in_flight()
+        self._in_flight = None
         error = None if kind == SYNC else OSError(payload[SEQUENCE.size :].decode(errors="replace"))
         failure = self._flusher.finish_elsewhere(in_flight.taken, error)
         self.flush()  # the next group's flush starts before this one's puts are answered
         answer_waiters(in_flight.waiters, self._commitlog.flushed_offset, failure)
-
-    def _end_in_flight(self) -> None:
-        self._in_flight = None
 
     def _watch(self) -> None:
         """The watchdog: a flush unanswered for half the sync flush timeout means a hung child."""
@@ -230,7 +227,7 @@ class ProcessSync:
         self.failure = f"the sync process (pid {pid}) can no longer be used: {why}"
         log.error("%s; the flush thread makes puts durable from now on", self.failure)
         in_flight = self._in_flight
-        self._end_in_flight()
+        self._in_flight = None
         try:
             if in_flight is not None:
                 failure = self._flusher.finish_elsewhere(in_flight.taken, OSError(self.failure))
