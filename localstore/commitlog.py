@@ -312,28 +312,25 @@ class CommitLog:
             with self._token_lock:
                 if self._token_wanted or not self._flush_token.acquire(blocking=False):
                     raise FlushBusyError()
-                holder = self._holder = _Holder()
-                return holder
+                return self._hold()
         if self._flush_token.acquire(blocking=False):  # the common case: nobody holds it
-            holder = self._holder = _Holder()
-            return holder
+            return self._hold()
         with self._token_lock:
             self._token_wanted += 1
         try:
             while not self._flush_token.acquire(timeout=min(wait_s, _TOKEN_POLL_S)):
                 with self._token_lock:
                     stalled = self._holder
-                    now = time.monotonic()
                     if (
                         stalled is None
                         or stalled.taken is None  # still writing
                         or stalled.ending
-                        or now - stalled.since < wait_s
+                        or time.monotonic() - stalled.since < wait_s
                     ):
                         continue
                     # The token (still acquired) is the caller's now.
                     self._put_back(stalled.taken.writes)
-                    holder = self._holder = _Holder()
+                    holder = self._hold()
                 log.error(
                     "a commitlog flush did not end within %.1f s (an event loop that stopped, "
                     "or a sync process that hangs?): the next flush writes its bytes again",
@@ -341,11 +338,15 @@ class CommitLog:
                 )
                 return holder
             with self._token_lock:
-                holder = self._holder = _Holder()
-            return holder
+                return self._hold()
         finally:
             with self._token_lock:
                 self._token_wanted -= 1
+
+    def _hold(self) -> _Holder:
+        """The caller has just acquired the token: it is the holder now."""
+        holder = self._holder = _Holder()
+        return holder
 
     def _release_token(self, holder: _Holder) -> None:
         """Give the token back, unless it was taken over. (A holder that is still writing or
