@@ -36,7 +36,7 @@ from localstore.index_service import KeyIndex
 from localstore.offset_index import CommitLogOffsetIndex
 from localstore.options import StoreOptions
 from localstore.queue_registry import QueueRegistry
-from localstore.results import PutResult, PutStatus
+from localstore.results import PUT_OK, PutResult, PutStatus
 from localstore.single_put import QueuePutState, SinglePut
 from localstore.tags import SCHEDULE_TOPIC
 from localstore.time_index import QueueTimeIndex
@@ -204,7 +204,7 @@ class PutPath:
         if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
             queue_offset = 0
         result = PutResult(
-            PutStatus.PUT_OK,
+            PUT_OK,
             "",
             topic,
             queue_id,

@@ -36,7 +36,7 @@ from localstore.codec import (
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.errors import CorruptStoreError
-from localstore.results import GetResult, GetStatus
+from localstore.results import FOUND, GetResult, GetStatus
 from localstore.tags import TagFilter
 
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
@@ -108,7 +108,7 @@ def get_messages(
     examined = scan.collect_ranges(units) if raw else scan.decode(units)
     del units
     status = (
-        GetStatus.FOUND
+        FOUND
         if scan.count
         else (GetStatus.MESSAGE_WAS_REMOVING if scan.removed else GetStatus.NO_MATCHED_MESSAGE)
     )

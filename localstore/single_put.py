@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from localstore.codec import HEADER_V4, MAX_PROPERTIES_BYTES, SHORT, NewMessage, topic_field
 from localstore.consume_queue import UNIT, ConsumeQueue
-from localstore.results import PutResult, PutStatus
+from localstore.results import PUT_OK, PutResult
 from localstore.tags import _TAG_CODES, tag_code
 from localstore.time_index import QueueTimeIndex
 
@@ -237,7 +237,7 @@ class SinglePut:
         finally:
             lock.release()
         result = PutResult(
-            PutStatus.PUT_OK,
+            PUT_OK,
             "",
             topic,
             queue_id,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from localstore.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.flush import FlushRequests
-from localstore.results import PutResult, PutStatus
+from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK, PutResult, PutStatus
 
 if TYPE_CHECKING:
     from localstore.store import MessageStore
@@ -65,7 +65,7 @@ def append_all(
         if len(owner) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
             for put in owner:
                 _append(store, [put], put[0], ready, deliver, flushed_by)
-        elif waiter is not None and result.status is PutStatus.PUT_OK:
+        elif waiter is not None and result.status is PUT_OK:
             durable += _split(result, owner)
         else:
             ready += _split(result, owner)
@@ -209,6 +209,6 @@ class _DurableCallback:
     def _complete(self, failure: str | None, answers: list[Answer]) -> None:
         if failure is not None:
             for _, result in answers:
-                result.status = PutStatus.FLUSH_DISK_TIMEOUT
+                result.status = FLUSH_DISK_TIMEOUT
                 result.detail = f"stored, but {failure}"
         self._deliver(answers)
