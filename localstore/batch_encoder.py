@@ -102,7 +102,7 @@ def encode_batch(
         if properties:
             text = ""
             for name, value in properties.items():  # faster than joins for a few properties
-                text += name + "\x01" + value + "\x02"
+                text += f"{name}\x01{value}\x02"
             props = text.encode()
             props_len = len(props)
             tags = properties.get("TAGS")

@@ -165,7 +165,7 @@ class SinglePut:
         if properties:
             text = ""
             for name, value in properties.items():  # faster than joins for a few properties
-                text += name + "\x01" + value + "\x02"
+                text += f"{name}\x01{value}\x02"
             props = text.encode()
             if len(props) > MAX_PROPERTIES_BYTES:
                 return None
