@@ -60,6 +60,7 @@ class QueuePutState:
     """One writable topic-queue as the put paths see it."""
 
     __slots__ = (
+        "firsts",
         "magic",
         "next_offset",
         "plain_size",
@@ -77,6 +78,15 @@ class QueuePutState:
         # A v1 record with IPv4 hosts, less its body and properties.
         self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
         self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
+        self.firsts: dict[int, bytes] = {}  # record size -> TOTALSIZE and MAGICCODE, packed
+
+    def first(self, size: int) -> bytes:
+        """The record's first 8 bytes, TOTALSIZE and MAGICCODE (sizes repeat: packing them
+        costs more than a dict lookup)."""
+        first = _SIZE_AND_MAGIC.pack(size, self.magic)
+        if len(self.firsts) < 256:
+            self.firsts[size] = first
+        return first
 
     def tail(self, properties_length: int) -> bytes:
         """The record's bytes between body and properties: topic field, properties length."""
@@ -183,7 +193,9 @@ class SinglePut:
         tail = state.tails.get(props_len)
         if tail is None:
             tail = state.tail(props_len)
-        first = _SIZE_AND_MAGIC.pack(size, state.magic)
+        first = state.firsts.get(size)
+        if first is None:
+            first = state.first(size)
         lock = self._lock
         lock.acquire()  # not ``with``: acquire and release cost half as much on this path
         try:
