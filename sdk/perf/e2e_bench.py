@@ -7,7 +7,10 @@ Figures (the shape ``../shared/bench/peers.py --with`` reads, names as its embed
   queues; every message indexed (keys and ``UNIQ_KEY``), async flush. The key index is built by
   its child process (``StoreOptions.index_process``; ``--in-process-index`` builds it in the put
   path instead), and the clock stops once the index holds every message (``wait_indexed``).
-* ``get_msgs_per_s``: a :class:`sdk.PushConsumer` (clustering, FIRST_OFFSET) draining that backlog:
+  Before the clock starts, one message goes to each queue: as a deployment creates its topics
+  before it sends, the topic and its consume-queue files exist when the timed sends begin.
+* ``get_msgs_per_s``: a :class:`sdk.PushConsumer` (clustering, FIRST_OFFSET) draining that backlog
+  (the warm-up messages included):
   from its start until its listener has seen every message and the offsets of all of them are
   committed in memory (listener batches of ``--consume-batch``; ``--pull-batch`` per queue and
   pull).
@@ -75,10 +78,21 @@ def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure
         ) as broker,
         Producer(broker, "bench-producer") as producer,
     ):
+        warm_up = _create_queues(broker, producer, config)
         broker.service.store.wait_indexed()  # the index process is up before the clock starts
         yield _produce(broker, producer, config, progress)
-        yield _drain(broker, config, progress)
+        yield _drain(broker, config, config.count + warm_up, progress)
         yield from _latency(broker, producer, config, progress)
+
+
+def _create_queues(broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig) -> int:
+    """Send one message to each of the topic's queues, which creates the topic and its queue
+    files (a few milliseconds, once); returns how many were sent."""
+    body = _body(config.size)
+    queues = broker.service.queue_count(TOPIC)
+    for queue_id in range(queues):
+        producer.send(Message(TOPIC, body, keys=("warm-up",)), queue_id=queue_id)
+    return queues
 
 
 def _produce(
@@ -98,7 +112,10 @@ def _produce(
     return Figure("put_msgs_per_s", config.count / elapsed, config.count, config.size, config.batch)
 
 
-def _drain(broker: EmbeddedBroker, config: E2EBenchConfig, progress: Progress) -> Figure:
+def _drain(
+    broker: EmbeddedBroker, config: E2EBenchConfig, backlog: int, progress: Progress
+) -> Figure:
+    """Drain the ``backlog`` messages stored so far; the rate counts all of them."""
     received = 0
     lock = threading.Lock()
     all_seen = threading.Event()
@@ -107,7 +124,7 @@ def _drain(broker: EmbeddedBroker, config: E2EBenchConfig, progress: Progress) -
         nonlocal received
         with lock:
             received += len(messages)
-            if received >= config.count:
+            if received >= backlog:
                 all_seen.set()
         return ConsumeResult.SUCCESS
 
@@ -123,12 +140,12 @@ def _drain(broker: EmbeddedBroker, config: E2EBenchConfig, progress: Progress) -
         pull_batch_size=config.pull_batch,
     ) as consumer:
         while not all_seen.wait(0.2):
-            progress.update("get", received, config.count)
-        while sum(consumer.core.offsets.clone_offset_table(TOPIC).values()) < config.count:
+            progress.update("get", received, backlog)
+        while sum(consumer.core.offsets.clone_offset_table(TOPIC).values()) < backlog:
             time.sleep(0.001)  # the last batches' offsets are being committed
         elapsed = time.perf_counter() - started
     progress.done("get")
-    return Figure("get_msgs_per_s", config.count / elapsed, config.count, config.size, config.batch)
+    return Figure("get_msgs_per_s", backlog / elapsed, config.count, config.size, config.batch)
 
 
 def _latency(
