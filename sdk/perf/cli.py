@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -47,6 +48,11 @@ def add_parser(subparsers: Any) -> None:
         dest="index_enabled",
         action="store_false",
         help="stores without index files (RocketMQ's messageIndexEnable=false)",
+    )
+    store.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="also measure the 64 asyncio producers on uvloop (pip install 'quiver[uvloop]')",
     )
     store.add_argument("--json", action="store_true", help="one JSON line per figure")
     store.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -180,6 +186,11 @@ def _run_store(args: argparse.Namespace) -> int:
     for name in ("count", "size", "batch"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"quiver perf store: --{name} must be positive")
+    if args.uvloop and importlib.util.find_spec("uvloop") is None:
+        raise SystemExit(
+            "quiver perf store: --uvloop needs uvloop, which is not installed "
+            "(pip install 'quiver[uvloop]')"
+        )
 
     def figures(data: Path, progress: Progress) -> Iterator[Figure]:
         config = StoreBenchConfig(
@@ -190,6 +201,7 @@ def _run_store(args: argparse.Namespace) -> int:
             sync_count=args.sync_count or min(args.count, 100_000),
             commitlog_file_size=args.commitlog_file_size,
             index_enabled=args.index_enabled,
+            uvloop=args.uvloop,
         )
         return run_store_bench(config, progress)
 

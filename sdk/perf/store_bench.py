@@ -9,6 +9,8 @@ Figures whose meaning matches one of ``../shared/bench/peers.py``'s use its name
 * ``get_raw_records_per_s``: the same gets answered as the stored bytes (what a pull sends).
 * ``sync_threads_msgs_per_s`` / ``sync_threads_puts_per_fsync``: sync flush, 16 producer threads.
 * ``sync_asyncio_msgs_per_s`` / ``sync_asyncio_puts_per_fsync``: sync flush, 64 asyncio producers.
+* ``sync_uvloop_msgs_per_s`` / ``sync_uvloop_puts_per_fsync`` (with ``uvloop``): the same 64
+  producers on uvloop's event loop, which runs asyncio's callbacks and handles in C.
 * ``rss_anon_growth_kb``: anonymous resident memory after the last put chunk less after the
   first; mapped segment pages are file cache, not counted.
 
@@ -49,6 +51,7 @@ class StoreBenchConfig:
     sync_count: int
     commitlog_file_size: int
     index_enabled: bool = True
+    uvloop: bool = False  # also measure the 64 asyncio producers on uvloop
 
 
 def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Figure]:
@@ -83,6 +86,13 @@ def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Fi
         rate, per_fsync = asyncio.run(_sync_asyncio(store, config, progress))
         yield _figure("sync_asyncio_msgs_per_s", rate, config, count=config.sync_count)
         yield _figure("sync_asyncio_puts_per_fsync", per_fsync, config, count=config.sync_count)
+        if config.uvloop:
+            import uvloop  # noqa: PLC0415 (optional: quiver[uvloop]; the CLI checked it is there)
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                rate, per_fsync = runner.run(_sync_asyncio(store, config, progress, "uvloop"))
+            yield _figure("sync_uvloop_msgs_per_s", rate, config, count=config.sync_count)
+            yield _figure("sync_uvloop_puts_per_fsync", per_fsync, config, count=config.sync_count)
 
 
 def _figure(name: str, value: float, config: StoreBenchConfig, count: int | None = None) -> Figure:
@@ -185,7 +195,7 @@ def _sync_threads(
 
 
 async def _sync_asyncio(
-    store: MessageStore, config: StoreBenchConfig, progress: Progress
+    store: MessageStore, config: StoreBenchConfig, progress: Progress, loop_name: str = "asyncio"
 ) -> tuple[float, float]:
     """64 asyncio producers each await single-message puts; returns (msgs/s, puts per fsync)."""
     keys = UniqKeyGenerator()
@@ -206,7 +216,7 @@ async def _sync_asyncio(
     finally:
         writer.close()
     elapsed = time.perf_counter() - start
-    progress.done("sync put, 64 asyncio producers")
+    progress.done(f"sync put, 64 producers on {loop_name}")
     total = per_task * SYNC_TASKS
     fsyncs = max(1, store.flusher.fsync_count - fsyncs_before)
     return total / elapsed, total / fsyncs

@@ -6,13 +6,14 @@ it (recovery truncates, the geometry gets recorded, the lock file is rewritten).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import shutil
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -35,6 +36,24 @@ STORE_CLOCK_READERS = (
 TINY_GEOMETRY: dict[str, Any] = {"commitlog_file_size": 4096, "cq_entries_per_file": 4}
 
 StoreFactory = Callable[..., MessageStore]
+T = TypeVar("T")
+RunOnLoop = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run_on_loop(request: pytest.FixtureRequest) -> RunOnLoop:
+    """Run a coroutine to completion on asyncio's own event loop, or on uvloop's."""
+    factory = None
+    if request.param == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+
+    def run(main: Coroutine[Any, Any, T]) -> T:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main)
+
+    return run
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from localstore import MessageStore, NewMessage, PutResult, PutStatus
 from localstore.async_writer import AsyncStoreWriter
 from localstore.codec import SYSFLAG_TRANSACTION_PREPARED as PREPARED
 
+from .conftest import RunOnLoop
+
 
 def _message(queue_id: int, body: bytes) -> NewMessage:
     return NewMessage("AsyncTopic", body, queue_id, {"KEYS": body.decode()})
@@ -30,7 +32,9 @@ def put_in_one_turn(store: MessageStore, messages: list[NewMessage]) -> list[Put
 
 
 @pytest.mark.parametrize("flush_mode", ["sync", "async"])
-def test_concurrent_producers_keep_per_queue_order_and_offsets(tmp_path: Path, flush_mode: str):
+def test_concurrent_producers_keep_per_queue_order_and_offsets(
+    tmp_path: Path, flush_mode: str, run_on_loop: RunOnLoop
+):
     producers, per_producer = 16, 50
 
     async def main(store: MessageStore) -> list[list[int]]:
@@ -50,7 +54,7 @@ def test_concurrent_producers_keep_per_queue_order_and_offsets(tmp_path: Path, f
             writer.close()
 
     with MessageStore(tmp_path, flush_mode=flush_mode, commitlog_file_size=65536) as store:
-        offsets = asyncio.run(main(store))
+        offsets = run_on_loop(main(store))
         if flush_mode == "sync":
             assert store.flusher.fsync_count < producers * per_producer  # shared fsyncs
         for p, producer_offsets in enumerate(offsets):

@@ -22,7 +22,7 @@ from localstore.commitlog import FlushBusyError, TakenFlush
 from localstore.pipe_frames import frame, read_frame
 from localstore.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC, serve
 
-from .conftest import GatheredFlushRequests, StoreFactory, message
+from .conftest import GatheredFlushRequests, RunOnLoop, StoreFactory, message
 
 Check = Callable[[PutResult], None]
 
@@ -58,7 +58,7 @@ async def _produce(
 
 
 def test_puts_resolve_only_once_the_sync_process_made_them_durable(
-    open_store: StoreFactory,
+    open_store: StoreFactory, run_on_loop: RunOnLoop
 ) -> None:
     store = open_store(flush_mode="sync")
     assert store.put(message(body=b"first")).ok
@@ -78,7 +78,7 @@ def test_puts_resolve_only_once_the_sync_process_made_them_durable(
             writer.close()
         return results, pid, syncer.syncs_requested
 
-    results, pid, syncs = asyncio.run(main())
+    results, pid, syncs = run_on_loop(main())
     assert all(result.status is PutStatus.PUT_OK for result in results)
     assert all(phys < flushed for phys, flushed in seen), "a put resolved before its flush"
     assert syncs >= 10  # the flushes went through the process, in groups
