@@ -37,7 +37,15 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from localstore.codec import HEADER_V4, MAX_PROPERTIES_BYTES, SHORT, NewMessage, topic_field
+from localstore.codec import (
+    HEADER_V4,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_BYTES,
+    SHORT,
+    NewMessage,
+    topic_field,
+)
 from localstore.consume_queue import UNIT, ConsumeQueue
 from localstore.results import PUT_OK, PutResult
 from localstore.tags import _TAG_CODES, tag_code
@@ -54,6 +62,11 @@ _crc32 = zlib.crc32
 # since they are written last.
 _SIZE_AND_MAGIC = struct.Struct(">ii")
 _HEADER_AFTER_MAGIC = struct.Struct(">" + HEADER_V4.format[3:])
+# A record's first 8 bytes by MAGICCODE, then by TOTALSIZE, shared by every queue: sizes repeat,
+# and one pack of two ints costs more than a dict lookup. Bounded (at most 16,384 sizes a magic,
+# about 1.6 MB); a size beyond the bound is packed each time.
+_FIRSTS: dict[int, dict[int, bytes]] = {MAGIC_V1: {}, MAGIC_V2: {}}
+_FIRSTS_LIMIT = 16_384
 
 
 class QueuePutState:
@@ -78,15 +91,7 @@ class QueuePutState:
         # A v1 record with IPv4 hosts, less its body and properties.
         self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
         self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
-        self.firsts: dict[int, bytes] = {}  # record size -> TOTALSIZE and MAGICCODE, packed
-
-    def first(self, size: int) -> bytes:
-        """The record's first 8 bytes, TOTALSIZE and MAGICCODE (sizes repeat: packing them
-        costs more than a dict lookup)."""
-        first = _SIZE_AND_MAGIC.pack(size, self.magic)
-        if len(self.firsts) < 256:
-            self.firsts[size] = first
-        return first
+        self.firsts = _FIRSTS[self.magic]  # record size -> TOTALSIZE and MAGICCODE, packed
 
     def tail(self, properties_length: int) -> bytes:
         """The record's bytes between body and properties: topic field, properties length."""
@@ -193,9 +198,12 @@ class SinglePut:
         tail = state.tails.get(props_len)
         if tail is None:
             tail = state.tail(props_len)
-        first = state.firsts.get(size)
+        firsts = state.firsts
+        first = firsts.get(size)
         if first is None:
-            first = state.first(size)
+            first = _SIZE_AND_MAGIC.pack(size, state.magic)
+            if len(firsts) < _FIRSTS_LIMIT:
+                firsts[size] = first
         lock = self._lock
         lock.acquire()  # not ``with``: acquire and release cost half as much on this path
         try:

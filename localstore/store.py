@@ -61,7 +61,7 @@ from localstore.put_path import PutPath
 from localstore.queue_registry import QueueRegistry
 from localstore.reader import get_messages, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
-from localstore.results import GetResult, PutResult, PutStatus
+from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import (
     CleanReport,
     RetiredFiles,
@@ -322,7 +322,7 @@ class MessageStore:
             return result
         timeout_ms = self.options.sync_flush_timeout_ms
         if not waiter.wait(timeout_ms / 1000):
-            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            result.status = FLUSH_DISK_TIMEOUT
             result.detail = f"stored, but {waiter.failure or f'not flushed within {timeout_ms} ms'}"
         return result
 

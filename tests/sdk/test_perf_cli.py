@@ -34,11 +34,13 @@ def test_perf_store_figures(tmp_path):
 
 
 def test_perf_store_measures_the_asyncio_producers_on_uvloop_too(tmp_path):
-    got = figures("store", "--count", "1000", "--sync-count", "320", "--uvloop",
+    data = tmp_path / "bench"
+    got = figures("store", "--data", data, "--count", "1000", "--sync-count", "320", "--uvloop",
                   "--commitlog-file-size", "4194304")  # fmt: skip
     assert got["sync_uvloop_msgs_per_s"] > 0
     assert got["sync_uvloop_puts_per_fsync"] > 1  # group commit on uvloop's loop as well
     assert "sync_asyncio_msgs_per_s" in got
+    assert list(data.iterdir()) == []
 
 
 def test_perf_store_uvloop_without_uvloop_installed_says_how_to_get_it(monkeypatch, tmp_path):
