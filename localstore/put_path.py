@@ -89,7 +89,7 @@ class PutPath:
         self.states: dict[tuple[str, int], QueuePutState] = {}
         self.valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
-        self.closed = False  # through refuse(), under the put lock
+        self.closed = False  # through close(), under the put lock
         self.single = SinglePut(
             states=self.states,
             valid_topics=self.valid_topics,
@@ -101,11 +101,14 @@ class PutPath:
             max_body=max_body,
         )
 
-    def refuse(self, *, closed: bool, flush_failed: bool) -> None:
-        """Under the put lock: the store closed, or its last commitlog flush failed or (with
-        ``flush_failed`` False) succeeded again. The general path answers why it refuses."""
-        self.closed = self.closed or closed
-        self.single.refusing = self.closed or flush_failed
+    def close(self) -> None:
+        """Under the put lock: the store closed; every later put is refused."""
+        self.closed = self.single.refusing = True
+
+    def set_flush_failed(self, failed: bool) -> None:
+        """Under the put lock: the last commitlog flush failed (puts are refused until one
+        succeeds; the general path answers why) or succeeded again."""
+        self.single.refusing = self.closed or failed
 
     def append_batches(
         self,

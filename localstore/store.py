@@ -159,7 +159,6 @@ class MessageStore:
         }
         self.offset_index = CommitLogOffsetIndex.open(self.root, self.commitlog)
         self._put_lock = threading.Lock()
-        self._closed = False
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -206,11 +205,10 @@ class MessageStore:
         its directory released whatever failed, and the abort marker stays so that the next
         open recovers. The marker also stays after any commitlog flush of this run failed, even
         one retried with success (see :attr:`FlushService.failed_once`)."""
-        if self._closed:
+        if self._puts.closed:
             return
         with self._put_lock:
-            self._closed = True
-            self._puts.refuse(closed=True, flush_failed=self.flusher.error is not None)
+            self._puts.close()
         problems: list[Exception] = []  # the first is raised once everything is closed
 
         def attempt(step: Callable[[], object]) -> None:
@@ -268,7 +266,7 @@ class MessageStore:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._puts.closed
 
     @property
     def index(self) -> KeyIndex | None:
@@ -290,7 +288,7 @@ class MessageStore:
         the retry stop growing; the general path reads ``flusher.error`` and says why) or, with
         None, one succeeded again."""
         with self._put_lock:
-            self._puts.refuse(closed=self._closed, flush_failed=error is not None)
+            self._puts.set_flush_failed(error is not None)
 
     def _flush_others(self) -> None:
         self.queues.flush()
@@ -588,5 +586,5 @@ class MessageStore:
         return sorted(q for (t, q) in self.queues.queues if t == topic)
 
     def _ensure_open(self) -> None:
-        if self._closed:
+        if self._puts.closed:
             raise StoreClosedError(f"store {self.root} is closed")
