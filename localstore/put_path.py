@@ -36,7 +36,7 @@ from localstore.index_service import KeyIndex
 from localstore.offset_index import CommitLogOffsetIndex
 from localstore.options import StoreOptions
 from localstore.queue_registry import QueueRegistry
-from localstore.results import PUT_OK, PutResult, PutStatus
+from localstore.results import PutResult, PutStatus, stored_result
 from localstore.single_put import QueuePutState, SinglePut
 from localstore.tags import SCHEDULE_TOPIC
 from localstore.time_index import QueueTimeIndex
@@ -206,15 +206,8 @@ class PutPath:
         # A prepared or rolled-back transaction record holds queue offset 0, as RocketMQ reports.
         if first.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
             queue_offset = 0
-        result = PutResult(
-            PUT_OK,
-            "",
-            topic,
-            queue_id,
-            queue_offset,
-            encoded.phys_offsets,
-            store_timestamp,
-            self._store_host,
+        result = stored_result(
+            topic, queue_id, queue_offset, encoded.phys_offsets, store_timestamp, self._store_host
         )
         return result, encoded.end_offset
 

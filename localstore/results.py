@@ -80,6 +80,35 @@ class PutResult:
         return self.offset_msg_ids[0] if self.phys_offsets else ""
 
 
+_new_object = object.__new__
+
+
+def stored_result(
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    phys_offsets: list[int],
+    store_timestamp: int,
+    store_host_raw: bytes,
+) -> PutResult:
+    """The PUT_OK answer to a stored put, the same as ``PutResult(PUT_OK, "", ...)``.
+
+    Both put paths answer every put with one, so it is built without the dataclass
+    ``__init__``: Python 3.11 runs a class's ``__init__`` in a fresh interpreter frame, about 550
+    CPU instructions more (callgrind), 1.7 % of a single put. A test compares the two field
+    for field."""
+    result = _new_object(PutResult)
+    result.status = PUT_OK
+    result.detail = ""
+    result.topic = topic
+    result.queue_id = queue_id
+    result.queue_offset = queue_offset
+    result.phys_offsets = phys_offsets
+    result.store_timestamp = store_timestamp
+    result.store_host_raw = store_host_raw
+    return result
+
+
 @dataclass(slots=True)
 class GetResult:
     """The answer to a get: messages (decoded) or their stored bytes (``raw``), and where to go

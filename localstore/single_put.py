@@ -47,7 +47,7 @@ from localstore.codec import (
     topic_field,
 )
 from localstore.consume_queue import UNIT, ConsumeQueue
-from localstore.results import PUT_OK, PutResult
+from localstore.results import PutResult, stored_result
 from localstore.tags import _TAG_CODES, tag_code
 from localstore.time_index import QueueTimeIndex
 
@@ -256,14 +256,6 @@ class SinglePut:
             waiter = durability.request(end, None) if durability is not None else None
         finally:
             lock.release()
-        result = PutResult(
-            PUT_OK,
-            "",
-            topic,
-            queue_id,
-            queue_offset,
-            [position],
-            store_timestamp,
-            store_host,
-        )
-        return result, waiter
+        return stored_result(
+            topic, queue_id, queue_offset, [position], store_timestamp, store_host
+        ), waiter
