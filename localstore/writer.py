@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from localstore.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.flush import FlushRequests
-from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK, PutResult, PutStatus
+from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK, PutResult, PutStatus, stored_result
 
 if TYPE_CHECKING:
     from localstore.store import MessageStore
@@ -64,7 +64,7 @@ def append_all(
     for owner, result in zip(owners, results, strict=True):
         if len(owner) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
             for put in owner:
-                _append(store, [put], put[0], ready, deliver, flushed_by)
+                _append_alone(store, put, ready, deliver, flushed_by)
         elif waiter is not None and result.status is PUT_OK:
             durable += _split(result, owner)
         else:
@@ -103,30 +103,26 @@ def _plan_group(
 _ONE_MESSAGE_REJECTIONS = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
 
 
-def _append(
+def _append_alone(
     store: MessageStore,
-    puts: list[Put],
-    messages: Sequence[NewMessage],
+    put: Put,
     ready: list[Answer],
     deliver: Deliver,
     flushed_by: FlushRequests | None,
 ) -> None:
+    """Append one put of a merged batch the store refused for one message's fault."""
+    messages, system, token = put
     callback = _DurableCallback(deliver)
     try:
         result, waiter = store.append(
-            messages, system=puts[0][1], on_durable=callback, flushed_by=flushed_by
+            messages, system=system, on_durable=callback, flushed_by=flushed_by
         )
     except Exception as exc:  # never leave a submitter without an answer
         result, waiter = PutResult(PutStatus.UNKNOWN_ERROR, repr(exc)), None
-    if len(puts) > 1 and result.status in _ONE_MESSAGE_REJECTIONS:
-        for put in puts:
-            _append(store, [put], put[0], ready, deliver, flushed_by)
-        return
-    answers = _split(result, puts)
     if waiter is None:
-        ready.extend(answers)
+        ready.append((token, result))
     else:
-        callback.set_answers(answers)
+        callback.set_answers([(token, result)])
 
 
 def _group_by_queue(puts: list[Put]) -> dict[tuple[str, int, bool], list[Put]]:
@@ -150,13 +146,15 @@ def _split(result: PutResult, puts: list[Put]) -> list[Answer]:
     """One merged batch's result, cut back into one result per put."""
     if len(puts) == 1:
         return [(puts[0][2], result)]
-    if not result.phys_offsets:
+    if not result.phys_offsets:  # refused or failed: every put hears why
         return [
             (token, PutResult(result.status, result.detail, result.topic, result.queue_id))
             for _, _, token in puts
         ]
-    status, detail, topic, queue_id = result.status, result.detail, result.topic, result.queue_id
-    first, phys, stamp, host = (
+    # Stored (only a PUT_OK result has offsets; FLUSH_DISK_TIMEOUT is set on the cut results).
+    topic, queue_id, first, phys, stamp, host = (
+        result.topic,
+        result.queue_id,
         result.queue_offset,
         result.phys_offsets,
         result.store_timestamp,
@@ -164,16 +162,16 @@ def _split(result: PutResult, puts: list[Put]) -> list[Answer]:
     )
     if len(phys) == len(puts):  # one message a put, the common case
         return [
-            (token, PutResult(status, detail, topic, queue_id, first + i, [offset], stamp, host))
+            (token, stored_result(topic, queue_id, first + i, [offset], stamp, host))
             for i, ((_, _, token), offset) in enumerate(zip(puts, phys, strict=True))
         ]
     answers: list[Answer] = []
     start = 0
     for messages, _, token in puts:
         end = start + len(messages)
-        answers.append((token, PutResult(
-            status, detail, topic, queue_id, first + start, phys[start:end], stamp, host
-        )))  # fmt: skip
+        answers.append(
+            (token, stored_result(topic, queue_id, first + start, phys[start:end], stamp, host))
+        )
         start = end
     return answers
 
