@@ -80,6 +80,17 @@ def visible_max_offset(queue: ConsumeQueue, commitlog: CommitLog) -> int:
     return lo
 
 
+def caught_up(queue: ConsumeQueue | None, commitlog: CommitLog, queue_offset: int) -> bool:
+    """Whether :func:`get_messages` at ``queue_offset`` would hand out nothing and report
+    nothing to act on: NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE or OFFSET_OVERFLOW_ONE (a
+    reader that has read everything). Reads no unit: a parked long poll asks this of every
+    queue it watches."""
+    if queue is None:
+        return True
+    max_offset = visible_max_offset(queue, commitlog)
+    return max_offset == 0 or queue.min_offset <= queue_offset == max_offset
+
+
 def get_messages(
     commitlog: CommitLog,
     queue: ConsumeQueue | None,

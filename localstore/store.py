@@ -59,7 +59,7 @@ from localstore.options import StoreOptions
 from localstore.periodic import PeriodicTask
 from localstore.put_path import PutPath
 from localstore.queue_registry import QueueRegistry
-from localstore.reader import get_messages, visible_max_offset
+from localstore.reader import caught_up, get_messages, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import (
@@ -467,6 +467,12 @@ class MessageStore:
         if queue is None:
             return 0
         return visible_max_offset(queue, self.commitlog)
+
+    def caught_up(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether a get at ``queue_offset`` would find nothing to hand out or report (see
+        :func:`localstore.reader.caught_up`), without reading: what a parked pull asks."""
+        self._ensure_open()
+        return caught_up(self.queues.get(topic, queue_id), self.commitlog, queue_offset)
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get(topic, queue_id)

@@ -3,7 +3,7 @@
 RocketMQ's ``PullRequestHoldService`` parks a pull that found nothing under ``topic@queueId``
 and re-runs it when the reput thread reports a new message there, or when the hold times out.
 :class:`ArrivalNotifier` keeps the same contract with callbacks instead of re-running requests,
-so one notifier serves blocking threads (:meth:`ArrivalNotifier.wait`) and event loops
+so one notifier serves blocking threads (:meth:`ArrivalNotifier.wait_keys`) and event loops
 (a callback that resolves a future with ``call_soon_threadsafe``) alike.
 
 Invariant (no lost wake-up): a waiter registers *before* it looks for messages, so a message
@@ -25,13 +25,15 @@ QueueKey = tuple[str, int]
 class Watch:
     """A registration: ``callback`` runs (once) on the first arrival on any of ``keys``."""
 
-    __slots__ = ("_callback", "_fired", "fired_keys", "keys", "token")
+    __slots__ = ("_callback", "_once", "fired_keys", "keys", "token")
 
     def __init__(self, token: int, keys: tuple[QueueKey, ...], callback: Callable[[], None]):
         self.token = token
         self.keys = keys
         self._callback = callback
-        self._fired = False
+        # Taken by the first fire: two putting threads may fire one watch (on two of its
+        # keys) at once, and a lock's non-blocking acquire lets exactly one of them call.
+        self._once = threading.Lock()
         self.fired_keys: list[QueueKey | None] = []  # what arrived (None: notify_all)
 
     def woken_by(self) -> frozenset[QueueKey]:
@@ -41,8 +43,7 @@ class Watch:
 
     def fire(self, key: QueueKey | None = None) -> None:
         self.fired_keys.append(key)
-        if not self._fired:
-            self._fired = True
+        if self._once.acquire(False):
             self._callback()
 
 
@@ -98,12 +99,15 @@ class ArrivalNotifier:
         checked after registering, so no arrival is missed). Answers what woke it: the keys that
         got messages, an empty set when ``ready()`` held or everything was woken (look at every
         key), None on timeout."""
-        event = threading.Event()
-        watch = self.watch(keys, event.set)
+        # A lock held from the start and released by the watch's one call: a thread waits on
+        # it for a few system calls less than on a threading.Event (a Condition in Python).
+        gate = threading.Lock()
+        gate.acquire()
+        watch = self.watch(keys, gate.release)
         try:
             if ready():
                 return frozenset()
-            if not event.wait(timeout_s):
+            if not gate.acquire(timeout=timeout_s):
                 return None
         finally:
             self.cancel(watch)

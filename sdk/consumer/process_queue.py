@@ -299,6 +299,8 @@ class ProcessQueue(Generic[M]):
     ) -> bool:
         """Whether the next pull must wait: a limit of ``limits`` (defaults when None) is
         exceeded; the offset span counts only for concurrent consumers."""
+        if not self._cached_count:  # nothing held (one read under the GIL): the common case
+            return False
         limits = limits or FlowControlLimits()
         with self._lock:
             if self._cached_count > limits.max_cached_messages:

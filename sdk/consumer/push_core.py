@@ -355,12 +355,13 @@ class PushCore:
         """A pull over every owned queue that is not being released and that flow control
         lets through. It may name no queue: it then only waits for a group change."""
         limits = self.settings.flow_control
+        orderly = self.settings.orderly
         releasing = self.ownership.releasing
         pulls = tuple(
             QueuePull(q.topic, q.queue_id, s.next_offset, s.tags)
             for q, s in list(self.states.items())  # a snapshot: the lease keeper may drop one
-            if q not in releasing
-            and not s.process_queue.should_throttle(limits, orderly=self.settings.orderly)
+            if not (releasing and q in releasing)  # (hashing a queue is a Python call)
+            and not s.process_queue.should_throttle(limits, orderly=orderly)
         )
         hold_ms = self.settings.pull_wait_ms if wait_ms is None else wait_ms
         if len(pulls) < len(self.states) or self.ownership.settling:

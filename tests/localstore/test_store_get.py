@@ -85,6 +85,35 @@ def test_offset_too_small_after_first_queue_file_is_gone(
     assert store.store_timestamp("TopicTest", 0, 4) > 0
 
 
+def test_caught_up_is_true_exactly_where_a_get_has_nothing_to_report(
+    open_store: StoreFactory, store_dir: Path
+) -> None:
+    """A parked pull asks ``caught_up`` instead of reading: it must agree with the statuses a
+    get answers, including the ones a consumer must act on (too small, overflow badly)."""
+    store = open_store(**TINY_GEOMETRY)
+    put_tagged(store, [None] * 20)
+    store.close()
+    (store_dir / "consumequeue" / "TopicTest" / "0" / f"{0:020d}").unlink()
+    store = open_store()
+    nothing = {
+        GetStatus.OFFSET_OVERFLOW_ONE,
+        GetStatus.NO_MESSAGE_IN_QUEUE,
+        GetStatus.NO_MATCHED_LOGIC_QUEUE,
+    }
+    seen = set()
+    for queue_id, offset in [(0, o) for o in (-1, 0, 3, 4, 10, 19, 20, 21, 500)] + [(7, 0)]:
+        status = store.get_messages("TopicTest", queue_id, offset).status
+        seen.add(status)
+        assert store.caught_up("TopicTest", queue_id, offset) == (status in nothing), offset
+    assert seen >= {
+        GetStatus.OFFSET_TOO_SMALL,
+        GetStatus.FOUND,
+        GetStatus.OFFSET_OVERFLOW_ONE,
+        GetStatus.OFFSET_OVERFLOW_BADLY,
+        GetStatus.NO_MATCHED_LOGIC_QUEUE,
+    }
+
+
 def test_offset_overflow(store: MessageStore) -> None:
     put_tagged(store, [None] * 5)
     assert bounds(store.get_messages("TopicTest", 0, 5)) == (GetStatus.OFFSET_OVERFLOW_ONE, 5, 0, 5)

@@ -125,6 +125,18 @@ def test_pull_wait_answers_when_any_queue_gets_a_message(service: BrokerService)
     assert [(r.queue_id, r.status) for r in answer.results] == [(2, "FOUND")]
 
 
+def test_a_pull_at_a_bad_offset_answers_at_once_with_its_status(service: BrokerService):
+    """A pull parks unread only when every queue is caught up: an offset past the end (or
+    below the start) is answered at once, so the consumer corrects it."""
+    service.send([message(), message()])
+    started = time.monotonic()
+    batch = PullBatch("g", (QueuePull("orders", 0, 9), QueuePull("orders", 1, 0)), wait_ms=10_000)
+    answer = service.pull_wait(batch)
+    assert time.monotonic() - started < 5
+    statuses = {(r.queue_id, r.status, r.next_offset) for r in answer.results}
+    assert (0, "OFFSET_OVERFLOW_BADLY", 2) in statuses
+
+
 def test_a_membership_change_ends_a_parked_pull(service: BrokerService):
     service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
     batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=10_000)
