@@ -52,6 +52,7 @@ from localstore.codec import (
     StoredMessage,
 )
 from localstore.periodic import PeriodicTask
+from localstore.tags import TagFilter
 from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
@@ -410,20 +411,30 @@ class BrokerService:
             arrived = asyncio.Event()
             watch = self.notifier.watch(keys, functools.partial(_wake, loop, arrived))
             try:
-                if not self._changed_since(batch, generation):
+                changed = self._changed_since(batch, generation)
+                if not changed:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(arrived.wait(), remaining)
             finally:
                 self.notifier.cancel(watch)
-            result, done = self._look_again(batch, watch.woken_by(), generation)
+            # Changed before the wait: look at every queue (an arrival may have fired the
+            # watch for one queue while another was the one not caught up).
+            woken_by = frozenset() if changed else watch.woken_by()
+            result, done = self._look_again(batch, woken_by, generation)
             if done:
                 return result
 
     def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
         """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
-        broker is closing, or the group moved past what the consumer knows (it must
-        rebalance)."""
-        return batch.wait_ms <= 0 or self._closed or 0 <= batch.generation != generation
+        broker is closing, the group moved past what the consumer knows (it must rebalance),
+        or the read would be refused (a count below 1 or a tag expression naming no tag: the
+        caller hears so at once, not after the wait)."""
+        return (
+            batch.wait_ms <= 0
+            or self._closed
+            or 0 <= batch.generation != generation
+            or not _readable(batch)
+        )
 
     def _parked_answer(
         self, batch: PullBatch, result: PullBatchResult | None, generation: int
@@ -436,8 +447,8 @@ class BrokerService:
 
     def _changed_since(self, batch: PullBatch, generation: int) -> bool:
         """Whether a parked pull must look: a queue is not caught up (news, or an offset to
-        correct), or the group's generation moved."""
-        if self.groups.generation(batch.group) != generation:
+        correct), the group's generation moved, or the broker is closing."""
+        if self._closed or self.groups.generation(batch.group) != generation:
             return True
         caught_up = self.store.caught_up
         return not all(caught_up(p.topic, p.queue_id, p.queue_offset) for p in batch.pulls)
@@ -570,6 +581,19 @@ def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
     """Set ``arrived`` from any thread (a loop already closed has nobody left to wake)."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(arrived.set)
+
+
+def _readable(batch: PullBatch) -> bool:
+    """Whether the store would read ``batch``: a positive count, tag expressions that parse
+    (parsed expressions are cached)."""
+    if batch.max_count <= 0:
+        return False
+    try:
+        for pull in batch.pulls:
+            TagFilter.parse(pull.tags)
+    except ValueError:
+        return False
+    return True
 
 
 def _watched_keys(batch: PullBatch) -> list[tuple[str, int]]:

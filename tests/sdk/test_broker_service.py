@@ -137,6 +137,19 @@ def test_a_pull_at_a_bad_offset_answers_at_once_with_its_status(service: BrokerS
     assert (0, "OFFSET_OVERFLOW_BADLY", 2) in statuses
 
 
+@pytest.mark.parametrize("max_count, tags", [(0, None), (32, "||")])
+def test_a_pull_the_store_refuses_raises_at_once_not_after_its_wait(
+    service: BrokerService, max_count: int, tags: str | None
+):
+    batch = PullBatch("g", (QueuePull("orders", 0, 0, tags),), max_count=max_count, wait_ms=10_000)
+    started = time.monotonic()
+    with pytest.raises(ValueError):
+        service.pull_wait(batch)
+    with pytest.raises(ValueError):
+        asyncio.run(service.pull_async(batch))
+    assert time.monotonic() - started < 5
+
+
 def test_a_membership_change_ends_a_parked_pull(service: BrokerService):
     service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
     batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=10_000)
