@@ -54,6 +54,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="also measure the 64 asyncio producers on uvloop (pip install 'quiver[uvloop]')",
     )
+    store.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=None,
+        metavar="CPU",
+        help="also measure the 16 producer threads held on this CPU (Linux)",
+    )
     store.add_argument("--json", action="store_true", help="one JSON line per figure")
     store.add_argument("--quiet", action="store_true", help="no progress on stderr")
     store.set_defaults(func=_run_store)
@@ -106,6 +113,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="build the key index in the put path, not in a child process "
         "(StoreOptions.index_process=False)",
+    )
+    e2e.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=None,
+        metavar="CPU",
+        help="also measure the latency with the process's threads held on this CPU (Linux)",
     )
     e2e.add_argument("--json", action="store_true", help="one JSON line per figure")
     e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -191,6 +205,7 @@ def _run_store(args: argparse.Namespace) -> int:
             "quiver perf store: --uvloop needs uvloop, which is not installed "
             "(pip install 'quiver[uvloop]')"
         )
+    _check_pin_cpu("store", args.pin_cpu)
 
     def figures(data: Path, progress: Progress) -> Iterator[Figure]:
         config = StoreBenchConfig(
@@ -202,6 +217,7 @@ def _run_store(args: argparse.Namespace) -> int:
             commitlog_file_size=args.commitlog_file_size,
             index_enabled=args.index_enabled,
             uvloop=args.uvloop,
+            pin_cpu=args.pin_cpu,
         )
         return run_store_bench(config, progress)
 
@@ -214,6 +230,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
     for name in ("count", "size", "batch", "latency_samples", "consume_batch", "pull_batch"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"quiver perf e2e: --{name.replace('_', '-')} must be positive")
+    _check_pin_cpu("e2e", args.pin_cpu)
     config = E2EBenchConfig(
         data_dir=args.data,
         count=args.count,
@@ -225,12 +242,22 @@ def _run_e2e(args: argparse.Namespace) -> int:
         consume_threads=args.consume_threads,
         commitlog_file_size=args.commitlog_file_size,
         index_process=not args.in_process_index,
+        pin_cpu=args.pin_cpu,
     )
     return _run_bench(
         args,
         lambda data, progress: run_e2e_bench(dataclasses.replace(config, data_dir=data), progress),
         ("e2e",),
     )
+
+
+def _check_pin_cpu(command: str, cpu: int | None) -> None:
+    """Stop before measuring anything when ``--pin-cpu`` names a CPU that cannot be used."""
+    from sdk.perf.affinity import pin_problem
+
+    problem = None if cpu is None else pin_problem(cpu)
+    if problem is not None:
+        raise SystemExit(f"quiver perf {command}: --pin-cpu {cpu}: {problem}")
 
 
 def _run_rebalance(args: argparse.Namespace) -> int:

@@ -17,6 +17,9 @@ Figures (the shape ``../shared/bench/peers.py --with`` reads, names as its embed
 * ``e2e_p50_ms`` / ``e2e_p99_ms``: one message in flight: ``Producer.send`` of one message, a
   push consumer parked in a long poll receives it; time from before the send to the listener
   holding it (``--latency-samples`` samples after 100 discarded).
+* ``e2e_pinned_p50_ms`` / ``e2e_pinned_p99_ms`` (with ``--pin-cpu``): the same with the
+  process's threads held on one CPU, the store's key-index process left where it runs (see
+  :mod:`sdk.perf.affinity`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from sdk import (
     PushConsumer,
     ReceivedMessage,
 )
+from sdk.perf.affinity import pinned
 from sdk.perf.report import Figure, Progress
 
 LATENCY_WARMUP = 100
@@ -55,6 +59,7 @@ class E2EBenchConfig:
     consume_threads: int = 2
     commitlog_file_size: int = 1 << 30
     index_process: bool = True
+    pin_cpu: int | None = None  # also measure the latency with the threads on this CPU
 
 
 def _percentile(samples: list[float], pct: float) -> float:
@@ -83,6 +88,9 @@ def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure
         yield _produce(broker, producer, config, progress)
         yield _drain(broker, config, config.count + warm_up, progress)
         yield from _latency(broker, producer, config, progress)
+        if config.pin_cpu is not None:
+            with pinned(config.pin_cpu):  # the consumer's threads inherit the CPU
+                yield from _latency(broker, producer, config, progress, "e2e_pinned")
 
 
 def _create_queues(broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig) -> int:
@@ -149,7 +157,11 @@ def _drain(
 
 
 def _latency(
-    broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig, progress: Progress
+    broker: EmbeddedBroker,
+    producer: Producer,
+    config: E2EBenchConfig,
+    progress: Progress,
+    name: str = "e2e",
 ) -> Iterator[Figure]:
     arrived = threading.Event()
     arrival = [0.0]
@@ -162,7 +174,7 @@ def _latency(
     body = _body(config.size)
     samples: list[float] = []
     total = config.latency_samples + LATENCY_WARMUP
-    with PushConsumer(broker, "bench-latency", {"latency": None}, hold, consume_threads=1):
+    with PushConsumer(broker, f"bench-{name}", {"latency": None}, hold, consume_threads=1):
         for index in range(total):
             arrived.clear()
             before = time.perf_counter()
@@ -171,7 +183,7 @@ def _latency(
                 raise RuntimeError(f"message {index} not received within 5 s")
             if index >= LATENCY_WARMUP:
                 samples.append((arrival[0] - before) * 1000)
-            progress.update("e2e latency", index + 1, total)
-    progress.done("e2e latency")
-    yield Figure("e2e_p50_ms", _percentile(samples, 50), len(samples), config.size, 1)
-    yield Figure("e2e_p99_ms", _percentile(samples, 99), len(samples), config.size, 1)
+            progress.update(f"{name} latency", index + 1, total)
+    progress.done(f"{name} latency")
+    yield Figure(f"{name}_p50_ms", _percentile(samples, 50), len(samples), config.size, 1)
+    yield Figure(f"{name}_p99_ms", _percentile(samples, 99), len(samples), config.size, 1)

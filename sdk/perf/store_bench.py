@@ -8,6 +8,8 @@ Figures whose meaning matches one of ``../shared/bench/peers.py``'s use its name
 * ``read_crc_records_per_s``: sequential get in batches of 32, fully decoded (properties dict).
 * ``get_raw_records_per_s``: the same gets answered as the stored bytes (what a pull sends).
 * ``sync_threads_msgs_per_s`` / ``sync_threads_puts_per_fsync``: sync flush, 16 producer threads.
+* ``sync_threads_pinned_msgs_per_s`` / ``sync_threads_pinned_puts_per_fsync`` (with
+  ``--pin-cpu``): the same 16 threads held on one CPU (see :mod:`sdk.perf.affinity`).
 * ``sync_asyncio_msgs_per_s`` / ``sync_asyncio_puts_per_fsync``: sync flush, 64 asyncio producers.
 * ``sync_uvloop_msgs_per_s`` / ``sync_uvloop_puts_per_fsync`` (with ``uvloop``): the same 64
   producers on uvloop's event loop, which runs asyncio's callbacks and handles in C.
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from localstore import MessageStore, NewMessage, StoreOptions, UniqKeyGenerator
 from localstore.async_writer import AsyncStoreWriter
+from sdk.perf.affinity import pinned
 from sdk.perf.report import Figure, Progress
 
 TOPIC = "PerfTopic"
@@ -52,6 +55,7 @@ class StoreBenchConfig:
     commitlog_file_size: int
     index_enabled: bool = True
     uvloop: bool = False  # also measure the 64 asyncio producers on uvloop
+    pin_cpu: int | None = None  # also measure the 16 producer threads held on this CPU
 
 
 def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Figure]:
@@ -83,6 +87,12 @@ def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Fi
         rate, per_fsync = _sync_threads(store, config, progress)
         yield _figure("sync_threads_msgs_per_s", rate, config, count=config.sync_count)
         yield _figure("sync_threads_puts_per_fsync", per_fsync, config, count=config.sync_count)
+        if config.pin_cpu is not None:
+            with pinned(config.pin_cpu):  # the producer threads inherit the CPU
+                rate, per_fsync = _sync_threads(store, config, progress, "pinned")
+            count = config.sync_count
+            yield _figure("sync_threads_pinned_msgs_per_s", rate, config, count=count)
+            yield _figure("sync_threads_pinned_puts_per_fsync", per_fsync, config, count=count)
         rate, per_fsync = asyncio.run(_sync_asyncio(store, config, progress))
         yield _figure("sync_asyncio_msgs_per_s", rate, config, count=config.sync_count)
         yield _figure("sync_asyncio_puts_per_fsync", per_fsync, config, count=config.sync_count)
@@ -159,7 +169,7 @@ def _timed_gets(
 
 
 def _sync_threads(
-    store: MessageStore, config: StoreBenchConfig, progress: Progress
+    store: MessageStore, config: StoreBenchConfig, progress: Progress, how: str = ""
 ) -> tuple[float, float]:
     """16 threads each put single messages; returns (msgs/s, puts per fsync)."""
     keys = UniqKeyGenerator()
@@ -186,7 +196,7 @@ def _sync_threads(
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
-    progress.done("sync put, 16 threads")
+    progress.done(f"sync put, 16 threads {how}".rstrip())
     if failures:
         raise RuntimeError(f"sync put failed: {failures[0]}")
     total = per_thread * SYNC_THREADS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -50,6 +51,35 @@ def test_perf_store_uvloop_without_uvloop_installed_says_how_to_get_it(monkeypat
     with pytest.raises(SystemExit, match=r"pip install 'quiver\[uvloop\]'"):
         main(["perf", "store", "--data", str(tmp_path / "bench"), "--uvloop"])
     assert not (tmp_path / "bench").exists()  # refused before anything was written
+
+
+needs_affinity = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity"), reason="pinning threads to a CPU needs Linux"
+)
+
+
+@needs_affinity
+def test_perf_store_and_e2e_measure_pinned_threads_too(tmp_path):
+    cpu = str(min(os.sched_getaffinity(0)))
+    store = figures("store", "--data", tmp_path / "s", "--count", "1000", "--sync-count", "320",
+                    "--commitlog-file-size", "4194304", "--pin-cpu", cpu)  # fmt: skip
+    assert store["sync_threads_pinned_msgs_per_s"] > 0
+    assert store["sync_threads_pinned_puts_per_fsync"] > 1  # still group commit
+    assert "sync_threads_msgs_per_s" in store  # the unpinned figure is measured as well
+    e2e = figures("e2e", "--data", tmp_path / "e", "--count", "1000", "--latency-samples", "50",
+                  "--commitlog-file-size", "4194304", "--pin-cpu", cpu)  # fmt: skip
+    assert 0 < e2e["e2e_pinned_p50_ms"] <= e2e["e2e_pinned_p99_ms"]
+    assert "e2e_p99_ms" in e2e
+
+
+@needs_affinity
+@pytest.mark.parametrize("command", ["store", "e2e"])
+def test_perf_refuses_a_cpu_the_process_may_not_use(tmp_path, command):
+    cpu = max(os.sched_getaffinity(0)) + 1000
+    done = quiver("perf", command, "--data", str(tmp_path / "b"), "--pin-cpu", str(cpu))
+    assert done.returncode != 0
+    assert f"--pin-cpu {cpu}" in done.stderr and "may run on" in done.stderr
+    assert not (tmp_path / "b").exists()  # refused before anything was written
 
 
 def test_perf_lookup_and_recovery_figures():
