@@ -119,7 +119,7 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         default=None,
         metavar="CPU",
-        help="also measure the latency with the process's threads held on this CPU (Linux)",
+        help="also measure put, get and latency with the threads held on this CPU (Linux)",
     )
     e2e.add_argument("--json", action="store_true", help="one JSON line per figure")
     e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")

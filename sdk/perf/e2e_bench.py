@@ -17,9 +17,11 @@ Figures (the shape ``../shared/bench/peers.py --with`` reads, names as its embed
 * ``e2e_p50_ms`` / ``e2e_p99_ms``: one message in flight: ``Producer.send`` of one message, a
   push consumer parked in a long poll receives it; time from before the send to the listener
   holding it (``--latency-samples`` samples after 100 discarded).
-* ``e2e_pinned_p50_ms`` / ``e2e_pinned_p99_ms`` (with ``--pin-cpu``): the same with the
-  process's threads held on one CPU, the store's key-index process left where it runs (see
-  :mod:`sdk.perf.affinity`).
+* ``put_pinned_msgs_per_s``, ``get_pinned_msgs_per_s``, ``e2e_pinned_p50_ms`` and
+  ``e2e_pinned_p99_ms`` (with ``--pin-cpu``): the three measured again with the process's
+  threads held on one CPU and the store's key-index process left where it runs (see
+  :mod:`sdk.perf.affinity`): another ``--count`` messages, then a new group drains the topic
+  from its start (both runs' messages).
 """
 
 from __future__ import annotations
@@ -89,8 +91,11 @@ def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure
         yield _drain(broker, config, config.count + warm_up, progress)
         yield from _latency(broker, producer, config, progress)
         if config.pin_cpu is not None:
-            with pinned(config.pin_cpu):  # the consumer's threads inherit the CPU
-                yield from _latency(broker, producer, config, progress, "e2e_pinned")
+            with pinned(config.pin_cpu):  # the consumers' threads inherit the CPU
+                yield _produce(broker, producer, config, progress, "_pinned")
+                # a new group reads the topic from its start: both runs' messages
+                yield _drain(broker, config, 2 * config.count + warm_up, progress, "_pinned")
+                yield from _latency(broker, producer, config, progress, "_pinned")
 
 
 def _create_queues(broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig) -> int:
@@ -104,7 +109,11 @@ def _create_queues(broker: EmbeddedBroker, producer: Producer, config: E2EBenchC
 
 
 def _produce(
-    broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig, progress: Progress
+    broker: EmbeddedBroker,
+    producer: Producer,
+    config: E2EBenchConfig,
+    progress: Progress,
+    how: str = "",
 ) -> Figure:
     body = _body(config.size)
     started = time.perf_counter()
@@ -113,15 +122,20 @@ def _produce(
         n = min(config.batch, config.count - sent)
         producer.send_batch([Message(TOPIC, body, keys=(f"k{sent + i}",)) for i in range(n)])
         sent += n
-        progress.update("put", sent, config.count)
+        progress.update(f"put{how}", sent, config.count)
     broker.service.store.wait_indexed()  # indexing is part of the put
     elapsed = time.perf_counter() - started
-    progress.done("put")
-    return Figure("put_msgs_per_s", config.count / elapsed, config.count, config.size, config.batch)
+    progress.done(f"put{how}")
+    rate = config.count / elapsed
+    return Figure(f"put{how}_msgs_per_s", rate, config.count, config.size, config.batch)
 
 
 def _drain(
-    broker: EmbeddedBroker, config: E2EBenchConfig, backlog: int, progress: Progress
+    broker: EmbeddedBroker,
+    config: E2EBenchConfig,
+    backlog: int,
+    progress: Progress,
+    how: str = "",
 ) -> Figure:
     """Drain the ``backlog`` messages stored so far; the rate counts all of them."""
     received = 0
@@ -139,7 +153,7 @@ def _drain(
     started = time.perf_counter()
     with PushConsumer(
         broker,
-        "bench-drain",
+        f"bench-drain{how}",
         {TOPIC: None},
         count,
         consume_threads=config.consume_threads,
@@ -148,12 +162,13 @@ def _drain(
         pull_batch_size=config.pull_batch,
     ) as consumer:
         while not all_seen.wait(0.2):
-            progress.update("get", received, backlog)
+            progress.update(f"get{how}", received, backlog)
         while sum(consumer.core.offsets.clone_offset_table(TOPIC).values()) < backlog:
             time.sleep(0.001)  # the last batches' offsets are being committed
         elapsed = time.perf_counter() - started
-    progress.done("get")
-    return Figure("get_msgs_per_s", backlog / elapsed, config.count, config.size, config.batch)
+    progress.done(f"get{how}")
+    rate = backlog / elapsed
+    return Figure(f"get{how}_msgs_per_s", rate, config.count, config.size, config.batch)
 
 
 def _latency(
@@ -161,7 +176,7 @@ def _latency(
     producer: Producer,
     config: E2EBenchConfig,
     progress: Progress,
-    name: str = "e2e",
+    how: str = "",
 ) -> Iterator[Figure]:
     arrived = threading.Event()
     arrival = [0.0]
@@ -174,7 +189,7 @@ def _latency(
     body = _body(config.size)
     samples: list[float] = []
     total = config.latency_samples + LATENCY_WARMUP
-    with PushConsumer(broker, f"bench-{name}", {"latency": None}, hold, consume_threads=1):
+    with PushConsumer(broker, f"bench-latency{how}", {"latency": None}, hold, consume_threads=1):
         for index in range(total):
             arrived.clear()
             before = time.perf_counter()
@@ -183,7 +198,7 @@ def _latency(
                 raise RuntimeError(f"message {index} not received within 5 s")
             if index >= LATENCY_WARMUP:
                 samples.append((arrival[0] - before) * 1000)
-            progress.update(f"{name} latency", index + 1, total)
-    progress.done(f"{name} latency")
-    yield Figure(f"{name}_p50_ms", _percentile(samples, 50), len(samples), config.size, 1)
-    yield Figure(f"{name}_p99_ms", _percentile(samples, 99), len(samples), config.size, 1)
+            progress.update(f"e2e{how} latency", index + 1, total)
+    progress.done(f"e2e{how} latency")
+    yield Figure(f"e2e{how}_p50_ms", _percentile(samples, 50), len(samples), config.size, 1)
+    yield Figure(f"e2e{how}_p99_ms", _percentile(samples, 99), len(samples), config.size, 1)
