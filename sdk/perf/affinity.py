@@ -1,18 +1,18 @@
 """Running a benchmark's Python threads on one CPU (Linux), to measure what that buys.
 
-CPython's threads take turns holding the GIL, so threads that hand work to each other (a flush
-answering sixteen blocked producers, a pull thread handing messages to a listener) wake one
-another all the time. The kernel wakes a thread on the CPU it last ran on; on this project's
-virtual machines a wake-up that crosses CPUs is an inter-processor interrupt and costs the two
-threads several microseconds more than one that stays on its CPU (``perf`` put about a quarter of
-the 16-producer run's samples in the kernel's context-switch path). Holding the process's Python
-threads on one CPU gives up nothing the GIL did not already take, and leaves the other CPUs to
-the store's child processes (the key index, a loop's sync process) started before.
+CPython's threads take turns holding the GIL, so threads that hand work to each other (sixteen
+producers blocked on one flush waking one another in turn, a pull thread handing messages to a
+listener) wake one another all the time, and a wake-up may land on either CPU. On this project's
+virtual machines a wake-up that crosses CPUs is an inter-processor interrupt: ``perf`` put about
+a quarter of the 16-producer run's samples in the kernel's context-switch path. Held on one CPU,
+those threads ran markedly faster here (the README's "Threads and CPUs" has the figures).
 
-:func:`pinned` is what ``quiver perf store --pin-cpu`` and ``quiver perf e2e --pin-cpu`` use;
-an application does the same with ``os.sched_setaffinity(0, {cpu})`` in its main thread once its
-broker is open (threads inherit the CPU set of the thread that starts them, child processes that
-of the thread that spawns them).
+:func:`pinned` is what ``quiver perf store --pin-cpu`` and ``quiver perf e2e --pin-cpu`` use. It
+pins the calling thread; the threads it starts meanwhile inherit the pin, while the threads and
+child processes that already run (the store's flush thread, its key-index process) keep their
+CPUs. A thread started pinned that works with the GIL released (the store's segment
+preparation, started by the put that needs it) shares the pinned CPU too. An application does
+the same with ``os.sched_setaffinity(0, {cpu})`` once its broker is open.
 """
 
 from __future__ import annotations

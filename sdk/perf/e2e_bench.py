@@ -18,10 +18,10 @@ Figures (the shape ``../shared/bench/peers.py --with`` reads, names as its embed
   push consumer parked in a long poll receives it; time from before the send to the listener
   holding it (``--latency-samples`` samples after 100 discarded).
 * ``put_pinned_msgs_per_s``, ``get_pinned_msgs_per_s``, ``e2e_pinned_p50_ms`` and
-  ``e2e_pinned_p99_ms`` (with ``--pin-cpu``): the three measured again with the process's
-  threads held on one CPU and the store's key-index process left where it runs (see
-  :mod:`sdk.perf.affinity`): another ``--count`` messages, then a new group drains the topic
-  from its start (both runs' messages).
+  ``e2e_pinned_p99_ms`` (with ``--pin-cpu``): the three measured again, after the unpinned ones
+  and on a topic of their own (``bench-pinned``, its queues created first), with the threads
+  the benchmark starts held on one CPU (see :mod:`sdk.perf.affinity`); the broker's own threads
+  and the store's key-index process keep the CPUs they had.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class E2EBenchConfig:
     consume_threads: int = 2
     commitlog_file_size: int = 1 << 30
     index_process: bool = True
-    pin_cpu: int | None = None  # also measure the latency with the threads on this CPU
+    pin_cpu: int | None = None  # also measure put, get and latency with the threads on this CPU
 
 
 def _percentile(samples: list[float], pct: float) -> float:
@@ -90,21 +90,30 @@ def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure
         yield _produce(broker, producer, config, progress)
         yield _drain(broker, config, config.count + warm_up, progress)
         yield from _latency(broker, producer, config, progress)
-        if config.pin_cpu is not None:
+        if config.pin_cpu is not None:  # the same again, on a topic of its own
+            warm_up = _create_queues(broker, producer, config, "_pinned")
+            broker.service.store.wait_indexed()
             with pinned(config.pin_cpu):  # the consumers' threads inherit the CPU
                 yield _produce(broker, producer, config, progress, "_pinned")
-                # a new group reads the topic from its start: both runs' messages
-                yield _drain(broker, config, 2 * config.count + warm_up, progress, "_pinned")
+                yield _drain(broker, config, config.count + warm_up, progress, "_pinned")
                 yield from _latency(broker, producer, config, progress, "_pinned")
 
 
-def _create_queues(broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig) -> int:
+def _topic(how: str) -> str:
+    """The topic a phase produces to and drains (``bench``, ``bench-pinned``)."""
+    return TOPIC + how.replace("_", "-")
+
+
+def _create_queues(
+    broker: EmbeddedBroker, producer: Producer, config: E2EBenchConfig, how: str = ""
+) -> int:
     """Send one message to each of the topic's queues, which creates the topic and its queue
     files (a few milliseconds, once); returns how many were sent."""
     body = _body(config.size)
-    queues = broker.service.queue_count(TOPIC)
+    topic = _topic(how)
+    queues = broker.service.queue_count(topic)
     for queue_id in range(queues):
-        producer.send(Message(TOPIC, body, keys=("warm-up",)), queue_id=queue_id)
+        producer.send(Message(topic, body, keys=("warm-up",)), queue_id=queue_id)
     return queues
 
 
@@ -116,11 +125,12 @@ def _produce(
     how: str = "",
 ) -> Figure:
     body = _body(config.size)
+    topic = _topic(how)
     started = time.perf_counter()
     sent = 0
     while sent < config.count:
         n = min(config.batch, config.count - sent)
-        producer.send_batch([Message(TOPIC, body, keys=(f"k{sent + i}",)) for i in range(n)])
+        producer.send_batch([Message(topic, body, keys=(f"k{sent + i}",)) for i in range(n)])
         sent += n
         progress.update(f"put{how}", sent, config.count)
     broker.service.store.wait_indexed()  # indexing is part of the put
@@ -137,7 +147,9 @@ def _drain(
     progress: Progress,
     how: str = "",
 ) -> Figure:
-    """Drain the ``backlog`` messages stored so far; the rate counts all of them."""
+    """Drain the ``backlog`` messages stored so far on the phase's topic; the rate counts all
+    of them."""
+    topic = _topic(how)
     received = 0
     lock = threading.Lock()
     all_seen = threading.Event()
@@ -154,7 +166,7 @@ def _drain(
     with PushConsumer(
         broker,
         f"bench-drain{how}",
-        {TOPIC: None},
+        {topic: None},
         count,
         consume_threads=config.consume_threads,
         consume_from=ConsumeFrom.FIRST_OFFSET,
@@ -163,7 +175,7 @@ def _drain(
     ) as consumer:
         while not all_seen.wait(0.2):
             progress.update(f"get{how}", received, backlog)
-        while sum(consumer.core.offsets.clone_offset_table(TOPIC).values()) < backlog:
+        while sum(consumer.core.offsets.clone_offset_table(topic).values()) < backlog:
             time.sleep(0.001)  # the last batches' offsets are being committed
         elapsed = time.perf_counter() - started
     progress.done(f"get{how}")
