@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localstore import NewMessage
+from localstore import NewMessage, PutResult, PutStatus, pack_host
 from offsetstore import MessageQueue
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
@@ -222,3 +222,28 @@ def test_a_pull_from_a_consumer_behind_the_group_generation_does_not_wait(servic
     )
     assert time.monotonic() - started < 2
     assert answer.generation == known + 1
+
+
+@pytest.mark.parametrize(
+    "status, offsets",
+    [
+        (PutStatus.PUT_OK, [7, 9]),
+        (PutStatus.FLUSH_DISK_TIMEOUT, [7, 9]),
+        (PutStatus.MESSAGE_ILLEGAL, []),
+    ],
+)
+def test_a_put_answer_becomes_the_transport_answer_field_for_field(status, offsets):
+    """Every send's answer passes through _send_result: status name, offsets only when the
+    messages were stored, the store host as upper-case hex (kept per host)."""
+    from sdk.broker.service import _send_result
+
+    host = pack_host("10.0.0.254", 10911)
+    put = PutResult(status, "why", "orders", 2, 40, [7, 9], 1_700_000_000_000, host)
+    for _ in range(2):  # the second reads the kept hex
+        answer = _send_result(put)
+        assert (answer.status, answer.detail, answer.topic, answer.queue_id) == (
+            status.value, "why", "orders", 2,
+        )  # fmt: skip
+        assert (answer.queue_offset, answer.phys_offsets) == (40, offsets)
+        assert answer.store_host == host.hex().upper() and answer.store_host == "0A0000FE00002A9F"
+        assert answer.store_timestamp == 1_700_000_000_000
