@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from localstore import NewMessage, PutResult, PutStatus, pack_host
+from localstore import NewMessage, PutResult, PutStatus, StoreOptions, pack_host
 from offsetstore import MessageQueue
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
@@ -247,3 +247,48 @@ def test_a_put_answer_becomes_the_transport_answer_field_for_field(status, offse
         assert (answer.queue_offset, answer.phys_offsets) == (40, offsets)
         assert answer.store_host == host.hex().upper() and answer.store_host == "0A0000FE00002A9F"
         assert answer.store_timestamp == 1_700_000_000_000
+
+
+def test_a_parked_pull_sees_a_put_that_timed_out_on_the_disk_once_a_flush_covers_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Under sync flush a put answered FLUSH_DISK_TIMEOUT is stored but invisible until a flush
+    covers it; the pull parked on its queue is woken then, not at the end of its wait."""
+    import localstore.commitlog as commitlog_module
+
+    real = commitlog_module._write_through
+    disk_free = threading.Event()
+    disk_free.set()
+
+    def stalling(pending: list[tuple[object, int, bytes]], *, durably: bool) -> bool:
+        disk_free.wait()
+        return real(pending, durably=durably)
+
+    monkeypatch.setattr(commitlog_module, "_write_through", stalling)
+    options = BrokerOptions(store=StoreOptions(sync_flush_timeout_ms=100))
+    options.geometry = {"commitlog_file_size": 1 << 20, "flush_mode": "sync"}
+    with BrokerService(tmp_path / "broker", options) as broker:
+        assert broker.send([message(body=b"first")]).status == "PUT_OK"
+        answers: list[tuple[float, list[bytes]]] = []
+        parked = PullBatch("g", (QueuePull("orders", 0, 1),), wait_ms=20_000)
+
+        def pull() -> None:
+            result = broker.pull_wait(parked)
+            bodies = [m.body for r in result.results for m in decode_records(r.raw)]
+            answers.append((time.monotonic(), bodies))
+
+        puller = threading.Thread(target=pull)
+        puller.start()
+        time.sleep(0.1)  # parked
+        disk_free.clear()
+        try:
+            assert broker.send([message(body=b"late")]).status == "FLUSH_DISK_TIMEOUT"
+            time.sleep(0.2)  # woken by the put, it found nothing visible and parked again
+            released = time.monotonic()
+        finally:
+            disk_free.set()
+        puller.join(30)
+        assert answers, "the parked pull never answered"
+        answered_at, bodies = answers[0]
+        assert bodies == [b"late"]
+        assert answered_at - released < 5  # not the 20 s of its wait
