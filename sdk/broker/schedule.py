@@ -58,7 +58,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from localstore import MessageStore, NewMessage, PutStatus, StoreClosedError, StoredMessage
+from localstore import (
+    MessageStore,
+    NewMessage,
+    PutResult,
+    PutStatus,
+    StoreClosedError,
+    StoredMessage,
+)
 from localstore.codec import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
@@ -207,10 +214,10 @@ class ScheduleService:
         root: Path | str | None = None,
         levels: DelayLevels | None = None,
         poll_interval_s: float = 0.1,
-        on_delivered: Callable[[str, int], None] | None = None,
+        on_delivered: Callable[[PutResult], None] | None = None,
     ):
         self.store = store
-        self.on_delivered = on_delivered  # (topic, queue id) after a message became due there
+        self.on_delivered = on_delivered  # the put of a message that became due, once stored
         self.root = Path(root) if root is not None else store.root
         # By default the store's own table, the one its consume-queue tag codes were made with.
         self.delays = delay_levels(levels if levels is not None else store.options.delay_levels)
@@ -353,7 +360,7 @@ class ScheduleService:
             else:
                 self.delivered += 1
                 if self.on_delivered is not None:
-                    self.on_delivered(message.topic, message.queue_id)
+                    self.on_delivered(result)
             return True
         if result.status in _PERMANENT_FAILURES:
             log.error(

@@ -180,7 +180,7 @@ class BrokerService:
                 self.store,
                 levels=self.options.delay_levels,
                 poll_interval_s=self.options.schedule_poll_interval_s,
-                on_delivered=self.notifier.notify,
+                on_delivered=self._tell_arrival,
             )
             self.schedule.start()
             undo.callback(self.schedule.stop)
@@ -190,7 +190,7 @@ class BrokerService:
                 timeout_ms=self.options.transaction_timeout_ms,
                 check_interval_ms=self.options.transaction_check_interval_ms,
                 max_checks=self.options.transaction_max_checks,
-                on_committed=self.notifier.notify,
+                on_committed=self._tell_arrival,
             )
             self.transactions.start()
             undo.pop_all()
@@ -249,16 +249,17 @@ class BrokerService:
         return _send_result(result)
 
     def _tell_arrival(self, result: PutResult) -> None:
-        """Wake the pulls parked on the queue a put stored to. A put answered
+        """Wake the pulls parked on the queue a put stored to: every put of the broker (sends,
+        send-backs, delayed deliveries, transaction commits) comes through here. A put answered
         FLUSH_DISK_TIMEOUT is stored but not yet visible (under sync flush readers see flushed
         records only): its queue is woken again once a later flush covers it, or the parked
         pulls would see it only at the end of their wait."""
         status = result.status
-        if status is PUT_OK:
-            self.notifier.notify(result.topic, result.queue_id)
-        elif status is FLUSH_DISK_TIMEOUT:
-            self.notifier.notify(result.topic, result.queue_id)
-            topic, queue_id = result.topic, result.queue_id
+        if status is not PUT_OK and status is not FLUSH_DISK_TIMEOUT:  # not stored
+            return
+        topic, queue_id = result.topic, result.queue_id
+        self.notifier.notify(topic, queue_id)
+        if status is FLUSH_DISK_TIMEOUT:
             self.store.flusher.request(
                 max(result.phys_offsets) + 1,  # covered once a flush passes its last record's start
                 lambda _failure: self.notifier.notify(topic, queue_id),

@@ -151,8 +151,8 @@ class TransactionService:
     docstring). Thread-safe. :meth:`start` / :meth:`stop` run the check rounds in the
     background; :meth:`run_once` runs one round in the caller's thread.
 
-    ``on_committed(topic, queue_id)`` is called after a commit made a message visible (the
-    broker wakes parked pulls with it)."""
+    ``on_committed(result)`` is called with the put of a committed message once it is stored
+    (the broker wakes parked pulls with it)."""
 
     def __init__(
         self,
@@ -162,7 +162,7 @@ class TransactionService:
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
         max_checks: int = DEFAULT_MAX_CHECKS,
-        on_committed: Callable[[str, int], None] | None = None,
+        on_committed: Callable[[PutResult], None] | None = None,
     ) -> None:
         if timeout_ms < 0 or check_interval_ms <= 0 or max_checks < 0:
             raise ValueError(
@@ -379,7 +379,7 @@ class TransactionService:
         with self._lock:
             self.committed += 1
         if self.on_committed is not None:
-            self.on_committed(result.topic, result.queue_id)
+            self.on_committed(result)
         return EndTransactionResult(
             COMMITTED, "", result.topic, result.queue_id, result.queue_offset
         )
