@@ -23,17 +23,17 @@ Transactions: half messages wait invisibly under ``RMQ_SYS_TRANS_HALF_TOPIC`` un
 producer commits or rolls them back, or the check-back asks its group
 (:mod:`sdk.broker.transactions`).
 
-Long polling: a pull that finds nothing new waits on an :class:`ArrivalNotifier`, which every
-successful send, send-back and schedule delivery notifies. Under sync flush a send notifies only
-after its messages are durable, which is when readers may see them.
+Long polling: a pull that finds nothing new is held (:mod:`sdk.broker.parked_pulls`) on an
+:class:`ArrivalNotifier`, which every stored put of the broker notifies: sends, send-backs,
+delayed deliveries and transaction commits. Under sync flush a put notifies once its messages
+are durable, which is when readers may see them; one that timed out on the disk notifies
+again once a later flush covers it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import threading
@@ -53,7 +53,6 @@ from localstore.codec import (
 )
 from localstore.periodic import PeriodicTask
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
-from localstore.tags import TagFilter
 from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
@@ -61,6 +60,7 @@ from sdk.broker.group_report import GroupReport, build_report, snapshot_document
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
+from sdk.broker.parked_pulls import GROUP_WAKE_PREFIX, ParkedPulls
 from sdk.broker.schedule import (
     ScheduleService,
     delayed_message,
@@ -74,7 +74,6 @@ from sdk.broker.transactions import (
 )
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import (
-    NOTHING_NEW,
     GroupView,
     PullBatch,
     PullBatchResult,
@@ -90,7 +89,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
-GROUP_WAKE_PREFIX = "%GROUP%"  # not a topic: woken by membership and lease changes
 
 
 @dataclass(slots=True)
@@ -171,6 +169,9 @@ class BrokerService:
         self.notifier = ArrivalNotifier()
         self.groups = GroupRegistry(self.options.member_expiry_ms)
         self.leases = QueueLeases(self.options.queue_lease_ms)
+        self._parked = ParkedPulls(
+            self.store, self.groups, self.notifier, self._read, lambda: self._closed
+        )
         with contextlib.ExitStack() as undo:  # a failure part-way stops what already started
             undo.callback(self.store.close)
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
@@ -402,104 +403,12 @@ class BrokerService:
 
     def pull_wait(self, batch: PullBatch) -> PullBatchResult:
         """As :meth:`pull`, holding the request up to ``batch.wait_ms`` while no queue has
-        anything new (long polling); answers at once when a message arrives.
-
-        The first look reads no unit: the pull registers its wake-up, then asks whether every
-        queue is caught up (:meth:`MessageStore.caught_up`, from the offsets alone); only a
-        queue with news, or a wake-up, or the end of the wait makes it read."""
-        generation = self.groups.generation(batch.group)
-        if self._answers_unparked(batch, generation):
-            return self.pull(batch)
-        deadline = time.monotonic() + batch.wait_ms / 1000
-        keys = _watched_keys(batch)
-        result: PullBatchResult | None = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed:
-                return self._parked_answer(batch, result, generation)
-            woken_by = self.notifier.wait_keys(
-                keys, remaining, lambda: self._changed_since(batch, generation)
-            )
-            result, done = self._look_again(batch, woken_by or frozenset(), generation)
-            if done:
-                return result
+        anything new (long polling: :mod:`sdk.broker.parked_pulls`)."""
+        return self._parked.wait(batch)
 
     async def pull_async(self, batch: PullBatch) -> PullBatchResult:
         """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread."""
-        generation = self.groups.generation(batch.group)
-        if self._answers_unparked(batch, generation):
-            return self.pull(batch)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + batch.wait_ms / 1000
-        keys = _watched_keys(batch)
-        result: PullBatchResult | None = None
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0 or self._closed:
-                return self._parked_answer(batch, result, generation)
-            arrived = asyncio.Event()
-            watch = self.notifier.watch(keys, functools.partial(_wake, loop, arrived))
-            try:
-                changed = self._changed_since(batch, generation)
-                if not changed:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(arrived.wait(), remaining)
-            finally:
-                self.notifier.cancel(watch)
-            # Changed before the wait: look at every queue (an arrival may have fired the
-            # watch for one queue while another was the one not caught up).
-            woken_by = frozenset() if changed else watch.woken_by()
-            result, done = self._look_again(batch, woken_by, generation)
-            if done:
-                return result
-
-    def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
-        """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
-        broker is closing, the group moved past what the consumer knows (it must rebalance),
-        or the read would be refused (a count below 1 or a tag expression naming no tag: the
-        caller hears so at once, not after the wait)."""
-        return (
-            batch.wait_ms <= 0
-            or self._closed
-            or 0 <= batch.generation != generation
-            or not _readable(batch)
-        )
-
-    def _parked_answer(
-        self, batch: PullBatch, result: PullBatchResult | None, generation: int
-    ) -> PullBatchResult:
-        """What a parked pull answers when its wait ends with nothing new: its last look, or
-        a read now if it never looked (no queue at all when the broker is closing)."""
-        if result is not None:
-            return result
-        return PullBatchResult([], generation) if self._closed else self.pull(batch)
-
-    def _changed_since(self, batch: PullBatch, generation: int) -> bool:
-        """Whether a parked pull must look: a queue is not caught up (news, or an offset to
-        correct), the group's generation moved, or the broker is closing."""
-        if self._closed or self.groups.generation(batch.group) != generation:
-            return True
-        caught_up = self.store.caught_up
-        return not all(caught_up(p.topic, p.queue_id, p.queue_offset) for p in batch.pulls)
-
-    def _look_again(
-        self, batch: PullBatch, woken_by: frozenset[tuple[str, int]], generation: int
-    ) -> tuple[PullBatchResult, bool]:
-        """After a wake-up: read the queues that got messages (all when unknown) and say
-        whether to answer now (news, or a member or lease changed)."""
-        arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
-        if arrived and len(arrived) < len(batch.pulls):  # look only where messages came
-            result = self._read(batch, arrived)
-        else:
-            result = self.pull(batch)
-        group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in woken_by
-        done = group_event or not self.nothing_new(result) or result.generation != generation
-        return result, done
-
-    @staticmethod
-    def nothing_new(result: PullBatchResult) -> bool:
-        """No queue of the answer has anything to hand out or report."""
-        return all(r.status in NOTHING_NEW for r in result.results)
+        return await self._parked.wait_async(batch)
 
     # -- routes and queue bounds ---------------------------------------------------------------
     def queue_count(self, topic: str) -> int:
@@ -604,28 +513,3 @@ class BrokerService:
             write_snapshot(self.root, snapshot_document(views, models, time.time_ns() // 1_000_000))
         except OSError as exc:
             log.warning("cannot record the consumer groups: %s", exc)
-
-
-def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
-    """Set ``arrived`` from any thread (a loop already closed has nobody left to wake)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(arrived.set)
-
-
-def _readable(batch: PullBatch) -> bool:
-    """Whether the store would read ``batch``: a positive count, tag expressions that parse
-    (parsed expressions are cached)."""
-    if batch.max_count <= 0:
-        return False
-    try:
-        for pull in batch.pulls:
-            TagFilter.parse(pull.tags)
-    except ValueError:
-        return False
-    return True
-
-
-def _watched_keys(batch: PullBatch) -> list[tuple[str, int]]:
-    """The queues a parked pull waits on, plus its group's key: a membership or lease change
-    then wakes even a member that owns no queue."""
-    return [(p.topic, p.queue_id) for p in batch.pulls] + [(GROUP_WAKE_PREFIX + batch.group, -1)]

@@ -1,0 +1,177 @@
+"""Long polling: a pull that finds nothing new is held until a message arrives, its group
+changes, or its wait ends (RocketMQ's ``PullRequestHoldService``).
+
+The invariants :class:`ParkedPulls` keeps:
+
+* **No read while caught up.** A consumer that has read everything parks without reading its
+  queues: it registers its wake-up on the :class:`~sdk.broker.long_poll.ArrivalNotifier`
+  first, then asks whether every queue is caught up (:meth:`MessageStore.caught_up`, from the
+  offsets alone). A queue with news or with an offset to correct, a group generation past
+  the one the consumer knows, or a closing broker makes it look at once.
+* **No lost wake-up.** The wake-up is registered before that question is asked, so a message
+  stored in between still fires it.
+* **Look where it arrived.** After a wake-up only the queues that got messages are read; the
+  answer leaves the others out (they have nothing new). A wait that ends with nothing new
+  answers its last look, or reads every queue if it never looked.
+* **Refusals at once.** A pull the store would refuse (a count below 1, a tag expression
+  naming no tag) is read at once, so its caller hears why without waiting.
+
+A membership or lease change wakes the group's parked pulls through the key
+``(GROUP_WAKE_PREFIX + group, -1)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Sequence
+
+from localstore import MessageStore
+from localstore.tags import TagFilter
+from sdk.broker.groups import GroupRegistry
+from sdk.broker.long_poll import ArrivalNotifier
+from sdk.transport.models import NOTHING_NEW, PullBatch, PullBatchResult, QueuePull
+
+__all__ = ["GROUP_WAKE_PREFIX", "ParkedPulls", "nothing_new"]
+
+GROUP_WAKE_PREFIX = "%GROUP%"  # not a topic: woken by membership and lease changes
+
+# Reads ``pulls`` (all or some of the batch's) with the batch's limits.
+Read = Callable[[PullBatch, Sequence[QueuePull]], PullBatchResult]
+
+
+def nothing_new(result: PullBatchResult) -> bool:
+    """No queue of the answer has anything to hand out or report."""
+    return all(r.status in NOTHING_NEW for r in result.results)
+
+
+class ParkedPulls:
+    """Holds pulls for a broker service (see the module docstring); thread-safe."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        groups: GroupRegistry,
+        notifier: ArrivalNotifier,
+        read: Read,
+        closed: Callable[[], bool],
+    ):
+        self._store = store
+        self._groups = groups
+        self._notifier = notifier
+        self._read = read
+        self._closed = closed
+
+    def wait(self, batch: PullBatch) -> PullBatchResult:
+        """Answer ``batch``, holding it up to ``batch.wait_ms`` while nothing is new."""
+        generation = self._groups.generation(batch.group)
+        if self._answers_unparked(batch, generation):
+            return self._read(batch, batch.pulls)
+        deadline = time.monotonic() + batch.wait_ms / 1000
+        keys = _watched_keys(batch)
+        result: PullBatchResult | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed():
+                return self._parked_answer(batch, result, generation)
+            woken_by = self._notifier.wait_keys(
+                keys, remaining, lambda: self._changed_since(batch, generation)
+            )
+            result, done = self._look_again(batch, woken_by or frozenset(), generation)
+            if done:
+                return result
+
+    async def wait_async(self, batch: PullBatch) -> PullBatchResult:
+        """:meth:`wait` for an event loop: the wait parks a future, not a thread."""
+        generation = self._groups.generation(batch.group)
+        if self._answers_unparked(batch, generation):
+            return self._read(batch, batch.pulls)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + batch.wait_ms / 1000
+        keys = _watched_keys(batch)
+        result: PullBatchResult | None = None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._closed():
+                return self._parked_answer(batch, result, generation)
+            arrived = asyncio.Event()
+            watch = self._notifier.watch(keys, functools.partial(_wake, loop, arrived))
+            try:
+                changed = self._changed_since(batch, generation)
+                if not changed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(arrived.wait(), remaining)
+            finally:
+                self._notifier.cancel(watch)
+            # Changed before the wait: look at every queue (an arrival may have fired the
+            # watch for one queue while another was the one not caught up).
+            woken_by = frozenset() if changed else watch.woken_by()
+            result, done = self._look_again(batch, woken_by, generation)
+            if done:
+                return result
+
+    def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
+        """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
+        broker is closing, the group moved past what the consumer knows (it must rebalance),
+        or the read would be refused (the caller hears so at once, not after the wait)."""
+        return (
+            batch.wait_ms <= 0
+            or self._closed()
+            or 0 <= batch.generation != generation
+            or not _readable(batch)
+        )
+
+    def _parked_answer(
+        self, batch: PullBatch, result: PullBatchResult | None, generation: int
+    ) -> PullBatchResult:
+        """What a parked pull answers when its wait ends with nothing new: its last look, or
+        a read now if it never looked (no queue at all when the broker is closing)."""
+        if result is not None:
+            return result
+        return PullBatchResult([], generation) if self._closed() else self._read(batch, batch.pulls)
+
+    def _changed_since(self, batch: PullBatch, generation: int) -> bool:
+        """Whether a parked pull must look: a queue is not caught up (news, or an offset to
+        correct), the group's generation moved, or the broker is closing."""
+        if self._closed() or self._groups.generation(batch.group) != generation:
+            return True
+        caught_up = self._store.caught_up
+        return not all(caught_up(p.topic, p.queue_id, p.queue_offset) for p in batch.pulls)
+
+    def _look_again(
+        self, batch: PullBatch, woken_by: frozenset[tuple[str, int]], generation: int
+    ) -> tuple[PullBatchResult, bool]:
+        """After a wake-up: read the queues that got messages (all when unknown) and say
+        whether to answer now (news, or a member or lease changed)."""
+        arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
+        result = self._read(batch, arrived or batch.pulls)  # only where messages came, if known
+        group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in woken_by
+        done = group_event or not nothing_new(result) or result.generation != generation
+        return result, done
+
+
+def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
+    """Set ``arrived`` from any thread (a loop already closed has nobody left to wake)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(arrived.set)
+
+
+def _readable(batch: PullBatch) -> bool:
+    """Whether the store would read ``batch``: a positive count, tag expressions that parse
+    (parsed expressions are cached)."""
+    if batch.max_count <= 0:
+        return False
+    try:
+        for pull in batch.pulls:
+            TagFilter.parse(pull.tags)
+    except ValueError:
+        return False
+    return True
+
+
+def _watched_keys(batch: PullBatch) -> list[tuple[str, int]]:
+    """The queues a parked pull waits on, plus its group's key: a membership or lease change
+    then wakes even a member that owns no queue."""
+    return [(p.topic, p.queue_id) for p in batch.pulls] + [(GROUP_WAKE_PREFIX + batch.group, -1)]
