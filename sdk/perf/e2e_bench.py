@@ -85,18 +85,25 @@ def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure
         ) as broker,
         Producer(broker, "bench-producer") as producer,
     ):
-        warm_up = _create_queues(broker, producer, config)
-        broker.service.store.wait_indexed()  # the index process is up before the clock starts
-        yield _produce(broker, producer, config, progress)
-        yield _drain(broker, config, config.count + warm_up, progress)
-        yield from _latency(broker, producer, config, progress)
+        yield from _phase(broker, producer, config, progress)
         if config.pin_cpu is not None:  # the same again, on a topic of its own
-            warm_up = _create_queues(broker, producer, config, "_pinned")
-            broker.service.store.wait_indexed()
             with pinned(config.pin_cpu):  # the consumers' threads inherit the CPU
-                yield _produce(broker, producer, config, progress, "_pinned")
-                yield _drain(broker, config, config.count + warm_up, progress, "_pinned")
-                yield from _latency(broker, producer, config, progress, "_pinned")
+                yield from _phase(broker, producer, config, progress, "_pinned")
+
+
+def _phase(
+    broker: EmbeddedBroker,
+    producer: Producer,
+    config: E2EBenchConfig,
+    progress: Progress,
+    how: str = "",
+) -> Iterator[Figure]:
+    """Put, drain and latency on the phase's topic (``how`` names both, see :func:`_topic`)."""
+    warm_up = _create_queues(broker, producer, config, how)
+    broker.service.store.wait_indexed()  # the index process is up before the clock starts
+    yield _produce(broker, producer, config, progress, how)
+    yield _drain(broker, config, config.count + warm_up, progress, how)
+    yield from _latency(broker, producer, config, progress, how)
 
 
 def _topic(how: str) -> str:

@@ -84,25 +84,28 @@ def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Fi
         commitlog_file_size=config.commitlog_file_size,
         index_enabled=config.index_enabled,
     ) as store:
-        rate, per_fsync = _sync_threads(store, config, progress)
-        yield _figure("sync_threads_msgs_per_s", rate, config, count=config.sync_count)
-        yield _figure("sync_threads_puts_per_fsync", per_fsync, config, count=config.sync_count)
+        yield from _sync_figures("threads", _sync_threads(store, config, progress), config)
         if config.pin_cpu is not None:
             with pinned(config.pin_cpu):  # the producer threads inherit the CPU
-                rate, per_fsync = _sync_threads(store, config, progress, "pinned")
-            count = config.sync_count
-            yield _figure("sync_threads_pinned_msgs_per_s", rate, config, count=count)
-            yield _figure("sync_threads_pinned_puts_per_fsync", per_fsync, config, count=count)
-        rate, per_fsync = asyncio.run(_sync_asyncio(store, config, progress))
-        yield _figure("sync_asyncio_msgs_per_s", rate, config, count=config.sync_count)
-        yield _figure("sync_asyncio_puts_per_fsync", per_fsync, config, count=config.sync_count)
+                measured = _sync_threads(store, config, progress, "pinned")
+            yield from _sync_figures("threads_pinned", measured, config)
+        measured = asyncio.run(_sync_asyncio(store, config, progress))
+        yield from _sync_figures("asyncio", measured, config)
         if config.uvloop:
             import uvloop  # noqa: PLC0415 (optional: quiver[uvloop]; the CLI checked it is there)
 
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                rate, per_fsync = runner.run(_sync_asyncio(store, config, progress, "uvloop"))
-            yield _figure("sync_uvloop_msgs_per_s", rate, config, count=config.sync_count)
-            yield _figure("sync_uvloop_puts_per_fsync", per_fsync, config, count=config.sync_count)
+                measured = runner.run(_sync_asyncio(store, config, progress, "uvloop"))
+            yield from _sync_figures("uvloop", measured, config)
+
+
+def _sync_figures(
+    name: str, measured: tuple[float, float], config: StoreBenchConfig
+) -> Iterator[Figure]:
+    """``sync_{name}_msgs_per_s`` and ``sync_{name}_puts_per_fsync`` of one sync-flush run."""
+    rate, per_fsync = measured
+    yield _figure(f"sync_{name}_msgs_per_s", rate, config, count=config.sync_count)
+    yield _figure(f"sync_{name}_puts_per_fsync", per_fsync, config, count=config.sync_count)
 
 
 def _figure(name: str, value: float, config: StoreBenchConfig, count: int | None = None) -> Figure:
