@@ -25,7 +25,7 @@ from sdk.errors import (
     SendRejectedError,
 )
 from sdk.message import ConsumeResult, Message, ReceivedMessage, dlq_topic, retry_topic
-from sdk.outgoing import SendReceipt
+from sdk.outgoing import SendReceipt, SendReceipts
 from sdk.producer import AsyncProducer, Producer
 from sdk.transaction import (
     AsyncTransactionalProducer,
@@ -57,6 +57,7 @@ __all__ = [
     "RebalanceListener",
     "ReceivedMessage",
     "SendReceipt",
+    "SendReceipts",
     "SendRejectedError",
     "TransactionReceipt",
     "TransactionState",

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from localstore.codec import (
     PROPERTY_DELAY,
@@ -45,6 +46,7 @@ __all__ = [
     "MessageBuilder",
     "QueueSelector",
     "SendReceipt",
+    "SendReceipts",
     "receipts",
     "select_by_key",
 ]
@@ -283,10 +285,74 @@ class MessageBuilder:
         return next(counter) % queue_count
 
 
-def receipts(built: Sequence[NewMessage], result: SendResult) -> list[SendReceipt]:
-    """One receipt per sent message, or :class:`SendRejectedError` for a refused send."""
+def receipts(built: Sequence[NewMessage], result: SendResult) -> SendReceipts:
+    """The receipts of a send, or :class:`SendRejectedError` for a refused one."""
     if not result.stored:
         raise SendRejectedError(result.status, result.detail)
+    return SendReceipts(built, result)
+
+
+class SendReceipts(Sequence[SendReceipt]):
+    """The receipts of one send, a :class:`SendReceipt` per message in the order sent.
+
+    What ``send_batch`` answers. A batch's messages go to one queue with one append, so its
+    receipts share their topic, queue, status and store time, and ``queue_offset`` counts up
+    from the first. The receipts are made when first read: a producer that does not look at
+    them does not pay for them (a receipt object costs about as much as building the message
+    did). Compares equal to a list or tuple of the same receipts.
+    """
+
+    __slots__ = ("_built", "_made", "_result")
+
+    def __init__(self, built: Sequence[NewMessage] = (), result: SendResult | None = None):
+        """``built``: the messages as sent; ``result``: the broker's answer (None only when
+        nothing was sent)."""
+        self._built = built
+        self._result = result
+        self._made: list[SendReceipt] | None = None
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """The messages' ids (``UNIQ_KEY``), in the order sent."""
+        return [message.properties[PROPERTY_UNIQ_KEY] for message in self._built]
+
+    def _receipts(self) -> list[SendReceipt]:
+        made = self._made
+        if made is None:
+            made = self._made = _make_receipts(self._built, self._result)
+        return made
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    @overload
+    def __getitem__(self, index: int) -> SendReceipt: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[SendReceipt]: ...
+
+    def __getitem__(self, index: int | slice) -> SendReceipt | list[SendReceipt]:
+        return self._receipts()[index]
+
+    def __iter__(self) -> Iterator[SendReceipt]:
+        return iter(self._receipts())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SendReceipts):
+            return self._receipts() == other._receipts()
+        if isinstance(other, list | tuple):
+            return self._receipts() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence, like a list
+
+    def __repr__(self) -> str:
+        return f"SendReceipts({self._receipts()!r})"
+
+
+def _make_receipts(built: Sequence[NewMessage], result: SendResult | None) -> list[SendReceipt]:
+    if not built or result is None:
+        return []
     first = built[0]
     topic, queue_id, host = first.topic, first.queue_id, result.store_host
     stamp, status, phys = result.store_timestamp, result.status, result.phys_offsets

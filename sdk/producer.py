@@ -36,7 +36,7 @@ from tenacity import (
 from localstore.codec import NewMessage
 from sdk.errors import ClientClosedError, InvalidMessageError
 from sdk.message import Message
-from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, receipts
+from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
 
@@ -162,11 +162,11 @@ class Producer(_ProducerBase):
                 return fn(*args)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _send_built(self, built: list[NewMessage]) -> list[SendReceipt]:
-        def attempt() -> list[SendReceipt]:
+    def _send_built(self, built: list[NewMessage]) -> SendReceipts:
+        def attempt() -> SendReceipts:
             return receipts(built, self.transport.send(built))
 
-        result: list[SendReceipt] = self._call(attempt)
+        result: SendReceipts = self._call(attempt)
         return result
 
     def send(
@@ -195,12 +195,13 @@ class Producer(_ProducerBase):
         *,
         sharding_key: str | None = None,
         queue_id: int | None = None,
-    ) -> list[SendReceipt]:
+    ) -> SendReceipts:
         """Send messages of one topic to one queue with one request (one append: all or none
-        are stored). No delayed messages in a batch."""
+        are stored). No delayed messages in a batch. Answers a receipt per message, in order
+        (:class:`SendReceipts`, made when first read)."""
         self._check_open()
         if not messages:
-            return []
+            return SendReceipts()
         first = messages[0]
         self.builder.check(first)
         count = self._queue_count(first.topic)
@@ -306,11 +307,11 @@ class AsyncProducer(_ProducerBase):
                 return await make_call()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send_built(self, built: list[NewMessage]) -> list[SendReceipt]:
-        async def attempt() -> list[SendReceipt]:
+    async def _send_built(self, built: list[NewMessage]) -> SendReceipts:
+        async def attempt() -> SendReceipts:
             return receipts(built, await self.transport.send(built))
 
-        result: list[SendReceipt] = await self._call(attempt)
+        result: SendReceipts = await self._call(attempt)
         return result
 
     async def send(
@@ -333,11 +334,12 @@ class AsyncProducer(_ProducerBase):
         *,
         sharding_key: str | None = None,
         queue_id: int | None = None,
-    ) -> list[SendReceipt]:
-        """Send messages of one topic to one queue with one request and one append."""
+    ) -> SendReceipts:
+        """Send messages of one topic to one queue with one request and one append; answers a
+        receipt per message, in order (:class:`SendReceipts`, made when first read)."""
         self._check_open()
         if not messages:
-            return []
+            return SendReceipts()
         first = messages[0]
         self.builder.check(first)
         count = await self._queue_count(first.topic)

@@ -54,7 +54,7 @@ from localstore.message_id import parse_offset_msg_id
 from sdk.consumer.membership import check_group, new_client_id
 from sdk.errors import InvalidMessageError, QuiverError
 from sdk.message import Message, ReceivedMessage
-from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, receipts
+from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts
 from sdk.producer import AsyncProducer, Producer
 from sdk.transport.models import decode_records
 from sdk.transport.transaction_models import (
@@ -274,10 +274,10 @@ class TransactionalProducer(Producer):
         return _receipt(half, state, ended)
 
     def _send_half(self, built: NewMessage) -> SendReceipt:
-        def attempt() -> list[SendReceipt]:
+        def attempt() -> SendReceipts:
             return receipts([built], self.transport.send_half(self.group, built))
 
-        result: list[SendReceipt] = self._call(attempt)
+        result: SendReceipts = self._call(attempt)
         return result[0]
 
     def _end(
@@ -433,10 +433,10 @@ class AsyncTransactionalProducer(AsyncProducer):
         return _receipt(half, state, ended)
 
     async def _send_half(self, built: NewMessage) -> SendReceipt:
-        async def attempt() -> list[SendReceipt]:
+        async def attempt() -> SendReceipts:
             return receipts([built], await self.transport.send_half(self.group, built))
 
-        result: list[SendReceipt] = await self._call(attempt)
+        result: SendReceipts = await self._call(attempt)
         return result[0]
 
     async def _end(

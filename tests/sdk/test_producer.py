@@ -16,6 +16,8 @@ from sdk import (
     InvalidMessageError,
     Message,
     Producer,
+    SendReceipt,
+    SendReceipts,
     SendRejectedError,
 )
 from sdk.transport.in_process import InProcessTransport
@@ -103,6 +105,29 @@ def test_send_batch_is_one_append_to_one_queue(broker):
     assert [r.queue_offset for r in receipts] == [0, 1, 2, 3, 4]
     assert {r.queue_id for r in receipts} == {2}
     assert len({r.msg_id for r in receipts}) == 5
+
+
+def test_batch_receipts_read_like_a_list_of_receipts(broker):
+    with Producer(broker) as producer:
+        receipts = producer.send_batch([Message("orders", b"%d" % i) for i in range(3)], queue_id=1)
+        assert producer.send_batch([]) == []
+    assert isinstance(receipts, SendReceipts)
+    assert len(receipts) == 3
+    listed = list(receipts)
+    assert all(isinstance(r, SendReceipt) for r in listed)
+    assert receipts == listed and receipts == tuple(listed) and listed == receipts
+    assert receipts[-1] is listed[2] and receipts[1:] == listed[1:]
+    assert receipts.msg_ids == [r.msg_id for r in listed]
+    assert [r.queue_offset for r in reversed(receipts)] == [2, 1, 0]
+    assert receipts.index(listed[1]) == 1 and listed[0] in receipts
+    assert receipts != listed[:2] and receipts != "abc"
+    assert repr(receipts).startswith("SendReceipts([SendReceipt(msg_id=")
+    stored = broker.service.store.get_messages("orders", 1, 0).messages
+    assert [(m.msg_id, m.phys_offset) for m in stored] == [
+        (r.msg_id, r.phys_offset) for r in receipts
+    ]
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(receipts)
 
 
 def test_send_async_and_oneway(broker):
