@@ -17,7 +17,8 @@ key's message.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -209,7 +210,26 @@ class IndexService:
         store_timestamp: int,
     ) -> None:
         """Index a batch just appended (one topic, one store time) in the put path."""
-        hashes, offsets = self._key_hashes(topic, messages, phys_offsets)
+        flags = [message.sys_flag for message in messages]
+        self.build_keys(
+            topic,
+            [message.properties for message in messages],
+            flags if any(flags) else None,
+            phys_offsets,
+            store_timestamp,
+        )
+
+    def build_keys(
+        self,
+        topic: str,
+        properties: Sequence[dict[str, str] | None],
+        sys_flags: Sequence[int] | None,
+        phys_offsets: Sequence[int],
+        store_timestamp: int,
+    ) -> None:
+        """Index a batch given as each message's properties and SYSFLAG (``sys_flags`` None:
+        all 0), with its commitlog offsets; what the index process receives."""
+        hashes, offsets = self._key_hashes(topic, properties, sys_flags, phys_offsets)
         position = 0
         index = self._current(store_timestamp)
         while True:
@@ -223,7 +243,8 @@ class IndexService:
     def _key_hashes(
         self,
         topic: str,
-        messages: Sequence[KeyedMessage],
+        all_properties: Sequence[dict[str, str] | None],
+        sys_flags: Sequence[int] | None,
         phys_offsets: Sequence[int],
     ) -> tuple[list[int], list[int]]:
         """Index hashes of ``topic#UNIQ_KEY`` and ``topic#key`` per message, with its offset.
@@ -233,6 +254,12 @@ class IndexService:
         one producer batch share their first 28 characters (client, process, millisecond) and
         differ in the 4-character counter, so the hash of ``topic#`` + that prefix is kept and
         only the counter is hashed: ``h(p + s) = h(p) * 31**4 + h(s)``."""
+        count = len(all_properties)
+        if len(phys_offsets) != count or (sys_flags is not None and len(sys_flags) != count):
+            raise ValueError(
+                f"{count} messages' properties, {len(phys_offsets)} offsets and "
+                f"{count if sys_flags is None else len(sys_flags)} SYSFLAGs"
+            )
         prefix = self._prefix_hash(topic)
         powers = _POW31
         high, low = _HIGH, _LOW
@@ -240,10 +267,10 @@ class IndexService:
         offsets: list[int] = []
         uniq_prefix = ""
         uniq_prefix_hash = 0
-        shared = len(messages) > 1  # a single message has no batch-mate to share a prefix with
-        for message, phys in zip(messages, phys_offsets, strict=True):
-            properties = message.properties
-            if not properties or message.sys_flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
+        shared = count > 1  # a single message has no batch-mate to share a prefix with
+        flags: Iterable[int] = repeat(0) if sys_flags is None else sys_flags  # lengths checked
+        for properties, phys, flag in zip(all_properties, phys_offsets, flags, strict=False):
+            if not properties or flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
                 continue
             keys = properties.get(PROPERTY_KEYS)
             uniq = properties.get(PROPERTY_UNIQ_KEY)

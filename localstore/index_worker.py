@@ -58,17 +58,6 @@ _HOLD_LIMIT = 64 << 20  # bytes of frames held while catching up
 _CATCH_UP_STEP = 4096  # records indexed between two looks at the pipe while catching up
 
 
-class _KeyedRecord:
-    """What indexing reads of a message whose keys the store sent (``IndexService.build_batch``
-    takes these in place of whole messages): its properties and SYSFLAG."""
-
-    __slots__ = ("properties", "sys_flag")
-
-    def __init__(self, properties: dict[str, str], sys_flag: int):
-        self.properties = properties
-        self.sys_flag = sys_flag
-
-
 class CommitLogReader:
     """Read-only mappings of commitlog segments, opened as they are needed."""
 
@@ -212,11 +201,7 @@ class IndexFollower:
             return
         try:
             for store_time, topic, offsets, properties, flags in orjson.loads(payload):
-                records = [_KeyedRecord(p, 0) for p in properties]
-                if flags is not None:
-                    for record, flag in zip(records, flags, strict=True):
-                        record.sys_flag = flag
-                self.index.build_batch(topic, records, offsets, store_time)
+                self.index.build_keys(topic, properties, flags, offsets, store_time)
         except (OSError, ValueError, TypeError) as exc:
             self._fail("on the keys the store sent", exc)
 

@@ -97,9 +97,21 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(prefixes, suffix
         messages.append(NewMessage(topic, b"x", 0, properties))
     service = IndexService.__new__(IndexService)
     service._prefix_hashes = {}
-    hashes, offsets = service._key_hashes(topic, messages, list(range(len(messages))))
+    properties = [message.properties for message in messages]
+    hashes, offsets = service._key_hashes(topic, properties, None, list(range(len(messages))))
     expected = []
     for phys, message in enumerate(messages):
         wanted = [message.properties["UNIQ_KEY"], *message.properties.get("KEYS", "").split(" ")]
         expected += [(index_key_hash(f"{topic}#{k}"), phys) for k in wanted if k]
     assert list(zip(hashes, offsets, strict=True)) == expected
+
+
+def test_index_hashes_refuse_lists_of_different_lengths():
+    from localstore.index_service import IndexService
+
+    service = IndexService.__new__(IndexService)
+    service._prefix_hashes = {}
+    with pytest.raises(ValueError, match="3 messages' properties, 2 offsets and 3 SYSFLAGs"):
+        service._key_hashes("orders", [{"KEYS": "a"}] * 3, None, [0, 1])
+    with pytest.raises(ValueError, match="2 offsets and 1 SYSFLAGs"):
+        service._key_hashes("orders", [{"KEYS": "a"}] * 2, [0], [0, 1])
