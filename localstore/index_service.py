@@ -256,9 +256,9 @@ class IndexService:
         only the counter is hashed: ``h(p + s) = h(p) * 31**4 + h(s)``."""
         count = len(all_properties)
         if len(phys_offsets) != count or (sys_flags is not None and len(sys_flags) != count):
+            given = "" if sys_flags is None else f" and {len(sys_flags)} SYSFLAGs"
             raise ValueError(
-                f"{count} messages' properties, {len(phys_offsets)} offsets and "
-                f"{count if sys_flags is None else len(sys_flags)} SYSFLAGs"
+                f"{count} messages' properties do not match {len(phys_offsets)} offsets{given}"
             )
         prefix = self._prefix_hash(topic)
         powers = _POW31

@@ -43,6 +43,7 @@ from sdk.transport.models import SendResult
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "MAX_PROPERTIES_BYTES",
+    "BuiltBatch",
     "MessageBuilder",
     "QueueSelector",
     "SendReceipt",
@@ -146,6 +147,15 @@ def _check_stored_properties(message: Message) -> None:
     _check_properties_size(properties, message.topic)
 
 
+class BuiltBatch(list[NewMessage]):
+    """The stored form of a batch's messages (:meth:`MessageBuilder.build_batch`), with their
+    ``UNIQ_KEY``s in order (``msg_ids``), which its receipts keep instead of the messages."""
+
+    __slots__ = ("msg_ids",)
+
+    msg_ids: list[str]
+
+
 class MessageBuilder:
     """Validates messages and builds what the broker stores; thread-safe."""
 
@@ -233,7 +243,7 @@ class MessageBuilder:
             _check_properties_size(properties, topic)
         return NewMessage(topic, body, queue_id, properties, message.flag, 0, now_ms)
 
-    def build_batch(self, messages: Sequence[Message], queue_id: int) -> list[NewMessage]:
+    def build_batch(self, messages: Sequence[Message], queue_id: int) -> BuiltBatch:
         """One batch for one topic-queue; no delays (a batch is appended as it is)."""
         if not messages:
             raise InvalidMessageError("the batch is empty")
@@ -242,7 +252,8 @@ class MessageBuilder:
         now = time.time_ns() // 1_000_000
         ids = self._ids.next_many(len(messages))
         build = self._build
-        built = []
+        built = BuiltBatch()
+        built.msg_ids = ids
         for index, message in enumerate(messages):
             if type(message) is not Message and not isinstance(message, Message):
                 raise InvalidMessageError(f"message {index}: expected a sdk.Message")
@@ -289,41 +300,79 @@ def receipts(built: Sequence[NewMessage], result: SendResult) -> SendReceipts:
     """The receipts of a send, or :class:`SendRejectedError` for a refused one."""
     if not result.stored:
         raise SendRejectedError(result.status, result.detail)
-    return SendReceipts(built, result)
+    first = built[0]
+    if isinstance(built, BuiltBatch):
+        msg_ids = built.msg_ids
+    else:
+        msg_ids = [message.properties[PROPERTY_UNIQ_KEY] for message in built]
+    return SendReceipts(msg_ids, first.topic, first.queue_id, result)
 
 
 class SendReceipts(Sequence[SendReceipt]):
     """The receipts of one send, a :class:`SendReceipt` per message in the order sent.
 
-    What ``send_batch`` answers. A batch's messages go to one queue with one append, so its
-    receipts share their topic, queue, status and store time, and ``queue_offset`` counts up
-    from the first. The receipts are made when first read: a producer that does not look at
-    them does not pay for them (a receipt object costs about as much as building the message
-    did). Compares equal to a list or tuple of the same receipts.
+    What ``send_batch`` answers: a sequence, not a list (``list(receipts)`` makes one). A
+    batch's messages go to one queue with one append, so its receipts share their topic,
+    queue, status and store time, and ``queue_offset`` counts up from the first. The receipts
+    are made when first read: a producer that does not look at them does not pay for them (a
+    receipt object costs about as much as building the message did). What is kept until then
+    is the ids and the broker's answer, never the messages. Compares equal to a list of the
+    same receipts, as a list does.
     """
 
-    __slots__ = ("_built", "_made", "_result")
+    __slots__ = ("_made", "_msg_ids", "_queue_id", "_result", "_topic")
 
-    def __init__(self, built: Sequence[NewMessage] = (), result: SendResult | None = None):
-        """``built``: the messages as sent; ``result``: the broker's answer (None only when
-        nothing was sent)."""
-        self._built = built
+    def __init__(
+        self,
+        msg_ids: Sequence[str] = (),
+        topic: str = "",
+        queue_id: int = 0,
+        result: SendResult | None = None,
+    ):
+        """``msg_ids``: the messages' ``UNIQ_KEY``s in the order sent, to ``topic`` and
+        ``queue_id``; ``result``: the broker's answer (None only when nothing was sent)."""
+        self._msg_ids = msg_ids
+        self._topic = topic
+        self._queue_id = queue_id
         self._result = result
-        self._made: list[SendReceipt] | None = None
+        # Holds the receipts once made. Threads that read at once may each make them, but
+        # list.append is atomic, so all of them hand out the first list appended.
+        self._made: list[list[SendReceipt]] = []
 
     @property
     def msg_ids(self) -> list[str]:
         """The messages' ids (``UNIQ_KEY``), in the order sent."""
-        return [message.properties[PROPERTY_UNIQ_KEY] for message in self._built]
+        return list(self._msg_ids)
 
     def _receipts(self) -> list[SendReceipt]:
         made = self._made
-        if made is None:
-            made = self._made = _make_receipts(self._built, self._result)
-        return made
+        if not made:
+            made.append(self._make())
+        return made[0]
+
+    def _make(self) -> list[SendReceipt]:
+        result = self._result
+        if result is None:
+            return []
+        topic, queue_id, host = self._topic, self._queue_id, result.store_host
+        stamp, status, phys = result.store_timestamp, result.status, result.phys_offsets
+        base = -1 if result.topic != topic else result.queue_offset  # delayed: no offset yet
+        return [
+            SendReceipt(
+                msg_id,
+                topic,
+                queue_id,
+                base + index if base >= 0 else -1,
+                stamp,
+                status,
+                phys[index] if index < len(phys) else -1,
+                host,
+            )
+            for index, msg_id in enumerate(self._msg_ids)
+        ]
 
     def __len__(self) -> int:
-        return len(self._built)
+        return len(self._msg_ids)
 
     @overload
     def __getitem__(self, index: int) -> SendReceipt: ...
@@ -340,33 +389,11 @@ class SendReceipts(Sequence[SendReceipt]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SendReceipts):
             return self._receipts() == other._receipts()
-        if isinstance(other, list | tuple):
-            return self._receipts() == list(other)
+        if isinstance(other, list):
+            return self._receipts() == other
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence, like a list
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a list is
 
     def __repr__(self) -> str:
         return f"SendReceipts({self._receipts()!r})"
-
-
-def _make_receipts(built: Sequence[NewMessage], result: SendResult | None) -> list[SendReceipt]:
-    if not built or result is None:
-        return []
-    first = built[0]
-    topic, queue_id, host = first.topic, first.queue_id, result.store_host
-    stamp, status, phys = result.store_timestamp, result.status, result.phys_offsets
-    base = -1 if result.topic != topic else result.queue_offset  # delayed: no offset yet
-    return [
-        SendReceipt(
-            message.properties[PROPERTY_UNIQ_KEY],
-            topic,
-            queue_id,
-            base + index if base >= 0 else -1,
-            stamp,
-            status,
-            phys[index] if index < len(phys) else -1,
-            host,
-        )
-        for index, message in enumerate(built)
-    ]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from sdk import (
     SendReceipt,
     SendReceipts,
     SendRejectedError,
+    outgoing,
 )
 from sdk.transport.in_process import InProcessTransport
 
@@ -115,7 +119,7 @@ def test_batch_receipts_read_like_a_list_of_receipts(broker):
     assert len(receipts) == 3
     listed = list(receipts)
     assert all(isinstance(r, SendReceipt) for r in listed)
-    assert receipts == listed and receipts == tuple(listed) and listed == receipts
+    assert receipts == listed and listed == receipts and receipts != tuple(listed)
     assert receipts[-1] is listed[2] and receipts[1:] == listed[1:]
     assert receipts.msg_ids == [r.msg_id for r in listed]
     assert [r.queue_offset for r in reversed(receipts)] == [2, 1, 0]
@@ -128,6 +132,48 @@ def test_batch_receipts_read_like_a_list_of_receipts(broker):
     ]
     with pytest.raises(TypeError, match="unhashable"):
         hash(receipts)
+
+
+def test_batch_receipts_are_made_once_when_first_read(broker, monkeypatch):
+    made = []
+
+    class CountedReceipt(SendReceipt):
+        __slots__ = ()
+
+        def __init__(self, *fields):
+            made.append(fields[0])
+            super().__init__(*fields)
+
+    monkeypatch.setattr(outgoing, "SendReceipt", CountedReceipt)
+    with Producer(broker) as producer:
+        receipts = producer.send_batch([Message("orders", b"%d" % i) for i in range(5000)])
+        assert made == []  # sent and answered, nothing read yet
+        assert len(receipts) == 5000 and len(receipts.msg_ids) == 5000 and made == []
+        start = threading.Barrier(8)
+
+        def first_receipt(_: int) -> SendReceipt:
+            start.wait()
+            return receipts[0]
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # readers at once, interleaved: all get the same receipts
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                firsts = list(pool.map(first_receipt, range(8)))
+        finally:
+            sys.setswitchinterval(interval)
+        assert all(first is firsts[0] for first in firsts)
+        assert receipts[0].msg_id == receipts.msg_ids[0] == made[0]
+
+
+def test_async_empty_batch_sends_nothing(broker):
+    async def scenario():
+        async with AsyncProducer(broker) as producer:
+            return await producer.send_batch([])
+
+    empty = asyncio.run(scenario())
+    assert isinstance(empty, SendReceipts) and empty == [] and len(empty) == 0
+    assert not empty and list(empty) == [] and empty.msg_ids == []
 
 
 def test_send_async_and_oneway(broker):
