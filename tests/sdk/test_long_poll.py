@@ -30,10 +30,24 @@ def test_cancelled_watch_never_fires():
     assert not notifier._watches  # nothing left behind
 
 
-def test_wait_returns_at_once_when_ready_after_registering():
+def test_wait_returns_at_once_when_ready():
     notifier = ArrivalNotifier()
     started = time.monotonic()
     assert notifier.wait_keys([("t", 0)], 5.0, lambda: True) is not None
+    assert time.monotonic() - started < 1.0
+
+
+def test_an_arrival_while_readiness_is_checked_is_not_lost():
+    """The watch is registered before ``ready`` is asked, so a message that arrives between
+    the caller's last look and the wait still wakes it."""
+    notifier = ArrivalNotifier()
+
+    def arrives_while_checking() -> bool:
+        notifier.notify("t", 0)
+        return False
+
+    started = time.monotonic()
+    assert notifier.wait_keys([("t", 0)], 5.0, arrives_while_checking) is not None
     assert time.monotonic() - started < 1.0
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import collections
 import json
 import socket
+import time
 from pathlib import Path
 
+from localstore.tags import SCHEDULE_TOPIC
 from sdk import ConsumeResult, Message, MessageModel, Producer
 from sdk.message import ReceivedMessage, dlq_topic, retry_topic
 
@@ -144,8 +146,13 @@ def test_broadcasting_drops_failed_messages_instead_of_retrying(
     )
     receipt = producer.send(Message(TOPIC, b"flash crash"), queue_id=0)
     wait_until(lambda: recorder.count() >= 1)
+    # A sent-back message would wait 50 ms under SCHEDULE_TOPIC_XXXX, then come again through
+    # the retry topic: give it ten times that with the consumer still open.
+    time.sleep(0.5)
     consumer.close()
     assert [d.message.reconsume_times for d in recorder.deliveries] == [0]
+    delay_queues = range(len(harness.delay_levels_ms))
+    assert sum(harness.service.max_offset(SCHEDULE_TOPIC, q) for q in delay_queues) == 0
     assert harness.service.max_offset(retry_topic("tickers"), 0) == 0
     assert harness.service.max_offset(dlq_topic("tickers"), 0) == 0
     assert receipt.queue_offset == 0

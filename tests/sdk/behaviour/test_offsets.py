@@ -125,15 +125,22 @@ def test_messages_pulled_but_not_consumed_at_close_come_again(
     consumer.close()
     seen_first = first.count()
     assert seen_first < total
+    queues = range(4)
+    committed = {q: harness.service.query_offset(group, TOPIC, q) or 0 for q in queues}
+    finished = {(m.queue_id, m.queue_offset) for m in first.messages()}
+    # No gap: everything below a committed offset was finished by the first consumer.
+    assert all((q, o) in finished for q in queues for o in range(committed[q]))
+    assert sum(committed.values()) >= 1  # and its finished work was committed
 
     second = Recorder()
     start_consumer(group, {TOPIC: None}, second.listener)
     everything = {r.msg_id for r in receipts}
     wait_until(lambda: {m.msg_id for m in first.messages() + second.messages()} >= everything)
-    # Only what the first consumer finished was skipped by the second.
-    assert everything - {m.msg_id for m in second.messages()} <= {
-        m.msg_id for m in first.messages()
-    }
+    # The second consumer starts each queue exactly at the committed offset: it skips what the
+    # first finished and committed, and gets everything after it.
+    for q in queues:
+        got = sorted(m.queue_offset for m in second.messages() if m.queue_id == q)
+        assert got == list(range(committed[q], harness.service.max_offset(TOPIC, q)))
 
 
 def test_consume_from_timestamp_starts_at_the_first_message_stored_then(
