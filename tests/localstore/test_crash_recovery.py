@@ -1,9 +1,11 @@
 """Crash recovery with real processes: kill -9 a writer at random moments, then check the promise.
 
-Promise: every message whose put returned PUT_OK is present and intact after the kill (under both
-flush modes: a killed process loses nothing that reached the page cache, and under sync flush a
-put returns only once its bytes are on disk); no corrupt message is ever returned; verify passes;
-the store accepts new writes (the next writer appends to the same store).
+Promise: every message whose put returned PUT_OK is present and intact after the kill, under
+both flush modes (a killed process loses nothing that reached the page cache); no corrupt message
+is ever returned; verify passes; the store accepts new writes (the next writer appends to the
+same store). A kill keeps the page cache, so these tests cannot tell sync flush from async: that
+a sync put returns only once its bytes are on disk is checked against the flushed offset and a
+stalled disk in ``test_flush.py`` and ``test_sync_process.py``.
 """
 
 from __future__ import annotations

@@ -333,7 +333,7 @@ def test_a_hung_sync_process_is_given_up_and_its_puts_answered(open_store: Store
     hung, later, waited = asyncio.run(main())
     assert hung.status is PutStatus.FLUSH_DISK_TIMEOUT
     assert "did not answer a sync within 0.2 s" in hung.detail
-    assert waited < 2
+    assert waited < 1.0  # given up by the watchdog, not by the put's own 5 s
     assert later.status is PutStatus.PUT_OK
 
 

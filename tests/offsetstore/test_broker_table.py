@@ -124,6 +124,20 @@ def test_young_queue_answers_zero(store: MessageStore, tmp_path: Path) -> None:
     assert ConsumerOffsetTable(tmp_path / "t").query("g", "T", 0) is NOT_FOUND
 
 
+def test_a_queue_that_lost_messages_to_retention_is_not_young(tmp_path: Path) -> None:
+    class Trimmed:
+        """Queue 1 lost its first five messages to retention; queue 0 lost none."""
+
+        def min_offset(self, topic: str, queue_id: int) -> int:
+            return 5 if queue_id == 1 else 0
+
+    table = ConsumerOffsetTable(tmp_path / "t", min_offsets=Trimmed())
+    assert table.query("g", "T", 0) == 0
+    assert table.query("g", "T", 1) is NOT_FOUND  # its first messages are gone: no made-up 0
+    table.commit("g", "T", 1, 7)
+    assert table.query("g", "T", 1) == 7
+
+
 def test_reset_to_earliest_latest_and_time_and_lag(store: MessageStore, tmp_path: Path) -> None:
     put(store, "T", 0, 5)
     put(store, "T", 1, 2)

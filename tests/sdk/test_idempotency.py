@@ -192,18 +192,25 @@ def test_concurrent_claims_from_threads_own_each_key_once(make_store: StoreFacto
     keys = [f"k{i}" for i in range(200)]
     owned: list[str] = []
     lock = threading.Lock()
+    start = threading.Barrier(4)
 
     def worker(owner: str) -> None:
-        for i in range(0, len(keys), 10):
-            outcome = store.claim(keys[i : i + 10], owner=owner, lease_s=LEASE_S)
+        start.wait()
+        for i in range(0, len(keys), 2):
+            outcome = store.claim(keys[i : i + 2], owner=owner, lease_s=LEASE_S)
             with lock:
                 owned.extend(k for k, s in outcome.items() if s.owned)
 
     threads = [threading.Thread(target=worker, args=(f"t{n}",)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads' claims interleave, not one GIL slice each
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert sorted(owned) == sorted(keys)
 
 

@@ -126,23 +126,31 @@ def test_a_batch_failing_past_the_maximum_goes_to_the_dlq_and_the_queue_moves_on
 def test_async_orderly_consumer(broker):
     produce_orders(broker, orders=4, events=10)
 
-    async def scenario() -> dict[int, list[int]]:
+    async def scenario() -> tuple[dict[int, list[int]], list[int]]:
         seen: dict[int, list[int]] = defaultdict(list)
+        active: dict[int, int] = defaultdict(int)
+        overlaps: list[int] = []
 
         async def listener(messages):
-            await asyncio.sleep(0)
+            queue_id = messages[0].queue_id
+            active[queue_id] += 1
+            if active[queue_id] > 1:
+                overlaps.append(queue_id)
+            await asyncio.sleep(0.001)  # other listener tasks run meanwhile
             for message in messages:
                 seen[message.queue_id].append(message.queue_offset)
+            active[queue_id] -= 1
 
         async with AsyncPushConsumer(
-            broker, "g", {"orders": None}, listener, orderly=True,
+            broker, "g", {"orders": None}, listener, orderly=True, consume_batch_size=3,
             consume_from=ConsumeFrom.FIRST_OFFSET,
         ):  # fmt: skip
             deadline = time.monotonic() + 10
             while sum(map(len, seen.values())) < 40 and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-        return seen
+        return seen, overlaps
 
-    seen = asyncio.run(scenario())
+    seen, overlaps = asyncio.run(scenario())
     assert sum(map(len, seen.values())) == 40
+    assert overlaps == []  # one batch per queue at a time
     assert all(offsets == list(range(len(offsets))) for offsets in seen.values())

@@ -257,7 +257,10 @@ def test_due_during_downtime_is_delivered_at_restart(root: Path) -> None:
         started = now_ms()
         with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02):
             wait_for(lambda: len(real_messages(store)) == 1)
-        assert real_messages(store)[0].store_timestamp - started < LATE_MS
+        late_ms = real_messages(store)[0].store_timestamp - started
+        # Right away: well within the level's own delay, which a message made to wait again
+        # from the restart would take.
+        assert late_ms < LEVELS[0] / 2
 
 
 def test_progress_file_has_rocketmq_shape(store: MessageStore, root: Path) -> None:
