@@ -73,7 +73,9 @@ def test_md5_position_is_the_first_four_bytes_big_endian():
     assert md5_position("") == 0xD41D8CD9
 
 
-def test_consistent_hash_hashes_the_java_to_string():
+def test_a_queue_prints_as_java_s_to_string():
+    """What the consistent-hash strategy hashes for a queue (its placement is checked against
+    RocketMQ's worked example above)."""
     assert str(MessageQueue("TopicTest", "broker-a", 3)) == (
         "MessageQueue [topic=TopicTest, brokerName=broker-a, queueId=3]"
     )
