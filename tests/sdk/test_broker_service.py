@@ -155,7 +155,9 @@ def test_a_membership_change_ends_a_parked_pull(service: BrokerService):
     batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=10_000)
     generation = service.groups.generation("g")
     threading.Timer(0.05, service.heartbeat, ("g", "b", {"orders": "*"}, "CLUSTERING")).start()
+    started = time.monotonic()
     answer = service.pull_wait(batch)
+    assert time.monotonic() - started < 5  # woken by the change, not by the 10 s wait
     assert answer.generation == generation + 1
 
 
@@ -164,7 +166,9 @@ def test_pull_async_parks_a_future_and_wakes_on_arrival(service: BrokerService):
         batch = PullBatch("g", (QueuePull("orders", 1, 0),), wait_ms=10_000)
         loop = asyncio.get_running_loop()
         loop.call_later(0.05, service.send, [message(body=b"async", queue_id=1)])
+        started = time.monotonic()
         answer = await service.pull_async(batch)
+        assert time.monotonic() - started < 5  # woken by the arrival, not by the 10 s wait
         return [m.body for m in decode_records(answer.results[0].raw)]
 
     assert asyncio.run(scenario()) == [b"async"]

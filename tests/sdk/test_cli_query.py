@@ -143,7 +143,7 @@ def test_query_time_gives_the_first_offset_at_or_after(store: Path):
                 "--json",
             )
         )
-        assert answer["queue_offset"] <= i
+        assert answer["queue_offset"] == i  # stored at least 10 ms apart: each its own time
         assert answer["max_offset"] == 5
     [late] = lines(
         quiver(

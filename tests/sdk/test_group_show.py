@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -42,18 +43,33 @@ def test_live_report_shows_members_owners_offsets_and_lag(tmp_path: Path):
         ):  # fmt: skip
             wait_until(lambda: len(broker.service.group_report("billing").members) == 2)
             wait_until(lambda: all(q.owner for q in broker.service.group_report("billing").queues))
-            a.core.offsets.persist_all(list(a.core.states))
-            b.core.offsets.persist_all(list(b.core.states))
+
+            def settled() -> bool:  # both members consume from 0: the queues are young
+                a.core.offsets.persist_all(list(a.core.states))
+                b.core.offsets.persist_all(list(b.core.states))
+                orders = [
+                    q for q in broker.service.group_report("billing").queues if q.topic == "orders"
+                ]
+                owners = collections.Counter(q.owner for q in orders)
+                return owners == {a.client_id: 2, b.client_id: 2} and all(
+                    q.committed == 3 for q in orders
+                )
+
+            wait_until(settled)  # the queues split two and two, every message committed
             report = broker.service.group_report("billing")
     assert report.live and {m.client_id for m in report.members} == {a.client_id, b.client_id}
     orders = [q for q in report.queues if q.topic == "orders"]
     assert len(orders) == 4 and all(q.max_offset == 3 for q in orders)
+    assert all(q.committed == 3 and q.lag == 0 for q in orders)
     owned = {q.queue_id: q.owner for q in orders}
+    assert sorted(collections.Counter(owned.values()).items()) == sorted(
+        [(a.client_id, 2), (b.client_id, 2)]
+    )  # every queue owned, two each
     for member in report.members:
         assert {f"orders/{i}" for i, o in owned.items() if o == member.client_id} <= set(
             member.queues
         )
-    assert report.total_lag == sum(q.lag for q in report.queues)
+    assert report.total_lag == 0
 
 
 def test_group_show_after_a_clean_close(tmp_path: Path):
