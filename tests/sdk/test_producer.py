@@ -191,9 +191,11 @@ class FlakyTransport(InProcessTransport):
         super().__init__(service)
         self.failures = failures
         self.attempts = 0
+        self.sent_ids: list[list[str]] = []  # the UNIQ_KEYs of each attempt
 
     def send(self, messages):
         self.attempts += 1
+        self.sent_ids.append([m.properties["UNIQ_KEY"] for m in messages])
         if self.attempts <= self.failures:
             raise BrokerUnavailableError("connection refused")
         return super().send(messages)
@@ -204,6 +206,7 @@ def test_retriable_failures_are_retried_with_the_same_message_id(broker):
     with Producer(transport, retries=2) as producer:
         receipt = producer.send(Message("orders", b"x"))
     assert transport.attempts == 3
+    assert transport.sent_ids == [[receipt.msg_id]] * 3  # every attempt, the same message id
     assert (
         broker.service.store.get_messages("orders", receipt.queue_id, 0).messages[0].msg_id
         == receipt.msg_id
