@@ -80,6 +80,14 @@ def visible_max_offset(queue: ConsumeQueue, commitlog: CommitLog) -> int:
     return lo
 
 
+def read_filter(max_count: int, tags: str | TagFilter | None) -> TagFilter:
+    """The tag filter a get with these limits reads with. Raises ValueError for a get the
+    store refuses: ``max_count`` below 1, a tag expression naming no tag."""
+    if max_count <= 0:
+        raise ValueError(f"max_count must be positive, got {max_count}")
+    return tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
+
+
 def caught_up(queue: ConsumeQueue | None, commitlog: CommitLog, queue_offset: int) -> bool:
     """Whether :func:`get_messages` at ``queue_offset`` would hand out nothing and report
     nothing to act on: NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE or OFFSET_OVERFLOW_ONE (a

@@ -59,7 +59,7 @@ from localstore.options import StoreOptions
 from localstore.periodic import PeriodicTask
 from localstore.put_path import PutPath
 from localstore.queue_registry import QueueRegistry
-from localstore.reader import caught_up, get_messages, visible_max_offset
+from localstore.reader import caught_up, get_messages, read_filter, visible_max_offset
 from localstore.recovery import RecoveryReport, recover
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import (
@@ -441,9 +441,7 @@ class MessageStore:
         raw: bool,
     ) -> GetResult:
         self._ensure_open()
-        if max_count <= 0:
-            raise ValueError(f"max_count must be positive, got {max_count}")
-        tag_filter = tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
+        tag_filter = read_filter(max_count, tags)
         return get_messages(
             self.commitlog,
             self.queues.get(topic, queue_id),

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from localstore import MessageStore
-from localstore.tags import TagFilter
+from localstore.reader import read_filter
 from sdk.broker.groups import GroupRegistry
 from sdk.broker.long_poll import ArrivalNotifier
 from sdk.transport.models import NOTHING_NEW, PullBatch, PullBatchResult, QueuePull
@@ -159,16 +159,14 @@ def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
 
 
 def _readable(batch: PullBatch) -> bool:
-    """Whether the store would read ``batch``: a positive count, tag expressions that parse
-    (parsed expressions are cached)."""
-    if batch.max_count <= 0:
-        return False
+    """Whether the store would read ``batch`` (its own check: a positive count, tag
+    expressions that parse; parsed expressions are cached)."""
     try:
         for pull in batch.pulls:
-            TagFilter.parse(pull.tags)
+            read_filter(batch.max_count, pull.tags)
     except ValueError:
         return False
-    return True
+    return batch.max_count > 0  # (a batch that names no queue is checked for its count here)
 
 
 def _watched_keys(batch: PullBatch) -> list[tuple[str, int]]:
