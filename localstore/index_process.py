@@ -47,7 +47,7 @@ from localstore.index_protocol import (
     RETIRE,
     SYNC,
 )
-from localstore.index_service import matches_key
+from localstore.index_service import matches_key, sys_flags_of
 from localstore.pipe_frames import frame, read_frame, write_all
 from localstore.retention import RetiredFiles
 from localstore.worker_command import worker_command, worker_env
@@ -142,14 +142,13 @@ class IndexProcess:
         end_offset: int,
     ) -> None:
         """Gather the batch's keys (under the put lock, so batches keep commitlog order)."""
-        flags = [message.sys_flag for message in messages]
         batch = orjson.dumps(  # now: the caller may change its objects once the put returns
             (
                 store_timestamp,
                 topic,
                 phys_offsets,
                 [message.properties for message in messages],
-                flags if any(flags) else None,
+                sys_flags_of(messages),
             )
         )
         with self._write_lock:

@@ -110,6 +110,13 @@ class KeyIndex(Protocol):
         """The store failed to open: let go of the files (and any process) at once."""
 
 
+def sys_flags_of(messages: Sequence[KeyedMessage]) -> list[int] | None:
+    """The messages' SYSFLAGs as :meth:`IndexService.build_keys` takes them: None when all are
+    0 (plain messages, the common case; no transaction record to skip)."""
+    flags = [message.sys_flag for message in messages]
+    return flags if any(flags) else None
+
+
 class IndexService:
     """The ordered index files of one store, built in the put path (a :class:`KeyIndex`)."""
 
@@ -210,11 +217,10 @@ class IndexService:
         store_timestamp: int,
     ) -> None:
         """Index a batch just appended (one topic, one store time) in the put path."""
-        flags = [message.sys_flag for message in messages]
         self.build_keys(
             topic,
             [message.properties for message in messages],
-            flags if any(flags) else None,
+            sys_flags_of(messages),
             phys_offsets,
             store_timestamp,
         )
