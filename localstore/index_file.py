@@ -30,6 +30,7 @@ import mmap
 import os
 import struct
 import time
+from itertools import chain, repeat
 from pathlib import Path
 
 HEADER_SIZE = 40
@@ -39,6 +40,16 @@ HEADER = struct.Struct(">qqqqii")
 ENTRY = struct.Struct(">iqii")
 SLOT = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
+_ENTRIES_PER_PACK = 128  # entries written by one pack_into; bounds the compiled layouts
+_ENTRIES_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _entries_struct(count: int) -> struct.Struct:
+    """The layout of ``count`` consecutive entries (compiled once per count)."""
+    entries = _ENTRIES_STRUCTS.get(count)
+    if entries is None:
+        entries = _ENTRIES_STRUCTS[count] = struct.Struct(">" + "iqii" * count)
+    return entries
 
 
 def index_file_name(timestamp_ms: int) -> str:
@@ -118,42 +129,58 @@ class IndexFile:
     ) -> int:
         """Add keys ``hashes[start:]`` (their messages at ``offsets``, all stored at
         ``store_timestamp``) until the file is full; returns the index of the first key not
-        added. The header is written back by ``write_header``."""
+        added. The header is written back by ``write_header``.
+
+        Each key's slot is read and rewritten in turn (keys of one batch may share a bucket);
+        the entries, which are consecutive, are written together by one ``pack_into``."""
         count = self.index_count
-        room = self.entries - count
-        stop = min(len(hashes), start + max(room, 0))
+        stop = min(len(hashes), start + max(self.entries - count, 0))
         if stop <= start:
             return start
-        mapped = self._map
-        slots = self.slots
-        entries_at = self._entries_at
-        read_slot = SLOT.unpack_from
-        write_slot = SLOT.pack_into
-        write_entry = ENTRY.pack_into
         begin = self.begin_timestamp
         # The diff of the file's first entry is taken before its begin time is set (RocketMQ).
         diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
         if count <= 1:
             self.begin_phy_offset = offsets[start]
             self.begin_timestamp = store_timestamp
-        used_slots = 0
-        for i in range(start, stop):
-            key_hash = hashes[i]
-            slot_at = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
-            head = read_slot(mapped, slot_at)[0]
-            if head <= 0 or head > count:
-                head = 0
-                used_slots += 1
-            write_entry(mapped, entries_at + count * ENTRY_SIZE, key_hash, offsets[i], diff, head)
-            write_slot(mapped, slot_at, count)
-            if count <= 1:
-                diff = 0  # later entries are measured from the begin time just set
-            count += 1
-        self.hash_slot_count += used_slots
-        self.index_count = count
+            self._put_entries(hashes, offsets, start, start + 1, diff)
+            diff = 0  # later entries are measured from the begin time just set
+            start += 1
+        if start < stop:
+            self._put_entries(hashes, offsets, start, stop, diff)
         self.end_phy_offset = offsets[stop - 1]
         self.end_timestamp = store_timestamp
         return stop
+
+    def _put_entries(
+        self, hashes: list[int], offsets: list[int], start: int, stop: int, diff: int
+    ) -> None:
+        """Entries ``index_count ...`` for keys ``hashes[start:stop]``, all with time ``diff``."""
+        mapped = self._map
+        slots = self.slots
+        read_slot = SLOT.unpack_from
+        write_slot = SLOT.pack_into
+        first = number = self.index_count
+        chosen = hashes[start:stop]
+        heads: list[int] = []
+        used_slots = 0
+        for key_hash in chosen:
+            slot_at = HEADER_SIZE + key_hash % slots * SLOT_SIZE
+            head = read_slot(mapped, slot_at)[0]
+            if head <= 0 or head > number:
+                head = 0
+                used_slots += 1
+            heads.append(head)
+            write_slot(mapped, slot_at, number)
+            number += 1
+        fields = list(chain.from_iterable(zip(chosen, offsets[start:stop], repeat(diff), heads)))
+        at = self._entries_at + first * ENTRY_SIZE
+        for begin in range(0, len(fields), _ENTRIES_PER_PACK * 4):
+            run = fields[begin : begin + _ENTRIES_PER_PACK * 4]
+            _entries_struct(len(run) // 4).pack_into(mapped, at, *run)
+            at += len(run) * (ENTRY_SIZE // 4)
+        self.hash_slot_count += used_slots
+        self.index_count = number
 
     def lookup(self, key_hash: int, max_count: int, begin_ms: int, end_ms: int) -> list[int]:
         """Commitlog offsets of entries with ``key_hash`` stored within [begin_ms, end_ms],
