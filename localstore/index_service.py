@@ -35,7 +35,7 @@ from localstore.codec import (
 )
 from localstore.errors import StoreError
 from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
-from localstore.javahash import _HIGH, _LOW, _POW31, java_hash, java_hash_concat
+from localstore.javahash import _HIGH, _LOW, java_hash, java_hash_concat
 
 if TYPE_CHECKING:
     from localstore.retention import RetiredFiles
@@ -53,8 +53,11 @@ def _key_hash(prefix_hash: int, key: str) -> int:
 
 _UNIQ_LENGTH = 32  # an IPv4 client's UNIQ_KEY
 _UNIQ_PREFIX = 28  # client address, pid, random, ms since the month began; then the counter
-_POW31_4 = 31**4
+_UNIQ_COUNTER = _UNIQ_LENGTH - _UNIQ_PREFIX
+_POW31_4 = 31**_UNIQ_COUNTER
 _POW31_28 = pow(31, _UNIQ_PREFIX, 1 << 32)
+_SHORT_KEY = 256  # keys shorter than this (ASCII) are hashed inline
+_POW31_BY_LENGTH = [pow(31, length, 1 << 32) for length in range(_SHORT_KEY)]
 
 
 class KeyedMessage(Protocol):
@@ -259,7 +262,7 @@ class IndexService:
         the cached hash of ``topic#``: this loop is the put path's indexing cost. UNIQ_KEYs of
         one producer batch share their first 28 characters (client, process, millisecond) and
         differ in the 4-character counter, so the hash of ``topic#`` + that prefix is kept and
-        only the counter is hashed: ``h(p + s) = h(p) * 31**4 + h(s)``."""
+        only the counter is hashed, from its ASCII bytes: ``h(p + s) = h(p) * 31**4 + h(s)``."""
         count = len(all_properties)
         if len(phys_offsets) != count or (sys_flags is not None and len(sys_flags) != count):
             given = "" if sys_flags is None else f" and {len(sys_flags)} SYSFLAGs"
@@ -267,58 +270,68 @@ class IndexService:
                 f"{count} messages' properties do not match {len(phys_offsets)} offsets{given}"
             )
         prefix = self._prefix_hash(topic)
-        powers = _POW31
+        powers = _POW31_BY_LENGTH
         high, low = _HIGH, _LOW
         hashes: list[int] = []
         offsets: list[int] = []
-        uniq_prefix = ""
-        uniq_prefix_hash = 0
+        uniq_prefix: str | None = None  # the ASCII start a batch's UNIQ_KEYs share, once seen
+        uniq_base = 0  # the hash of topic#uniq_prefix, times 31**4
         shared = count > 1  # a single message has no batch-mate to share a prefix with
         flags: Iterable[int] = repeat(0) if sys_flags is None else sys_flags  # lengths checked
         for properties, phys, flag in zip(all_properties, phys_offsets, flags, strict=False):
             if not properties or flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
                 continue
-            keys = properties.get(PROPERTY_KEYS)
             uniq = properties.get(PROPERTY_UNIQ_KEY)
-            c = uniq[_UNIQ_PREFIX:] if uniq and len(uniq) == _UNIQ_LENGTH else ""
-            if uniq and uniq_prefix and c and c.isascii() and uniq.startswith(uniq_prefix):
-                h = (
-                    uniq_prefix_hash * _POW31_4
-                    + ((ord(c[0]) * 31 + ord(c[1])) * 31 + ord(c[2])) * 31
-                    + ord(c[3])
-                ) & 0xFFFFFFFF
-                if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
-                    h = (0x100000000 - h) & 0x7FFFFFFF
-                hashes.append(h)
-                offsets.append(phys)
-                if not keys:
-                    continue
-                candidates: Sequence[str | None] = keys.split(" ")
-            else:
-                if shared and uniq and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
-                    uniq_prefix = uniq[:_UNIQ_PREFIX]
-                    raw_prefix = uniq_prefix.encode()
-                    uniq_prefix_hash = (
-                        prefix * _POW31_28
-                        + 31 * int(raw_prefix.translate(high), 31)
-                        + int(raw_prefix.translate(low), 31)
-                    ) & 0xFFFFFFFF
-                candidates = (uniq, *keys.split(" ")) if keys else (uniq,)
-            for key in candidates:
-                if not key:
-                    continue
-                raw = key.encode()
-                if len(raw) == len(key):
-                    power = powers.get(len(raw))
-                    if power is None:
-                        power = powers[len(raw)] = pow(31, len(raw), 1 << 32)
+            if uniq:
+                counter = uniq[_UNIQ_PREFIX:].encode()
+                if (
+                    uniq_prefix is not None
+                    and len(counter) == _UNIQ_COUNTER
+                    and len(uniq) == _UNIQ_LENGTH
+                    and uniq.startswith(uniq_prefix)
+                ):
                     h = (
-                        prefix * power
+                        uniq_base
+                        + ((counter[0] * 31 + counter[1]) * 31 + counter[2]) * 31
+                        + counter[3]
+                    ) & 0xFFFFFFFF
+                    if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
+                        h = (0x100000000 - h) & 0x7FFFFFFF
+                    hashes.append(h)
+                    offsets.append(phys)
+                    uniq = None  # hashed
+                elif shared and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
+                    uniq_prefix = uniq[:_UNIQ_PREFIX]  # for the batch-mates that follow
+                    raw = uniq_prefix.encode()
+                    uniq_base = (
+                        (
+                            prefix * _POW31_28
+                            + 31 * int(raw.translate(high), 31)
+                            + int(raw.translate(low), 31)
+                        )
+                        * _POW31_4
+                    ) & 0xFFFFFFFF
+            keys = properties.get(PROPERTY_KEYS)
+            if keys:
+                chosen: Sequence[str] = keys.split(" ") if " " in keys else (keys,)
+                if uniq:
+                    chosen = (uniq, *chosen)
+            elif uniq:
+                chosen = (uniq,)
+            else:
+                continue
+            for key in chosen:
+                if key.isascii() and 0 < len(key) < _SHORT_KEY:
+                    raw = key.encode()
+                    h = (
+                        prefix * powers[len(raw)]
                         + 31 * int(raw.translate(high), 31)
                         + int(raw.translate(low), 31)
                     ) & 0xFFFFFFFF
-                else:
+                elif key:
                     h = java_hash_concat(prefix, key) & 0xFFFFFFFF
+                else:
+                    continue  # two spaces in a row
                 if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
                     h = (0x100000000 - h) & 0x7FFFFFFF
                 hashes.append(h)

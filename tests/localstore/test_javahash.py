@@ -68,10 +68,17 @@ def test_index_key_hash_of_min_value_is_zero() -> None:
     assert index_key_hash("TopicTest#key1") == 1655984460
 
 
-_uniq_suffix = st.text(
-    alphabet=st.characters(max_codepoint=0x2FFFF, blacklist_categories=("Cs",)),
-    min_size=4,
-    max_size=4,
+_uniq_suffix = st.one_of(  # 4 characters make a 32-character UNIQ_KEY; 3 and 5 other lengths
+    st.text(alphabet="0123456789ABCDEF", min_size=3, max_size=5),  # a producer's counter
+    st.text(
+        alphabet=st.characters(max_codepoint=0x2FFFF, blacklist_categories=("Cs",)),
+        min_size=3,
+        max_size=5,
+    ),
+)
+_key = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+    st.text(alphabet="ab", min_size=250, max_size=300),  # past the lengths hashed inline
 )
 
 
@@ -80,18 +87,24 @@ _uniq_suffix = st.text(
         st.text(alphabet="0123456789ABCDEF", min_size=28, max_size=28), min_size=1, max_size=3
     ),
     suffixes=st.lists(_uniq_suffix, min_size=1, max_size=12),
-    keys=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=3),
+    keys=st.lists(_key, max_size=3),
+    without_uniq=st.sets(st.integers(0, 11), max_size=3),
 )
-def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(prefixes, suffixes, keys) -> None:
-    """The put path hashes UNIQ_KEYs sharing a 28-character prefix from the prefix's hash:
-    every hash must equal RocketMQ's abs(String.hashCode) of topic#key."""
+def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
+    prefixes, suffixes, keys, without_uniq
+) -> None:
+    """The put path hashes UNIQ_KEYs sharing a 28-character prefix from the prefix's hash, and
+    short ASCII keys inline: every hash must equal RocketMQ's abs(String.hashCode) of topic#key,
+    whatever the UNIQ_KEY's length, with or without one, for keys of any length."""
     from localstore.codec import NewMessage
     from localstore.index_service import IndexService
 
     topic = "orders"
     messages = []
     for index, suffix in enumerate(suffixes):
-        properties = {"UNIQ_KEY": prefixes[index % len(prefixes)] + suffix}
+        properties = {}
+        if index not in without_uniq:
+            properties["UNIQ_KEY"] = prefixes[index % len(prefixes)] + suffix
         if keys and index % 2:
             properties["KEYS"] = " ".join(keys)
         messages.append(NewMessage(topic, b"x", 0, properties))
@@ -101,7 +114,10 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(prefixes, suffix
     hashes, offsets = service._key_hashes(topic, properties, None, list(range(len(messages))))
     expected = []
     for phys, message in enumerate(messages):
-        wanted = [message.properties["UNIQ_KEY"], *message.properties.get("KEYS", "").split(" ")]
+        wanted = [
+            message.properties.get("UNIQ_KEY"),
+            *message.properties.get("KEYS", "").split(" "),
+        ]
         expected += [(index_key_hash(f"{topic}#{k}"), phys) for k in wanted if k]
     assert list(zip(hashes, offsets, strict=True)) == expected
 
