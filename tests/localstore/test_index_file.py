@@ -309,3 +309,53 @@ def test_rebuilt_rocketmq_index_matches_rocketmq_bytes(
     assert len(rebuilt) == len(expected) == 10
     for got, want in zip(rebuilt, expected, strict=True):
         assert got.read_bytes() == want.read_bytes(), (got.name, want.name)
+
+
+def _reference_entries(
+    hashes: list[int], offsets: list[int], slots: int, first_number: int, first_diff: int
+) -> tuple[dict[int, int], list[tuple[int, int, int, int]]]:
+    """RocketMQ's putKey, one key at a time: the slots and entries the keys should leave."""
+    slot_values: dict[int, int] = {}
+    entries = []
+    number = first_number
+    for key_hash, phys in zip(hashes, offsets, strict=True):
+        slot = key_hash % slots
+        head = slot_values.get(slot, 0)
+        diff = first_diff if number == first_number else 0
+        entries.append((key_hash, phys, diff, head))
+        slot_values[slot] = number
+        number += 1
+    return slot_values, entries
+
+
+@pytest.mark.parametrize("count", [1, 127, 128, 129, 300])
+def test_a_batch_of_keys_leaves_each_entry_and_slot_as_one_by_one(
+    tmp_path: Path, count: int
+) -> None:
+    """``put_keys`` writes a batch's entries in runs of up to 128 per call: every entry of a
+    batch of any size (a file's first entry with its own time diff included) and every slot
+    must read back as RocketMQ's one-key-at-a-time putKey leaves them."""
+    from localstore.index_file import HEADER_SIZE, SLOT_SIZE, IndexFile
+
+    slots, entries = 7, 400
+    index = IndexFile.create(
+        tmp_path, slots, entries, now_ms=0, previous_end_phy_offset=10, previous_end_timestamp=5_000
+    )
+    hashes = [(i * 7_919 + 3) % 0x7FFFFFFF for i in range(count + 5)]
+    offsets = [1_000 + 250 * i for i in range(count + 5)]
+    stored_at = 9_000  # 4 s after the preset begin: the first entry's diff
+    assert index.put_keys(hashes, offsets, 5, stored_at) == count + 5  # the first five skipped
+
+    slot_values, expected = _reference_entries(hashes[5:], offsets[5:], slots, 1, 4)
+    mapped = index._map
+    entries_at = HEADER_SIZE + slots * SLOT_SIZE
+    written = [ENTRY.unpack_from(mapped, entries_at + (1 + i) * ENTRY.size) for i in range(count)]
+    assert written == expected
+    for slot in range(slots):
+        (value,) = struct.unpack_from(">i", mapped, HEADER_SIZE + slot * SLOT_SIZE)
+        assert value == slot_values.get(slot, 0)
+    assert ENTRY.unpack_from(mapped, entries_at + (1 + count) * ENTRY.size) == (0, 0, 0, 0)
+    assert (index.index_count, index.hash_slot_count) == (1 + count, len(slot_values))
+    assert (index.begin_phy_offset, index.end_phy_offset) == (offsets[5], offsets[-1])
+    assert (index.begin_timestamp, index.end_timestamp) == (stored_at, stored_at)
+    index.close()

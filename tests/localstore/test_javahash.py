@@ -89,13 +89,15 @@ _key = st.one_of(
     suffixes=st.lists(_uniq_suffix, min_size=1, max_size=12),
     keys=st.lists(_key, max_size=3),
     without_uniq=st.sets(st.integers(0, 11), max_size=3),
+    flags=st.none() | st.lists(st.sampled_from([0, 4, 8, 12]), min_size=12, max_size=12),
 )
 def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
-    prefixes, suffixes, keys, without_uniq
+    prefixes, suffixes, keys, without_uniq, flags
 ) -> None:
     """The put path hashes UNIQ_KEYs sharing a 28-character prefix from the prefix's hash, and
     short ASCII keys inline: every hash must equal RocketMQ's abs(String.hashCode) of topic#key,
-    whatever the UNIQ_KEY's length, with or without one, for keys of any length."""
+    whatever the UNIQ_KEY's length, with or without one, for keys of any length; ROLLBACK
+    records (SYSFLAG 0xC) get none."""
     from localstore.codec import NewMessage
     from localstore.index_service import IndexService
 
@@ -111,9 +113,13 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
     service = IndexService.__new__(IndexService)
     service._prefix_hashes = {}
     properties = [message.properties for message in messages]
-    hashes, offsets = service._key_hashes(topic, properties, None, list(range(len(messages))))
+    if flags is not None:
+        flags = flags[: len(messages)]
+    hashes, offsets = service._key_hashes(topic, properties, flags, list(range(len(messages))))
     expected = []
     for phys, message in enumerate(messages):
+        if flags is not None and flags[phys] == 12:
+            continue
         wanted = [
             message.properties.get("UNIQ_KEY"),
             *message.properties.get("KEYS", "").split(" "),
