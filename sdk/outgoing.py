@@ -17,6 +17,7 @@ one key go to one queue, in order); a custom :data:`QueueSelector` may pick anyt
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -107,11 +108,63 @@ def _body_bytes(body: object) -> bytes:
 
 
 def _check_property_names(properties: dict[str, str]) -> None:
+    """User properties: str names and values without the separators, no reserved name."""
+    if not isinstance(properties, dict):
+        raise InvalidMessageError(
+            f"properties must be a dict of str to str, got {type(properties).__name__}"
+        )
+    for name, value in properties.items():
+        problem = _text_problem(name, "a property name") or _text_problem(
+            value, f"property {name!r}"
+        )
+        if problem is not None:
+            raise InvalidMessageError(problem)
+        if not name:
+            raise InvalidMessageError("a property name is empty")
     if not RESERVED_PROPERTIES.isdisjoint(properties):
         reserved = sorted(RESERVED_PROPERTIES.intersection(properties))
         raise InvalidMessageError(
             f"property name(s) {reserved} are reserved: use the Message fields"
         )
+
+
+def _text_problem(value: object, what: str) -> str | None:
+    """Why ``value`` cannot be stored in a property (None: it can). Stored properties are
+    ``name\x01value\x02`` pairs, so those two characters would cut or forge a property."""
+    if type(value) is not str:
+        return f"{what} must be a str, got {type(value).__name__}"
+    if "\x01" in value or "\x02" in value:
+        return f"{what} {value!r} holds \\x01 or \\x02, which separate stored properties"
+    return None
+
+
+def _keys_problem(keys: object) -> str:
+    """Why ``keys`` cannot be stored as ``KEYS`` (space-separated, one token a key)."""
+    single = isinstance(keys, str)
+    for key in (keys,) if single else keys if isinstance(keys, (list, tuple)) else ():
+        problem = _text_problem(key, "a key")
+        if problem is not None:
+            return problem
+        if " " in key:
+            return f"key {key!r} holds a space, which separates keys: " + (
+                "pass several keys as a list" if single else "give each key alone"
+            )
+    if not single and not isinstance(keys, (list, tuple)):
+        return f"keys must be a str or a list of str, got {type(keys).__name__}"
+    return "keys must be non-empty strs"
+
+
+def _check_scalar_fields(message: Message) -> None:
+    """``flag`` (a 32-bit int), ``delay_level`` (an int) and ``deliver_at_ms`` (a number)."""
+    flag = message.flag
+    if type(flag) is not int or not -(1 << 31) <= flag < 1 << 31:
+        raise InvalidMessageError(f"flag must be an int of 32 bits, got {flag!r}")
+    level = message.delay_level
+    if type(level) is not int:
+        raise InvalidMessageError(f"delay_level must be an int, got {level!r}")
+    at = message.deliver_at_ms
+    if at is not None and (type(at) not in (int, float) or not math.isfinite(at)):
+        raise InvalidMessageError(f"deliver_at_ms must be ms since the epoch, got {at!r}")
 
 
 def _check_properties_size(properties: dict[str, str], topic: str) -> None:
@@ -123,11 +176,30 @@ def _check_properties_size(properties: dict[str, str], topic: str) -> None:
         )
 
 
+def _joined_keys(keys: object) -> str | None:
+    """``keys`` as the ``KEYS`` property (one key, or several joined by spaces); None when
+    they are not a str or a list or tuple of non-empty strs free of spaces and separators."""
+    if type(keys) is str:
+        joined = keys
+        refused = " " in keys
+    elif type(keys) is tuple or type(keys) is list:
+        try:
+            joined = " ".join(keys)
+        except TypeError:
+            return None
+        refused = joined.count(" ") != len(keys) - 1 or "" in keys  # a space in a key, or none
+    else:
+        return None
+    if refused or (not joined.isprintable() and ("\x01" in joined or "\x02" in joined)):
+        return None
+    return joined
+
+
 def _check_stored_properties(message: Message) -> None:
     """Refuse a message whose properties will not fit once stored: its own, TAGS and KEYS, the
     UNIQ_KEY added here and, for a delayed message, what the broker adds to schedule it."""
     delayed = bool(message.delay_level) or message.deliver_at_ms is not None
-    keys = message.keys
+    keys = message.keys or ()
     budget = len(message.tags or "") + (
         len(keys) if isinstance(keys, str) else sum(map(len, keys)) + len(keys)
     )
@@ -173,6 +245,11 @@ class MessageBuilder:
         body = self._check_body(message.body, message.topic)
         if message.properties:
             _check_property_names(message.properties)
+        _check_scalar_fields(message)
+        if message.tags and (problem := _text_problem(message.tags, "tags")) is not None:
+            raise InvalidMessageError(problem)
+        if message.keys and _joined_keys(message.keys) is None:
+            raise InvalidMessageError(_keys_problem(message.keys))
         if message.delay_level and not 0 < message.delay_level <= MAX_DELAY_LEVEL:
             raise InvalidMessageError(
                 f"delay_level must be 1-{MAX_DELAY_LEVEL} (or 0 for none), got "
@@ -228,13 +305,22 @@ class MessageBuilder:
         else:
             properties = {}
             budget = 0
+        if message.flag and (
+            type(message.flag) is not int or not -(1 << 31) <= message.flag < 1 << 31
+        ):
+            _check_scalar_fields(message)
         tags = message.tags
         if tags:
+            if type(tags) is not str or "\x01" in tags or "\x02" in tags:
+                raise InvalidMessageError(f"message to {topic}: {_text_problem(tags, 'tags')}")
             properties[PROPERTY_TAGS] = tags
             budget += len(tags)
         keys = message.keys
         if keys:
-            joined = properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+            joined = _joined_keys(keys)
+            if joined is None:
+                raise InvalidMessageError(f"message to {topic}: {_keys_problem(keys)}")
+            properties[PROPERTY_KEYS] = joined
             budget += len(joined)
         properties[PROPERTY_UNIQ_KEY] = uniq_key
         # UTF-8 takes at most 4 bytes a character (+ names and separators): only a message
@@ -281,6 +367,11 @@ class MessageBuilder:
         if queue_count <= 0:
             raise InvalidMessageError(f"topic {message.topic} has no writable queue")
         if sharding_key is not None:
+            if type(sharding_key) is not str:
+                raise InvalidMessageError(
+                    f"sharding_key must be a str, got {type(sharding_key).__name__} "
+                    f"{sharding_key!r} (str() it to shard by its text)"
+                )
             return select_by_key(sharding_key, queue_count)
         if selector is not None:
             queue_id = selector(message, queue_count)

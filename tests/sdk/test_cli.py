@@ -321,6 +321,19 @@ def test_expected_errors_are_one_line_without_traceback(store, tmp_path):
         2,
         "NAME=VALUE",
     )
+    for flag, value in (("--tag", "A\x02B"), ("--key", "k1\x02EVIL\x01yes")):
+        one_line_error(
+            quiver("produce", "--data", store, "--topic", "T", flag, value, "--body", "x"),
+            2,
+            "are separators",
+        )
+    one_line_error(
+        quiver(
+            "produce", "--data", store, "--topic", "T", "--property", "UNIQ_KEY=1", "--body", "x"
+        ),
+        2,
+        "UNIQ_KEY: quiver sets it",
+    )
     one_line_error(
         quiver("produce", "--data", store, "--topic", "T", "--queue", "7", "--body", "x"),
         1,

@@ -26,6 +26,23 @@ from sdk import (
 )
 from sdk.transport.in_process import InProcessTransport
 
+# Fields a batch's messages are checked for as well (a single send checks them and more).
+FIELD_PROBLEMS = [
+    # \x01 and \x02 separate stored properties: a value holding them would forge KEYS
+    (Message("orders", b"x", properties={"note": "hi\x02KEYS\x01forged"}), "separate stored"),
+    (Message("orders", b"x", properties={"a\x01b": "v"}), "separate stored"),
+    (Message("orders", b"x", tags="a\x02b"), "separate stored"),
+    (Message("orders", b"x", keys=["k1\x02EVIL\x01yes"]), "separate stored"),
+    # a space separates keys: a key holding one would be stored as two
+    (Message("orders", b"x", keys="order 42"), "pass several keys as a list"),
+    (Message("orders", b"x", keys=["order 42", "x"]), "give each key alone"),
+    (Message("orders", b"x", keys=["", "a"]), "non-empty"),
+    (Message("orders", b"x", keys=[7]), "a key must be a str, got int"),  # type: ignore[list-item]
+    (Message("orders", b"x", properties={"retries": 3}), "'retries' must be a str, got int"),  # type: ignore[dict-item]
+    (Message("orders", b"x", tags=5), "tags must be a str"),  # type: ignore[arg-type]
+    (Message("orders", b"x", flag=1 << 40), "flag must be an int of 32 bits"),
+]
+
 
 @pytest.fixture
 def broker(tmp_path: Path):
@@ -47,6 +64,7 @@ def broker(tmp_path: Path):
         (Message("orders", b"x", delay_level=19), "delay_level"),
         (Message("orders", b"x", delay_level=2, deliver_at_ms=5), "not both"),
         (Message("orders", "text"), "must be bytes"),  # type: ignore[arg-type]
+        *((message, problem) for message, problem in FIELD_PROBLEMS),
     ],
 )
 def test_bad_messages_fail_before_any_io(broker, message, problem):
@@ -257,3 +275,38 @@ def test_async_producer(broker):
     one, many, last = asyncio.run(scenario())
     assert one.status == "PUT_OK" and len(many) == 2 and last.status == "PUT_OK"
     assert sum(broker.service.store.max_offset("orders", q) for q in range(4)) == 5
+
+
+@pytest.mark.parametrize(("bad", "problem"), FIELD_PROBLEMS)
+def test_a_batch_with_a_bad_message_fails_before_any_io(broker, bad, problem):
+    with Producer(broker) as producer, pytest.raises(InvalidMessageError, match=problem):
+        producer.send_batch([Message("orders", b"fine"), bad])
+    assert broker.service.store.topics.get("orders") is None
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        (Message("orders", b"x", delay_level="3"), "delay_level must be an int"),  # type: ignore[arg-type]
+        (Message("orders", b"x", delay_level=1.5), "delay_level must be an int"),  # type: ignore[arg-type]
+        (Message("orders", b"x", deliver_at_ms="soon"), "deliver_at_ms must be"),  # type: ignore[arg-type]
+    ],
+)
+def test_delays_of_the_wrong_type_fail_before_any_io(broker, message, problem):
+    with Producer(broker) as producer, pytest.raises(InvalidMessageError, match=problem):
+        producer.send(message)
+    assert broker.service.store.topics.get("orders") is None
+
+
+def test_a_sharding_key_must_be_a_str(broker):
+    with Producer(broker) as producer, pytest.raises(InvalidMessageError, match="must be a str"):
+        producer.send(Message("orders", b"x"), sharding_key=42)  # type: ignore[arg-type]
+    assert broker.service.store.topics.get("orders") is None
+
+
+def test_keys_given_as_a_list_are_each_found(broker):
+    with Producer(broker) as producer:
+        producer.send_batch([Message("orders", b"x", keys=["order-1", "user-7"])], queue_id=0)
+    store = broker.service.store
+    for key in ("order-1", "user-7"):
+        assert [m.keys for m in store.query_by_key("orders", key)] == [["order-1", "user-7"]]
