@@ -135,6 +135,7 @@ class Producer(_ProducerBase):
         self._async_workers = async_workers
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        self._worker = threading.local()  # .is_worker: this thread is one of the executor's
 
     def _queue_count(self, topic: str) -> int:
         count = self._routes.cached(topic)
@@ -184,6 +185,13 @@ class Producer(_ProducerBase):
         :class:`BrokerUnavailableError` when retries ran out.
         """
         self._check_open()
+        return self._send_one(message, sharding_key, queue_id)
+
+    def _send_one(
+        self, message: Message, sharding_key: str | None, queue_id: int | None
+    ) -> SendReceipt:
+        """:meth:`send` without the closed check: a background send accepted before
+        :meth:`close` began runs through here, so closing does not refuse it."""
         self.builder.check(message)
         count = self._queue_count(message.topic)
         chosen = self._pick(message, count, sharding_key, queue_id)
@@ -216,32 +224,48 @@ class Producer(_ProducerBase):
         queue_id: int | None = None,
     ) -> Future[SendReceipt]:
         """Send in the background; the future holds the receipt or the error. A bad message
-        raises here, at once."""
+        raises here, at once; so does a send after :meth:`close` began."""
         self._check_open()
         self.builder.check(message)
-        return self._pool().submit(self.send, message, sharding_key=sharding_key, queue_id=queue_id)
+        return self._submit(message, sharding_key, queue_id)
 
     def send_oneway(self, message: Message, *, sharding_key: str | None = None) -> None:
         """Send without waiting for, or reporting, the outcome (failures are logged)."""
         future = self.send_async(message, sharding_key=sharding_key)
         future.add_done_callback(_log_failure)
 
-    def _pool(self) -> ThreadPoolExecutor:
+    def _submit(
+        self, message: Message, sharding_key: str | None, queue_id: int | None
+    ) -> Future[SendReceipt]:
+        """Queue a background send. Under the lock :meth:`close` takes to mark the producer
+        closed: a send is either accepted before close began (and then carried out by the
+        executor close waits for) or refused here."""
         with self._executor_lock:
+            self._check_open()
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
-                    self._async_workers, thread_name_prefix=f"quiver-send-{self.group}"
+                    self._async_workers,
+                    thread_name_prefix=f"quiver-send-{self.group}",
+                    initializer=self._mark_worker,
                 )
-            return self._executor
+            return self._executor.submit(self._send_one, message, sharding_key, queue_id)
+
+    def _mark_worker(self) -> None:
+        self._worker.is_worker = True
 
     def close(self) -> None:
-        """Wait for background sends, then refuse new ones. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        executor, self._executor = self._executor, None
+        """Refuse new sends, then wait for the background sends accepted before (each is
+        stored or fails for its own reason, its future resolved). Idempotent and
+        thread-safe: every caller returns once those sends are done (except a caller on one
+        of the send threads, e.g. a future's callback: it cannot wait for itself, so it
+        returns at once; the accepted sends are still carried out)."""
+        with self._executor_lock:
+            self._closed = True
+            executor = self._executor
         if executor is not None:
-            executor.shutdown(wait=True)
+            # Runs every queued send before the threads end; safe to repeat and to call
+            # from several threads at once.
+            executor.shutdown(wait=not getattr(self._worker, "is_worker", False))
 
     def __enter__(self) -> Self:
         return self
@@ -278,6 +302,8 @@ class AsyncProducer(_ProducerBase):
         super().__init__(group, selector, retries, route_ttl_s, max_body_bytes)
         self.transport: AsyncBrokerTransport = resolve_async(broker)
         self._pending: set[asyncio.Task[SendReceipt]] = set()
+        # The pending sends as the first close() found them, gathered (None: still open).
+        self._drained: asyncio.Future[list[SendReceipt | BaseException]] | None = None
 
     async def _queue_count(self, topic: str) -> int:
         count = self._routes.cached(topic)
@@ -323,6 +349,13 @@ class AsyncProducer(_ProducerBase):
     ) -> SendReceipt:
         """Send one message and wait for the broker's answer (see :meth:`Producer.send`)."""
         self._check_open()
+        return await self._send_one(message, sharding_key, queue_id)
+
+    async def _send_one(
+        self, message: Message, sharding_key: str | None, queue_id: int | None
+    ) -> SendReceipt:
+        """:meth:`send` without the closed check (a task started before :meth:`close` began
+        first runs after it: it must not be refused)."""
         self.builder.check(message)
         count = await self._queue_count(message.topic)
         chosen = self._pick(message, count, sharding_key, queue_id)
@@ -353,11 +386,12 @@ class AsyncProducer(_ProducerBase):
         sharding_key: str | None = None,
         queue_id: int | None = None,
     ) -> asyncio.Task[SendReceipt]:
-        """Start a send; the task holds the receipt or the error. A bad message raises here."""
+        """Start a send; the task holds the receipt or the error. A bad message, or a send
+        after :meth:`close` began, raises here."""
         self._check_open()
         self.builder.check(message)
         task = asyncio.get_running_loop().create_task(
-            self.send(message, sharding_key=sharding_key, queue_id=queue_id)
+            self._send_one(message, sharding_key, queue_id)
         )
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -369,12 +403,15 @@ class AsyncProducer(_ProducerBase):
         task.add_done_callback(_log_task_failure)
 
     async def close(self) -> None:
-        """Wait for pending sends, then refuse new ones. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        """Refuse new sends, then wait for the pending ones (each is stored or fails for its
+        own reason). Idempotent: every caller returns once those sends are done. Cancelling a
+        ``close()`` does not cancel the sends."""
+        drained = self._drained
+        if drained is None:
+            self._closed = True
+            drained = self._drained = asyncio.gather(*self._pending, return_exceptions=True)
+        if not drained.done():
+            await asyncio.shield(drained)
 
     async def __aenter__(self) -> Self:
         return self
