@@ -9,8 +9,16 @@ For a batch, :func:`idempotent` does, per message:
    handed to the listener; ``DUPLICATE`` (live ``CONSUMED`` record) -> skipped;
    ``IN_PROGRESS`` (another consumer holds a live lease) -> not processed now.
 3. call the listener once with the handed-on messages, in their delivery order.
-4. ``SUCCESS`` -> mark the claimed keys ``CONSUMED`` (kept ``ttl_s``); ``RECONSUME_LATER`` or an
-   exception -> release the claims (so the retry can claim them) and propagate it.
+4. ``SUCCESS`` or ``None`` -> mark the claimed keys ``CONSUMED`` (kept ``ttl_s``);
+   ``RECONSUME_LATER`` or an exception -> release the claims (so the retry can claim them) and
+   propagate it.
+
+The listener's answer means what it means to :class:`~sdk.consumer.push.PushConsumer`:
+``ConsumeResult.SUCCESS`` or ``None`` is success; ``RECONSUME_LATER`` or raising is failure; any
+other value (a string, a coroutine, ...) is logged as an error and treated as failure, so the
+wrapper answers ``RECONSUME_LATER`` and the batch is delivered again rather than silently
+acknowledged. The wrappers are synchronous: wrapping an ``async def`` listener raises
+:class:`TypeError` when the wrapper is built (its call would only return a coroutine).
 
 Choice for ``IN_PROGRESS`` messages: the wrapper filters them out of the listener's batch but
 answers ``RECONSUME_LATER`` for the batch (after recording the others as consumed). Answering
@@ -28,6 +36,8 @@ effect). A lease should outlast the longest processing time; it is not renewed.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -55,13 +65,17 @@ __all__ = [
     "idempotent_in_transaction",
 ]
 
+log = logging.getLogger(__name__)
+
 M = TypeVar("M", bound=ReceivedMessage)
 
-Listener = Callable[[list[M]], ConsumeResult]
-"""A listener: takes a batch of received messages, answers a :class:`ConsumeResult` or raises."""
+Listener = Callable[[list[M]], ConsumeResult | None]
+"""A listener: takes a batch of received messages, answers a :class:`ConsumeResult` (``None``
+counts as ``SUCCESS``) or raises."""
 
-TransactionalListener = Callable[[list[M], sqlite3.Connection], ConsumeResult]
-"""A listener that writes through the connection of an open SQLite transaction."""
+TransactionalListener = Callable[[list[M], sqlite3.Connection], ConsumeResult | None]
+"""A listener that writes through the connection of an open SQLite transaction (answers as a
+:data:`Listener` does)."""
 
 SkipHook = Callable[[M, ClaimStatus], None]
 """Called for each message not handed to the listener (``DUPLICATE`` or ``IN_PROGRESS``)."""
@@ -85,6 +99,31 @@ class _Claims(Generic[M]):
     def result(self) -> ConsumeResult:
         """The batch's answer once the handed-on messages succeeded."""
         return ConsumeResult.RECONSUME_LATER if self.in_progress else ConsumeResult.SUCCESS
+
+
+def _require_sync(listener: Callable[..., object], wrapper: str) -> None:
+    """Refuse an ``async def`` listener: a synchronous wrapper would get a coroutine back."""
+    call = getattr(listener, "__call__", None)  # noqa: B004 - an instance's async __call__ too
+    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call):
+        raise TypeError(
+            f"{wrapper}() wraps synchronous listeners; {listener!r} is a coroutine function"
+        )
+
+
+def _succeeded(answer: object, listener: Callable[..., object]) -> bool:
+    """Whether the listener's ``answer`` means success, as the push consumer reads it:
+    ``SUCCESS`` or ``None`` yes; ``RECONSUME_LATER`` no; anything else is logged and is no."""
+    if answer is None or answer is ConsumeResult.SUCCESS:
+        return True
+    if answer is not ConsumeResult.RECONSUME_LATER:
+        log.error(
+            "idempotent listener %r answered %r, not a ConsumeResult: reconsuming later",
+            listener,
+            answer,
+        )
+        if inspect.iscoroutine(answer):
+            answer.close()  # never awaited: close it instead of leaving a warning behind
+    return False
 
 
 def _skip(on_skip: SkipHook[M] | None, message: M, status: ClaimStatus) -> None:
@@ -132,7 +171,7 @@ def idempotent(
     ttl_s: float = DEFAULT_TTL_S,
     namespace: str = "",
     on_skip: SkipHook[M] | None = None,
-) -> Listener[M]:
+) -> Callable[[list[M]], ConsumeResult]:
     """Wrap ``listener`` so a message whose key was already consumed (within ``ttl_s``) is skipped
     and one being consumed elsewhere (within its ``lease_s``) is not processed twice.
 
@@ -141,20 +180,31 @@ def idempotent(
     :func:`~sdk.idempotency.records.property_key` for business keys). ``namespace`` prefixes every
     key, e.g. with the consumer group, so groups sharing a store do not skip each other's messages.
     ``on_skip`` is told of every message not handed to the listener.
+
+    The listener answers as a push consumer's does: ``ConsumeResult.SUCCESS`` or ``None`` marks
+    the claimed keys ``CONSUMED``; ``RECONSUME_LATER`` releases them and is answered back; an
+    exception releases them and propagates. Any other answer (not a :class:`ConsumeResult`) is
+    logged and treated as failure, exactly as :class:`~sdk.consumer.push.PushConsumer` treats
+    it: the claims are released and the wrapper answers ``RECONSUME_LATER``, so the batch is
+    retried. The wrapper itself always answers a :class:`ConsumeResult`.
+
+    Raises :class:`TypeError` if ``listener`` is an ``async def`` function: the wrapper is
+    synchronous and would only get a coroutine back.
     """
+    _require_sync(listener, "idempotent")
 
     def idempotent_listener(messages: list[M]) -> ConsumeResult:
         claims = _claim(messages, store, key, namespace, lease_s, on_skip)
         if not claims.run:
             return claims.result()
         try:
-            result = listener(claims.run)
+            answer = listener(claims.run)
         except BaseException:
             store.release(list(claims.owned), owner=claims.owner)
             raise
-        if result is not ConsumeResult.SUCCESS:
+        if not _succeeded(answer, listener):
             store.release(list(claims.owned), owner=claims.owner)
-            return result
+            return ConsumeResult.RECONSUME_LATER
         store.mark_consumed(list(claims.owned), ttl_s=ttl_s)
         return claims.result()
 
@@ -164,10 +214,6 @@ def idempotent(
 
 class _RollbackError(Exception):
     """Raised inside the transaction to roll it back when the listener does not succeed."""
-
-    def __init__(self, result: ConsumeResult) -> None:
-        super().__init__(result)
-        self.result = result
 
 
 def idempotent_in_transaction(
@@ -179,17 +225,30 @@ def idempotent_in_transaction(
     ttl_s: float = DEFAULT_TTL_S,
     namespace: str = "",
     on_skip: SkipHook[M] | None = None,
-) -> Listener[M]:
+) -> Callable[[list[M]], ConsumeResult]:
     """Like :func:`idempotent`, but the listener runs inside ``store.transaction()`` and gets its
     connection: its writes and the ``CONSUMED`` records commit together or not at all.
 
     Inside the transaction (write lock held) the claimed keys are checked again: one that another
     consumer committed meanwhile (after this call's lease expired and it took the message over)
-    is skipped as a duplicate, so the business write happens exactly once per key. On
-    ``RECONSUME_LATER`` or an exception the transaction rolls back and the claims are released.
+    is skipped as a duplicate, so the business write happens exactly once per key.
+
+    The listener answers as a push consumer's does: ``ConsumeResult.SUCCESS`` or ``None``
+    commits its writes together with the ``CONSUMED`` records. On ``RECONSUME_LATER`` the
+    transaction rolls back, the claims are released and ``RECONSUME_LATER`` is answered; on an
+    exception the same happens and the exception propagates. Any other answer (not a
+    :class:`ConsumeResult`) is logged and treated as failure, exactly as
+    :class:`~sdk.consumer.push.PushConsumer` treats it: rolled back, claims released, and the
+    wrapper answers ``RECONSUME_LATER`` so the batch is retried.
+
+    Raises :class:`TypeError` if ``listener`` is an ``async def`` function: the wrapper is
+    synchronous and would only get a coroutine back (and could not hold the transaction open
+    across it).
+
     The listener runs while the database's write lock is held (other writers wait up to the
     store's ``busy_timeout_s``), so it should only write, not do slow work.
     """
+    _require_sync(listener, "idempotent_in_transaction")
 
     def transactional_listener(messages: list[M]) -> ConsumeResult:
         claims = _claim(messages, store, key, namespace, lease_s, on_skip)
@@ -198,14 +257,12 @@ def idempotent_in_transaction(
         try:
             with store.transaction() as conn:
                 run, done = _drop_consumed(claims, store, on_skip)
-                if run:
-                    result = listener(run, conn)
-                    if result is not ConsumeResult.SUCCESS:
-                        raise _RollbackError(result)
+                if run and not _succeeded(listener(run, conn), listener):
+                    raise _RollbackError
                 store.mark_consumed(done, ttl_s=ttl_s)
-        except _RollbackError as rollback:
+        except _RollbackError:
             store.release(list(claims.owned), owner=claims.owner)
-            return rollback.result
+            return ConsumeResult.RECONSUME_LATER
         except BaseException:
             store.release(list(claims.owned), owner=claims.owner)
             raise
