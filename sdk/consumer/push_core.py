@@ -80,6 +80,9 @@ class RebalanceListener(Protocol):
     def on_revoked(self, queues: list[MessageQueue]) -> None: ...
 
 
+ORDERLY_MAX_RECONSUME_TIMES = 16  # an orderly consumer's limit when it names none
+
+
 @dataclass(slots=True)
 class PushSettings:
     """A push consumer's tunables (RocketMQ's defaults unless said otherwise)."""
@@ -91,7 +94,9 @@ class PushSettings:
     pull_batch_size: int = 32  # messages per queue per pull
     pull_wait_ms: int = 15_000  # long-polling hold
     flow_control: FlowControlLimits = field(default_factory=FlowControlLimits)
-    max_reconsume_times: int = 16
+    # -1: the broker's (BrokerOptions.max_reconsume_times, 16 by default); an orderly consumer,
+    # which retries in place, then gives up after ORDERLY_MAX_RECONSUME_TIMES
+    max_reconsume_times: int = -1
     consume_timeout_ms: int = 15 * 60_000
     rebalance_interval_s: float = 20.0  # also renews the queue leases (30 s)
     release_timeout_s: float = 10.0  # a revoked queue's in-flight messages may finish this long
@@ -105,9 +110,32 @@ class PushSettings:
     offsets_dir: str | None = None  # broadcasting: where the local offsets file lives
 
     def __post_init__(self) -> None:
-        for name in ("consume_batch_size", "pull_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not isinstance(self.message_model, MessageModel):
+            raise ValueError(f"message_model must be a MessageModel, got {self.message_model!r}")
+        if not isinstance(self.consume_from, ConsumeFrom):
+            raise ValueError(f"consume_from must be a ConsumeFrom, got {self.consume_from!r}")
+        for name in ("consume_batch_size", "pull_batch_size", "consume_timeout_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("pull_wait_ms", "consume_timestamp_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        times = self.max_reconsume_times
+        if type(times) is not int or times < -1:
+            raise ValueError(
+                f"max_reconsume_times must be an int >= 0 (or -1: the broker's), got {times!r}"
+            )
+        for name in (
+            "rebalance_interval_s",
+            "release_timeout_s",
+            "lease_renew_interval_s",
+            "heartbeat_interval_s",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
         if self.consume_from is ConsumeFrom.TIMESTAMP and not self.consume_timestamp_ms:
             self.consume_timestamp_ms = _now_ms() - 30 * 60_000
 
@@ -498,7 +526,10 @@ class PushCore:
     def _give_up(self, messages: list[StoredMessage]) -> bool:
         """Whether a failed orderly batch is settled: every message was retried the maximum
         number of times and (clustering) is now in the dead-letter queue."""
-        if any(m.reconsume_times < self.settings.max_reconsume_times for m in messages):
+        limit = self.settings.max_reconsume_times
+        if limit < 0:
+            limit = ORDERLY_MAX_RECONSUME_TIMES
+        if any(m.reconsume_times < limit for m in messages):
             return False
         if not self.clustering:
             log.error("orderly broadcast batch failed %d times; skipping it", len(messages))
