@@ -526,7 +526,10 @@ class MessageStore:
         return self.index.query(topic, key, max_count, begin_ms, end_ms, self._message_or_none)
 
     def query_by_id(self, message_id: str) -> list[StoredMessage]:
-        """Look up an offsetMsgId (host, port, commitlog offset) or a UNIQ_KEY (any topic)."""
+        """Look up an offsetMsgId (host, port, commitlog offset) or a UNIQ_KEY (any topic).
+
+        A UNIQ_KEY is found through the index: without one (``index_enabled=False``) an id
+        that is not a stored message's offsetMsgId raises :class:`StoreError`."""
         self._ensure_open()
         try:
             _, phys_offset = parse_offset_msg_id(message_id)
@@ -537,7 +540,10 @@ class MessageStore:
             if message is not None and message.offset_msg_id == message_id.upper():
                 return [message]
         if self.index is None:
-            return []
+            raise StoreError(
+                f"store {self.root} was created without an index (--no-index): only an "
+                f"offsetMsgId can be looked up, and {message_id} is none of its messages'"
+            )
         found: list[StoredMessage] = []
         topics = set(self.topics.topics) | {t for t, _ in self.queues.queues}
         for topic in sorted(topics):

@@ -128,6 +128,8 @@ def open_store(directory: str, **geometry: Any) -> MessageStore:
     from localstore.store import MessageStore
 
     path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise CliError(f"{path} is a file, not a store directory", EXIT_USAGE)
     if not is_store(path):
         what = "does not exist" if not path.exists() else "holds no store"
         raise CliError(f"{path} {what} (create a store with: quiver store init {path})", EXIT_USAGE)
@@ -135,6 +137,23 @@ def open_store(directory: str, **geometry: Any) -> MessageStore:
         return MessageStore(path, **geometry)
     except ValueError as exc:  # a damaged file the store refuses (wrong length, bad JSON)
         raise CliError(f"cannot open store {path}: {exc}") from exc
+
+
+def existing_queues(store: MessageStore, topic: str, queue: int | None) -> list[int]:
+    """The queues of ``topic`` a command reads (``queue``, or all when None); an unknown topic
+    or queue is an error (exit 1)."""
+    known = store.queue_ids(topic)
+    config = store.topics.get(topic)
+    if not known and config is None:
+        raise CliError(f"topic {topic} does not exist in store {store.root}", EXIT_FAILED)
+    if queue is None:
+        return known
+    if queue not in known and (config is None or queue >= config.read_queue_nums):
+        count = config.read_queue_nums if config else len(known)
+        raise CliError(
+            f"topic {topic} has no queue {queue} (it has {count} read queues)", EXIT_FAILED
+        )
+    return [queue]
 
 
 class Progress:

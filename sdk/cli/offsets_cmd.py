@@ -23,6 +23,7 @@ from sdk.cli.common import (
     Subparsers,
     add_json_option,
     emit_json,
+    existing_queues,
     open_store,
 )
 
@@ -101,6 +102,8 @@ def run_show(args: argparse.Namespace) -> int:
     if args.topic is not None:
         _check_name("topic", args.topic)
     with open_store(args.data) as store:
+        if args.topic is not None:
+            existing_queues(store, args.topic, None)  # an unknown topic is an error
         table = _open_table(args.data)
         topics = [args.topic] if args.topic is not None else table.topics(args.group)
         if not topics:

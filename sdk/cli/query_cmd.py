@@ -17,9 +17,11 @@ from sdk.cli.common import (
     Subparsers,
     add_json_option,
     emit_json,
+    existing_queues,
     non_negative_int,
     open_store,
     positive_int,
+    warn,
 )
 from sdk.cli.read_cmd import print_message
 
@@ -105,6 +107,8 @@ def run_key(args: argparse.Namespace) -> int:
             print_message(message, args.json)
     if not args.json:
         print(f"found {len(found)} message(s) of {args.topic} with key {args.key}")
+    elif not found:
+        warn(f"found no message of {args.topic} with key {args.key}")  # stdout stays JSON
     return EXIT_OK if found else EXIT_FAILED
 
 
@@ -114,14 +118,18 @@ def run_id(args: argparse.Namespace) -> int:
         found = store.query_by_id(args.id)
         for message in found:
             print_message(message, args.json)
-    if not found and not args.json:
-        print(f"no message has the id {args.id}")
+    if not found:
+        if args.json:
+            warn(f"no message has the id {args.id}")  # stdout stays JSON
+        else:
+            print(f"no message has the id {args.id}")
     return EXIT_OK if found else EXIT_FAILED
 
 
 def run_time(args: argparse.Namespace) -> int:
     """Print the queue offset for the timestamp."""
     with open_store(args.data) as store:
+        existing_queues(store, args.topic, args.queue)
         queue_offset = store.offset_for_timestamp(args.topic, args.queue, args.timestamp)
         min_offset = store.min_offset(args.topic, args.queue)
         max_offset = store.max_offset(args.topic, args.queue)

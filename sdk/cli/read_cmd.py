@@ -7,13 +7,13 @@ import base64
 from typing import TYPE_CHECKING, Any
 
 from sdk.cli.common import (
-    EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
     Subparsers,
     add_json_option,
     emit_json,
+    existing_queues,
     non_negative_int,
     open_store,
     positive_int,
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     remaining = args.max if args.max is not None else -1
     total = 0
     with open_store(args.data) as store:
-        queue_ids = _queues(store, args.topic, args.queue)
+        queue_ids = existing_queues(store, args.topic, args.queue)
         for queue_id in queue_ids:
             count = _read_queue(store, args, queue_id, tag_filter, remaining)
             total += count
@@ -86,22 +86,6 @@ def run(args: argparse.Namespace) -> int:
         queues = ", ".join(map(str, queue_ids)) or "none"
         print(f"read {total} message(s) from {args.topic} (queues {queues})")
     return EXIT_OK
-
-
-def _queues(store: MessageStore, topic: str, queue: int | None) -> list[int]:
-    """The queues to read; an unknown topic or queue is an error."""
-    known = store.queue_ids(topic)
-    config = store.topics.get(topic)
-    if not known and config is None:
-        raise CliError(f"topic {topic} does not exist in store {store.root}", EXIT_FAILED)
-    if queue is None:
-        return known
-    if queue not in known and (config is None or queue >= config.read_queue_nums):
-        count = config.read_queue_nums if config else len(known)
-        raise CliError(
-            f"topic {topic} has no queue {queue} (it has {count} read queues)", EXIT_FAILED
-        )
-    return [queue]
 
 
 def _read_queue(

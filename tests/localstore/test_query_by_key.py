@@ -255,7 +255,9 @@ def test_index_disabled_store(tmp_path: Path) -> None:
         with pytest.raises(StoreError):
             store.query_by_key(TOPIC, "k")
         assert offsets(store.query_by_id(result.offset_msg_id)) == [result.phys_offset]
-        assert store.query_by_id("UNIQ-1") == []
+        # a UNIQ_KEY needs the index: refused, not answered "none" as if it had been looked up
+        with pytest.raises(StoreError, match="without an index"):
+            store.query_by_id("UNIQ-1")
     with MessageStore(root) as store, pytest.raises(StoreError):  # recorded: still disabled
         store.query_by_key(TOPIC, "k")
     assert index_files(root) == []
