@@ -133,6 +133,20 @@ class ConsumeQueue:
         end = min(segment.wrote_position, start + max_units * UNIT_SIZE)
         return segment.view[start:end] if end > start else memoryview(b"")
 
+    def last_unit_within(self, phys_end: int) -> int | None:
+        """The queue offset of the last unit whose record ends at or before commitlog offset
+        ``phys_end`` (the last that :meth:`truncate_beyond` keeps), or None when none would be
+        left. Reads only."""
+        if self.max_phys_offset <= phys_end:
+            last = self.max_offset - 1
+            return last if last >= self.min_offset else None
+        for segment in reversed(self.segments.segments):
+            keep = _units_ending_within(segment.view, segment.wrote_position // UNIT_SIZE, phys_end)
+            if keep:
+                last = segment.start_offset // UNIT_SIZE + keep - 1
+                return last if last >= self.min_offset else None
+        return None
+
     def truncate_beyond(self, phys_end: int) -> int:
         """Cut the units whose record ends past commitlog offset ``phys_end`` (recovery);
         returns how many were cut. Cut units are zeroed so no later load finds them again."""

@@ -30,6 +30,7 @@ from localstore.codec import RecordError, body_crc, decode_record
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
 from localstore.dispatch import Dispatcher
+from localstore.errors import StoreError
 from localstore.index_service import IndexService
 from localstore.log_scan import SplitHints, first_record_ok, iter_records, scan_valid_end
 from localstore.offset_index import stored_record_starts
@@ -66,6 +67,9 @@ def recover(
     end, scanned = scan_valid_end(
         commitlog, start, check_crc=True, split_hints=split_hints(commitlog)
     )
+    unsound = _unsound_queues(commitlog, queues, end)
+    if unsound:  # they are rebuilt from the whole log: it must read, or nothing is touched
+        _check_rebuildable(commitlog, end, unsound)
     commitlog.set_end(end)
     truncated = sum(queue.truncate_beyond(end) for queue in list(queues.queues.values()))
     rebuilt = _drop_unsound_queues(commitlog, queues)
@@ -115,6 +119,11 @@ def _last_unit_sound(commitlog: CommitLog, queue: ConsumeQueue, *, check_crc: bo
     last = queue.max_offset - 1
     if last < queue.min_offset:
         return True
+    return _unit_sound(commitlog, queue, last, check_crc=check_crc)
+
+
+def _unit_sound(commitlog: CommitLog, queue: ConsumeQueue, last: int, *, check_crc: bool) -> bool:
+    """Unit ``last`` of ``queue`` points at a whole record of this queue (see above)."""
     phys, size = queue.unit_head(last)
     if phys < commitlog.min_offset:
         return True  # its record was deleted by retention: nothing left to check against
@@ -133,6 +142,35 @@ def _last_unit_sound(commitlog: CommitLog, queue: ConsumeQueue, *, check_crc: bo
         and message.queue_id == queue.queue_id
         and message.queue_offset == last
     )
+
+
+def _unsound_queues(commitlog: CommitLog, queues: QueueRegistry, end: int) -> list[str]:
+    """The queues :func:`_drop_unsound_queues` will drop once the log ends at ``end``, found
+    without changing anything (a unit past ``end`` is about to be cut, not a damaged file)."""
+    unsound = []
+    for queue in queues.queues.values():
+        last = queue.last_unit_within(end)
+        if last is not None and not _unit_sound(commitlog, queue, last, check_crc=False):
+            unsound.append(f"{queue.topic}/{queue.queue_id}")
+    return unsound
+
+
+def _check_rebuildable(commitlog: CommitLog, end: int, unsound: list[str]) -> None:
+    """Raise :class:`StoreError`, before any file changes, if a damaged record between the
+    log's start and ``end`` would stop the rebuild of the ``unsound`` queues half-way (their
+    files deleted, the next open showing them empty)."""
+    position = commitlog.min_offset
+    try:
+        for message in iter_records(commitlog.segment_view, position, end, body=False):
+            position = message.phys_offset + message.store_size
+    except RecordError as exc:
+        raise StoreError(
+            f"consume queue(s) {', '.join(unsound)} of {commitlog.directory.parent} point at "
+            f"records they do not hold and must be rebuilt from the commitlog, but the record "
+            f"at commitlog offset {position} cannot be read ({exc}); nothing was changed. "
+            f"RocketMQ's own tools, or a copy of the damaged segment from a backup, can repair "
+            f"it"
+        ) from exc
 
 
 def _drop_unsound_queues(commitlog: CommitLog, queues: QueueRegistry) -> list[str]:
