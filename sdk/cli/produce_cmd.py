@@ -19,6 +19,7 @@ from sdk.cli.common import (
     Progress,
     Subparsers,
     add_json_option,
+    human_size,
     non_negative_int,
     open_store,
     parse_size,
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if args.size:
         batch = max(1, min(batch, MAX_BATCH_BYTES // args.size))
     with open_store(args.data) as store:
+        _check_body_size(args, store.geometry.max_message_size)  # before a body is built
         producer = Producer(
             store, args.topic, properties, args.queue, args.json, verbose=args.size is None
         )
@@ -111,6 +113,22 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(producer.summary())
     return EXIT_OK
+
+
+def _check_body_size(args: argparse.Namespace, limit: int) -> None:
+    """Refuse a ``--size`` or ``--body`` over the store's maximum message size, ``limit``."""
+    if args.size is not None and args.size > limit:
+        raise CliError(
+            f"--size {human_size(args.size)} is over the store's maximum message size "
+            f"of {human_size(limit)}",
+            EXIT_USAGE,
+        )
+    if args.body is not None and len(body := args.body.encode()) > limit:
+        raise CliError(
+            f"--body is {human_size(len(body))}, over the store's maximum message size "
+            f"of {human_size(limit)}",
+            EXIT_USAGE,
+        )
 
 
 def _properties(args: argparse.Namespace) -> dict[str, str]:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import importlib.util
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,14 +15,18 @@ from typing import TYPE_CHECKING, Any
 # The group sizes of ``quiver perf rebalance`` (kept here so --help needs no SDK import).
 DEFAULT_SIZES = (1, 3, 2, 4, 6, 5, 8, 7, 4, 2, 1, 3, 5, 8, 6, 3, 2, 4, 7, 2, 1)
 
+# A benchmark record's header, topic and properties take less than this beside its body.
+RECORD_ALLOWANCE = 1024
+
 if TYPE_CHECKING:
+    from localstore.geometry import StoreGeometry
     from sdk.perf.report import Figure, Progress
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``perf`` and its sub-commands on the CLI's sub-parsers."""
     perf = subparsers.add_parser("perf", help="measure throughput and latency")
-    commands = perf.add_subparsers(dest="perf_command", required=True)
+    commands = perf.add_subparsers(dest="perf_command", metavar="BENCHMARK", required=True)
     store = commands.add_parser(
         "store",
         help="the embedded store: batch and single put, get, sync flush",
@@ -157,9 +162,12 @@ def _run_bench(
     from sdk.perf.report import Progress, emit
 
     owned = args.data is None
+    if not owned and args.data.exists():
+        if not args.data.is_dir():
+            raise _usage(f"--data {args.data} is not a directory")
+        if any(args.data.iterdir()):
+            raise _usage(f"--data {args.data} is not empty")
     data_dir = Path(tempfile.mkdtemp(prefix="quiver-perf-")) if owned else args.data
-    if not owned and data_dir.exists() and any(data_dir.iterdir()):
-        raise SystemExit(f"quiver perf: {data_dir} is not empty")
     try:
         for figure in make_figures(data_dir, Progress(enabled=not args.quiet)):
             emit(figure, args.json)
@@ -169,9 +177,54 @@ def _run_bench(
     return 0
 
 
+def _usage(message: str) -> SystemExit:
+    """A usage error, reported as the CLI reports one (one line on stderr) with exit status 2
+    (bad usage). Raised as SystemExit: the CLI package is not imported outside it."""
+    print(f"quiver: error: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def _check_positive(args: argparse.Namespace, *names: str) -> None:
+    """Each of the ``names`` arguments is > 0 (or not given, None)."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise _usage(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def _geometry(commitlog_file_size: int | None = None) -> StoreGeometry:
+    """The geometry of the benchmark's stores (the store's defaults but the segment size), as
+    the store checks it."""
+    from localstore.geometry import StoreGeometry
+
+    if commitlog_file_size is None:
+        return StoreGeometry()
+    try:
+        return StoreGeometry(commitlog_file_size=commitlog_file_size)
+    except ValueError as exc:
+        raise _usage(f"--commitlog-file-size {commitlog_file_size}: {exc}") from None
+
+
+def _check_body_size(size: int, geometry: StoreGeometry) -> None:
+    """A ``--size`` body is one the store takes and its record fits a commitlog segment."""
+    if size > geometry.max_message_size:
+        raise _usage(
+            f"--size {size} is over the store's maximum message size "
+            f"({geometry.max_message_size} bytes)"
+        )
+    if size + RECORD_ALLOWANCE > geometry.commitlog_file_size:
+        raise _usage(
+            f"--size {size} does not fit a commitlog segment of {geometry.commitlog_file_size} "
+            f"bytes (--commitlog-file-size): a record takes its body and up to "
+            f"{RECORD_ALLOWANCE} bytes more"
+        )
+
+
 def _run_lookup(args: argparse.Namespace) -> int:
     from sdk.perf.lookup_bench import LookupBenchConfig, run_lookup_bench
 
+    _check_positive(args, "count", "size", "lookups")
+    _check_body_size(args.size, _geometry())
     return _run_bench(
         args,
         lambda data, progress: run_lookup_bench(
@@ -182,12 +235,39 @@ def _run_lookup(args: argparse.Namespace) -> int:
 
 
 def _run_recovery(args: argparse.Namespace) -> int:
-    from sdk.perf.recovery_bench import RecoveryBenchConfig, run_recovery_bench
+    from localstore.codec import BLANK_RECORD_SIZE, record_overhead
+    from sdk.perf.recovery_bench import (
+        PROPERTIES_BYTES,
+        TOPIC,
+        RecoveryBenchConfig,
+        run_recovery_bench,
+    )
 
+    _check_positive(args, "bytes", "record_size", "commitlog_file_size")
+    geometry = _geometry(args.commitlog_file_size)
+    record_size = args.record_size
+    beside_body = record_overhead(len(TOPIC) + 1) + PROPERTIES_BYTES  # as recovery_bench fills
+    if record_size <= beside_body:
+        raise _usage(
+            f"--record-size {record_size} is too small for this topic: a record takes "
+            f"{beside_body} bytes beside its body (want at least {beside_body + 1})"
+        )
+    if record_size - beside_body > geometry.max_message_size:
+        raise _usage(
+            f"--record-size {record_size} is too large: its body of {record_size - beside_body} "
+            f"bytes is over the store's maximum message size ({geometry.max_message_size} bytes)"
+        )
+    if record_size + BLANK_RECORD_SIZE > geometry.commitlog_file_size:
+        raise _usage(
+            f"--record-size {record_size} does not fit a commitlog segment of "
+            f"{geometry.commitlog_file_size} bytes (--commitlog-file-size)"
+        )
+    if args.bytes < record_size:
+        raise _usage(f"--bytes {args.bytes} is less than one record (--record-size {record_size})")
     return _run_bench(
         args,
         lambda data, progress: run_recovery_bench(
-            RecoveryBenchConfig(data, args.bytes, args.record_size, args.commitlog_file_size),
+            RecoveryBenchConfig(data, args.bytes, record_size, args.commitlog_file_size),
             progress,
         ),
         ("recovery",),
@@ -197,15 +277,15 @@ def _run_recovery(args: argparse.Namespace) -> int:
 def _run_store(args: argparse.Namespace) -> int:
     from sdk.perf.store_bench import StoreBenchConfig, run_store_bench
 
-    for name in ("count", "size", "batch"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"quiver perf store: --{name} must be positive")
+    _check_positive(args, "count", "size", "batch", "sync_count", "commitlog_file_size")
+    _check_body_size(args.size, _geometry(args.commitlog_file_size))
+    _check_pin_cpu(args.pin_cpu)
     if args.uvloop and importlib.util.find_spec("uvloop") is None:
         raise SystemExit(
             "quiver perf store: --uvloop needs uvloop, which is not installed "
             "(pip install 'quiver[uvloop]')"
         )
-    _check_pin_cpu("store", args.pin_cpu)
+    sync_count = min(args.count, 100_000) if args.sync_count is None else args.sync_count
 
     def figures(data: Path, progress: Progress) -> Iterator[Figure]:
         config = StoreBenchConfig(
@@ -213,7 +293,7 @@ def _run_store(args: argparse.Namespace) -> int:
             count=args.count,
             size=args.size,
             batch=args.batch,
-            sync_count=args.sync_count or min(args.count, 100_000),
+            sync_count=sync_count,
             commitlog_file_size=args.commitlog_file_size,
             index_enabled=args.index_enabled,
             uvloop=args.uvloop,
@@ -227,10 +307,19 @@ def _run_store(args: argparse.Namespace) -> int:
 def _run_e2e(args: argparse.Namespace) -> int:
     from sdk.perf.e2e_bench import E2EBenchConfig, run_e2e_bench
 
-    for name in ("count", "size", "batch", "latency_samples", "consume_batch", "pull_batch"):
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"quiver perf e2e: --{name.replace('_', '-')} must be positive")
-    _check_pin_cpu("e2e", args.pin_cpu)
+    _check_positive(
+        args,
+        "count",
+        "size",
+        "batch",
+        "latency_samples",
+        "consume_batch",
+        "pull_batch",
+        "consume_threads",
+        "commitlog_file_size",
+    )
+    _check_body_size(args.size, _geometry(args.commitlog_file_size))
+    _check_pin_cpu(args.pin_cpu)
     config = E2EBenchConfig(
         data_dir=args.data,
         count=args.count,
@@ -251,13 +340,13 @@ def _run_e2e(args: argparse.Namespace) -> int:
     )
 
 
-def _check_pin_cpu(command: str, cpu: int | None) -> None:
+def _check_pin_cpu(cpu: int | None) -> None:
     """Stop before measuring anything when ``--pin-cpu`` names a CPU that cannot be used."""
     from sdk.perf.affinity import pin_problem
 
     problem = None if cpu is None else pin_problem(cpu)
     if problem is not None:
-        raise SystemExit(f"quiver perf {command}: --pin-cpu {cpu}: {problem}")
+        raise _usage(f"--pin-cpu {cpu}: {problem}")
 
 
 def _run_rebalance(args: argparse.Namespace) -> int:
@@ -266,11 +355,10 @@ def _run_rebalance(args: argparse.Namespace) -> int:
     try:
         sizes = tuple(int(size) for size in args.sizes.split(","))
     except ValueError:
-        raise SystemExit(
-            f"quiver perf rebalance: --sizes wants numbers like 1,3,2: {args.sizes!r}"
-        ) from None
-    if not sizes or min(sizes) < 1 or args.queues < 1 or args.rate < 1:
-        raise SystemExit("quiver perf rebalance: --sizes, --queues and --rate must be positive")
+        raise _usage(f"--sizes wants numbers like 1,3,2, got {args.sizes!r}") from None
+    if min(sizes) < 1:
+        raise _usage(f"--sizes wants group sizes of 1 or more, got {args.sizes!r}")
+    _check_positive(args, "queues", "rate")
     return _run_bench(
         args,
         lambda data, progress: run_rebalance_bench(
