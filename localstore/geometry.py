@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 
 from localstore.atomic_file import write_atomically
-from localstore.errors import GeometryMismatchError
+from localstore.errors import CorruptStoreError, GeometryMismatchError
 from localstore.mapped_file import NAME_DIGITS
 
 FlushMode = Literal["async", "sync"]
@@ -79,6 +79,9 @@ class StoreGeometry:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(StoreGeometry))
+# The JSON type of each field: that of its default (every field has one).
+_FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(StoreGeometry)}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "a boolean"}
 
 
 def resolve_geometry(root: Path, requested: dict[str, Any] | None = None) -> StoreGeometry:
@@ -105,13 +108,43 @@ def resolve_geometry(root: Path, requested: dict[str, Any] | None = None) -> Sto
 
 
 def load_geometry(path: Path) -> StoreGeometry:
-    data = orjson.loads(path.read_bytes())
+    """The geometry recorded in ``path``. A file that is not valid JSON, is not an object of
+    Quiver's fields, or holds a value of the wrong type or out of range raises
+    :class:`CorruptStoreError` naming the file; another format version raises
+    :class:`GeometryMismatchError`. Unknown keys are ignored, and a field a file lacks (one
+    recorded before the field existed) takes its default."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise CorruptStoreError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CorruptStoreError(f"{path}: not a JSON object (found {_kind(data)})")
     version = data.pop("format_version", None)
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise GeometryMismatchError(
             f"{path} has format version {version}, this Quiver reads {FORMAT_VERSION}"
         )
-    return StoreGeometry(**{k: v for k, v in data.items() if k in _FIELDS})
+    values = {k: v for k, v in data.items() if k in _FIELDS}
+    for name, value in values.items():
+        expected = _FIELD_TYPES[name]
+        if type(value) is not expected:  # exact: a JSON true is no integer here
+            raise CorruptStoreError(
+                f"{path}: {name} is not {_TYPE_NAMES[expected]} (found {_kind(value)})"
+            )
+    try:
+        return StoreGeometry(**values)
+    except ValueError as exc:
+        raise CorruptStoreError(f"{path}: {exc}") from exc
+
+
+def _kind(value: Any) -> str:
+    """A JSON value of the wrong shape as an error message shows it: a container by its JSON
+    type, a scalar as written (``"4"``, ``-1``, ``true``, ``null``)."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    text = orjson.dumps(value).decode() if isinstance(value, str) else repr(value)
+    text = {"True": "true", "False": "false", "None": "null"}.get(text, text)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def save_geometry(path: Path, geometry: StoreGeometry) -> None:

@@ -58,21 +58,25 @@ class TopicTable:
         self._extra: dict[str, Any] = {}  # RocketMQ fields we keep as they were
 
     def load(self, consume_queue_dir: Path) -> None:
+        """Read ``config/topics.json`` (if any), then add the topics found on disk.
+
+        A file that is not valid JSON, or valid JSON of another shape than RocketMQ's, raises
+        :class:`CorruptStoreError` naming the file and what is wrong with it.
+        """
         if self.path.exists():
             try:
                 data = orjson.loads(self.path.read_bytes())
             except orjson.JSONDecodeError as exc:
                 raise CorruptStoreError(f"{self.path} is not valid JSON: {exc}") from exc
-            self._counter = int(data.get("dataVersion", {}).get("counter", 0))
-            table = data.get("topicConfigTable", {})
-            for name, config in table.items():
-                self._extra[name] = config
+            self._counter, table = _parse_topics_document(self.path, data)
+            for name, entry in table.items():
+                self._extra[name] = entry
                 self.topics[name] = TopicConfig(
                     name,
-                    int(config.get("readQueueNums", 0)),
-                    int(config.get("writeQueueNums", 0)),
-                    int(config.get("perm", 6)),
-                    bool(config.get("order", False)),
+                    entry.get("readQueueNums", 0),
+                    entry.get("writeQueueNums", 0),
+                    entry.get("perm", PERM_READ_WRITE),
+                    entry.get("order", False),
                 )
         for name, queue_count in _queues_on_disk(consume_queue_dir).items():
             config = self.topics.get(name)
@@ -105,6 +109,53 @@ class TopicTable:
             "topicConfigTable": table,
         }
         write_atomically(self.path, orjson.dumps(document, option=orjson.OPT_INDENT_2))
+
+
+def _parse_topics_document(path: Path, data: Any) -> tuple[int, dict[str, dict[str, Any]]]:
+    """``(dataVersion.counter, topicConfigTable)`` of a parsed ``topics.json``, checked field by
+    field against the shape RocketMQ's broker writes (fields it writes that Quiver does not use
+    are left alone); anything else raises :class:`CorruptStoreError`."""
+    if not isinstance(data, dict):
+        raise CorruptStoreError(f"{path}: not a JSON object (found {_kind(data)})")
+    version = data.get("dataVersion", {})
+    if not isinstance(version, dict):
+        raise CorruptStoreError(f"{path}: dataVersion is not an object (found {_kind(version)})")
+    counter = version.get("counter", 0)
+    if not _is_int(counter):
+        raise CorruptStoreError(
+            f"{path}: dataVersion.counter is not an integer (found {_kind(counter)})"
+        )
+    table = data.get("topicConfigTable", {})
+    if not isinstance(table, dict):
+        raise CorruptStoreError(f"{path}: topicConfigTable is not an object (found {_kind(table)})")
+    for name, config in table.items():
+        where = f"{path}: topicConfigTable[{name!r}]"
+        if not isinstance(config, dict):
+            raise CorruptStoreError(f"{where} is not an object (found {_kind(config)})")
+        for field in ("readQueueNums", "writeQueueNums", "perm"):
+            value = config.get(field, 0)
+            if not _is_int(value) or value < 0:
+                raise CorruptStoreError(
+                    f"{where}.{field} is not a non-negative integer (found {_kind(value)})"
+                )
+        order = config.get("order", False)
+        if not isinstance(order, bool):
+            raise CorruptStoreError(f"{where}.order is not a boolean (found {_kind(order)})")
+    return counter, table
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    """A JSON value of the wrong shape as an error message shows it: a container by its JSON
+    type, a scalar as written (``"4"``, ``-1``, ``true``, ``null``)."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    text = orjson.dumps(value).decode() if isinstance(value, str) else repr(value)
+    text = {"True": "true", "False": "false", "None": "null"}.get(text, text)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _queues_on_disk(consume_queue_dir: Path) -> dict[str, int]:

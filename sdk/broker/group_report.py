@@ -192,24 +192,85 @@ def read_snapshot(
     root: Path, group: str, broker_name: str
 ) -> tuple[GroupView, dict[str, str], int]:
     """The recorded view of ``group`` (empty when none), its members' message models, and the
-    snapshot's time (0 when there is no snapshot). Raises ValueError for a damaged file."""
+    snapshot's time (0 when there is no snapshot). Raises ValueError naming the file for a
+    damaged one: not valid JSON, or not of the layout above (the whole file is checked, not
+    only ``group``'s entry)."""
     path = root / SNAPSHOT_FILE
     if not path.exists():
         return GroupView(0, ()), {}, 0
-    document = orjson.loads(path.read_bytes())
-    recorded = document.get("groups", {}).get(group)
+    try:
+        document = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    timestamp, groups = _parse_snapshot(path, document, broker_name)
+    recorded = groups.get(group)
     if recorded is None:
-        return GroupView(0, ()), {}, int(document.get("timestamp", 0))
-    members = recorded.get("members", {})
-    owners = {}
-    for key, cid in recorded.get("owners", {}).items():
-        topic, _, queue_id = key.rpartition("@")
-        owners[MessageQueue(topic, broker_name, int(queue_id))] = cid
-    view = GroupView(
-        int(recorded.get("generation", 0)),
-        tuple(sorted(members)),
-        {cid: dict(m.get("subscriptions", {})) for cid, m in members.items()},
-        owners,
-    )
-    models = {cid: str(m.get("messageModel", "")) for cid, m in members.items()}
-    return view, models, int(document.get("timestamp", 0))
+        return GroupView(0, ()), {}, timestamp
+    view, models = recorded
+    return view, models, timestamp
+
+
+def _parse_snapshot(
+    path: Path, document: Any, broker_name: str
+) -> tuple[int, dict[str, tuple[GroupView, dict[str, str]]]]:
+    """``(timestamp, group -> (view, models))`` of a parsed snapshot; ValueError naming ``path``
+    and the first entry that is not of the layout :func:`snapshot_document` writes."""
+
+    def fail(where: str, expected: str, value: Any) -> ValueError:
+        return ValueError(f"{path}: {where} is not {expected} (found {_kind(value)})")
+
+    def mapping(where: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise fail(where, "an object", value)
+        return value
+
+    def integer(where: str, value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise fail(where, "a non-negative integer", value)
+        return value
+
+    def string(where: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise fail(where, "a string", value)
+        return value
+
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: not a JSON object (found {_kind(document)})")
+    timestamp = integer("timestamp", document.get("timestamp", 0))
+    groups: dict[str, tuple[GroupView, dict[str, str]]] = {}
+    for group, entry in mapping("groups", document.get("groups", {})).items():
+        where = f"groups[{group!r}]"
+        recorded = mapping(where, entry)
+        generation = integer(f"{where}.generation", recorded.get("generation", 0))
+        subscriptions: dict[str, dict[str, str]] = {}
+        models: dict[str, str] = {}
+        members = mapping(f"{where}.members", recorded.get("members", {}))
+        for cid, value in members.items():
+            at = f"{where}.members[{cid!r}]"
+            member = mapping(at, value)
+            models[cid] = string(f"{at}.messageModel", member.get("messageModel", ""))
+            topics = mapping(f"{at}.subscriptions", member.get("subscriptions", {}))
+            subscriptions[cid] = {
+                topic: string(f"{at}.subscriptions[{topic!r}]", expression)
+                for topic, expression in topics.items()
+            }
+        owners = {}
+        for key, cid in mapping(f"{where}.owners", recorded.get("owners", {})).items():
+            topic, _, queue_id = key.rpartition("@")
+            if not topic or not (queue_id.isascii() and queue_id.isdigit()):
+                raise ValueError(f"{path}: {where}.owners key {key!r} is not TOPIC@QUEUE_ID")
+            owner = string(f"{where}.owners[{key!r}]", cid)
+            owners[MessageQueue(topic, broker_name, int(queue_id))] = owner
+        view = GroupView(generation, tuple(sorted(members)), subscriptions, owners)
+        groups[group] = (view, models)
+    return timestamp, groups
+
+
+def _kind(value: Any) -> str:
+    """A JSON value of the wrong shape as an error message shows it: a container by its JSON
+    type, a scalar as written (``"4"``, ``-1``, ``true``, ``null``)."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    text = orjson.dumps(value).decode() if isinstance(value, str) else repr(value)
+    text = {"True": "true", "False": "false", "None": "null"}.get(text, text)
+    return text if len(text) <= 40 else text[:37] + "..."
