@@ -12,18 +12,27 @@ offset still in flight), never the order in which batches finish.
 
 Listener contract: ``listener(messages) -> ConsumeResult`` (``None`` counts as SUCCESS); raising
 counts as RECONSUME_LATER. The same message may be delivered more than once (at-least-once):
-make the listener idempotent (:mod:`sdk.idempotency`).
+make the listener idempotent (:mod:`sdk.idempotency`). The listener's kind is checked when the
+consumer is built: :class:`PushConsumer` takes a plain callable, :class:`AsyncPushConsumer` an
+``async def`` one (see :func:`check_listener`).
+
+Closing hands every queue over as a rebalance does: pulling stops, the listener calls already
+running finish (at most ``release_timeout_s``), their results are committed and persisted, and
+only then are the queues' leases given back and the group left.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
+import inspect
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from threading import current_thread
 from types import TracebackType
 from typing import Self
@@ -39,7 +48,7 @@ from sdk.message import ConsumeResult
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
 
-__all__ = ["AsyncPushConsumer", "Listener", "PushConsumer"]
+__all__ = ["AsyncPushConsumer", "Listener", "PushConsumer", "check_listener"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,47 @@ def _start_lease_keeper(core: PushCore, group: str) -> PeriodicTask:
     return PeriodicTask(f"quiver-leases-{group}", core.renew_leases, interval, interval)
 
 
+def _is_async_callable(listener: object) -> bool:
+    """Whether calling ``listener`` gives a coroutine, as far as :mod:`inspect` can tell: an
+    ``async def`` function or method, a :func:`functools.partial` of one, an object whose
+    ``__call__`` is ``async def``, or a callable marked with
+    :func:`inspect.markcoroutinefunction` (Python 3.12+)."""
+    while isinstance(listener, functools.partial):
+        listener = listener.func
+    if inspect.iscoroutinefunction(listener):
+        return True
+    if inspect.isroutine(listener) or inspect.isclass(listener):
+        return False  # a function's (or class's) own __call__ says nothing about what it returns
+    call = getattr(listener, "__call__", None)  # noqa: B004 - an instance's async __call__
+    return inspect.iscoroutinefunction(call)
+
+
+def check_listener(listener: object, *, asynchronous: bool) -> None:
+    """Refuse, with TypeError, a listener the consumer could not run: one that is not
+    callable, an ``async def`` one given to :class:`PushConsumer` (it would only get coroutines
+    back, never run the body, and dead-letter every message), or a plain one given to
+    :class:`AsyncPushConsumer` (it would run the body, then fail to await its answer, and
+    redeliver every message up to the dead-letter queue).
+
+    The kind is what :mod:`inspect` tells (see :func:`_is_async_callable`). A plain callable
+    that returns an awaitable (a decorator's wrapper, say) looks synchronous to it: mark it
+    with :func:`inspect.markcoroutinefunction` (Python 3.12+) or wrap it in an ``async def``
+    to give it to :class:`AsyncPushConsumer`."""
+    if not callable(listener):
+        raise TypeError(f"the listener must be callable, got {listener!r}")
+    is_async = _is_async_callable(listener)
+    if asynchronous and not is_async:
+        raise TypeError(
+            f"AsyncPushConsumer needs an async def listener (a coroutine function), got "
+            f"{listener!r}, which is not one: give a blocking listener to PushConsumer"
+        )
+    if not asynchronous and is_async:
+        raise TypeError(
+            f"PushConsumer calls its listener synchronously, and {listener!r} is an async def "
+            f"(coroutine) function: give it to AsyncPushConsumer"
+        )
+
+
 def _outcome(answer: object, group: str) -> ConsumeResult:
     if answer is None or answer is ConsumeResult.SUCCESS:
         return ConsumeResult.SUCCESS
@@ -76,7 +126,9 @@ class PushConsumer:
     setting is a :class:`PushSettings` field (message model, ``consume_from``, batch sizes,
     flow control, max reconsume times, consume timeout, allocation strategy, ...), given as a
     keyword. Starts on :meth:`start` or entering ``with``; :meth:`close` (or leaving ``with``)
-    waits for running listeners, persists offsets and leaves the group.
+    waits for running listeners (at most ``release_timeout_s``), persists offsets and leaves the
+    group. ``listener`` must be a plain callable (TypeError for an ``async def`` one: use
+    :class:`AsyncPushConsumer`).
     """
 
     def __init__(
@@ -93,6 +145,7 @@ class PushConsumer:
             raise ValueError("subscribe to at least one topic")
         if consume_threads < 1:
             raise ValueError(f"consume_threads must be >= 1, got {consume_threads}")
+        check_listener(listener, asynchronous=False)
         self.group = check_group(group)
         self.listener = listener
         self.settings = PushSettings(**settings)  # type: ignore[arg-type]
@@ -107,8 +160,14 @@ class PushConsumer:
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
         self._lease_keeper: PeriodicTask | None = None
-        self._in_flight = 0  # listener batches submitted to the pool and not finished
-        self._in_flight_lock = threading.Lock()
+        # What runs on the pool (listener batches, orderly runners), submitted and not finished;
+        # close() waits for these. The lock also orders submitting against closing the pool.
+        self._on_pool: set[Future[None]] = set()
+        self._on_pool_lock = threading.Lock()
+        self._pool_open = False
+        # Held by the pull thread while it hands a pull's batches out, which includes running a
+        # lone batch's listener call itself: close() takes it to wait for that call.
+        self._dispatching = threading.Lock()
         # A moving average of the listener's call time; it starts slow, so a listener runs on
         # the pull thread only after a run of quick calls.
         self._listener_ewma_s = _INLINE_LISTENER_S * 20
@@ -142,6 +201,7 @@ class PushConsumer:
         self._pool = ThreadPoolExecutor(
             self._consume_threads, thread_name_prefix=f"quiver-consume-{self.group}"
         )
+        self._pool_open = True
         self._thread = threading.Thread(
             target=self._pull_loop, name=f"quiver-pull-{self.group}", daemon=True
         )
@@ -164,19 +224,21 @@ class PushConsumer:
                     core.expire_stuck()
                 batch = core.next_pull(core.hold_ms())
                 result = self._transport.pull(batch)
-                if self._stop.is_set():
-                    return
-                works = core.on_pulled(result)
-                if self.settings.orderly:
-                    for queue in {work[0] for work in works}:
-                        self._kick_orderly(queue)
-                elif len(works) == 1 and self._in_flight == 0 and self._quick_listener():
-                    self._consume(*works[0])  # nothing else runs: spare a thread hand-off
-                else:
-                    for work in works:
-                        self._submit(work)
-                    time.sleep(0)  # let a listener thread take the GIL now, not at our next wait
-                if result.generation != core.generation:
+                with self._dispatching:  # close() waits for this, listener call included
+                    if self._stop.is_set():  # checked under the lock: nothing starts after it
+                        return
+                    works = core.on_pulled(result)
+                    if self.settings.orderly:
+                        for queue in {work[0] for work in works}:
+                            self._kick_orderly(queue)
+                    elif len(works) == 1 and not self._on_pool and self._quick_listener():
+                        self._consume(*works[0])  # nothing else runs: spare a thread hand-off
+                    else:
+                        for work in works:
+                            self._submit(work)
+                        # let a listener thread take the GIL now, not at our next wait
+                        time.sleep(0)
+                if result.generation != core.generation and not self._stop.is_set():
                     core.rebalance()
             except Exception as exc:
                 if self._stop.is_set():
@@ -186,29 +248,27 @@ class PushConsumer:
                 )
                 self._stop.wait(_ERROR_PAUSE_S)
 
-    def _submit(self, work: Work) -> None:
-        pool = self._pool
-        if pool is None:
-            return
-        with self._in_flight_lock:
-            self._in_flight += 1
-        try:
-            pool.submit(self._consume_counted, *work)
-        except RuntimeError:  # the pool is shutting down: offsets stay put
-            with self._in_flight_lock:
-                self._in_flight -= 1
+    def _run_on_pool(self, task: Callable[..., None], *args: object) -> bool:
+        """Submit ``task(*args)`` to the pool, tracked until it finishes; False once the
+        consumer is closing (the batch's offsets stay put: it is consumed again later)."""
+        with self._on_pool_lock:
+            pool = self._pool
+            if pool is None or not self._pool_open:
+                return False
+            try:
+                future = pool.submit(task, *args)
+            except RuntimeError:  # the interpreter is shutting down
+                return False
+            self._on_pool.add(future)
+        future.add_done_callback(self._off_pool)  # outside the lock: it may run at once
+        return True
 
-    def _consume_counted(
-        self,
-        queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
-    ) -> None:
-        try:
-            self._consume(queue, process_queue, messages)
-        finally:
-            with self._in_flight_lock:
-                self._in_flight -= 1
+    def _off_pool(self, future: Future[None]) -> None:
+        with self._on_pool_lock:
+            self._on_pool.discard(future)
+
+    def _submit(self, work: Work) -> None:
+        self._run_on_pool(self._consume, *work)
 
     def _quick_listener(self) -> bool:
         """Whether recent listener calls were short enough to run one on the pull thread (a
@@ -242,12 +302,7 @@ class PushConsumer:
             if queue in self._orderly_running:
                 return
             self._orderly_running.add(queue)
-        pool = self._pool
-        try:
-            if pool is None:
-                raise RuntimeError("no pool")
-            pool.submit(self._run_orderly, queue)
-        except RuntimeError:  # shutting down
+        if not self._run_on_pool(self._run_orderly, queue):  # shutting down
             with self._orderly_lock:
                 self._orderly_running.discard(queue)
 
@@ -298,25 +353,65 @@ class PushConsumer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop pulling, let running listener batches finish, persist offsets, leave the group
-        (which gives the queues' leases back only now, after their offsets are committed).
-        Messages pulled but not yet handed to the listener are consumed again later."""
+        """Hand every queue over, as a rebalance does:
+
+        1. stop pulling: no listener call starts any more, batches waiting for a pool thread
+           are dropped and local retries cancelled (those messages are consumed again later);
+        2. wait for the listener calls already running, on the pool and the one the pull thread
+           may be running itself, at most ``release_timeout_s`` (as long as a revoked queue's
+           calls may take); each one's result is committed as it finishes, and the leases are
+           renewed meanwhile;
+        3. persist the committed offsets, then leave the group, which gives the queues' leases
+           back (and wakes the parked pull); then stop the lease keeper and the pull thread.
+
+        So no other member gets a queue while a listener call of this one still runs on it, and
+        what those calls finished is not delivered again. A call still running after
+        ``release_timeout_s`` is left to finish on its own: it commits nothing (its messages go
+        to the queue's next owner, at-least-once)."""
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + self.settings.release_timeout_s
         self._stop.set()
         with self._timers_lock:
             for timer in self._timers:
                 timer.cancel()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._on_pool_lock:
+            self._pool_open = False  # nothing is submitted after this
+        if self._pool is not None:  # cancel what waits for a thread; let the running finish
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        pull_idle = self._wait_for_listeners(deadline)
         core = self._core
         if core is not None:
             core.shutdown()  # persist, then leave the group: this also wakes the parked pull
         if self._lease_keeper is not None:
             self._lease_keeper.close()
-        if self._thread is not None:
-            self._thread.join()
+        thread = self._thread
+        if thread is not None and pull_idle and thread is not current_thread():
+            thread.join()
+
+    def _wait_for_listeners(self, deadline: float) -> bool:
+        """Wait until no listener call runs (none starts any more: ``_stop`` is set and the pool
+        closed), at most until ``deadline``; whether the pull thread is done handing out."""
+        on_pull_thread = current_thread() is self._thread  # closed by an inline listener call
+        pull_idle = on_pull_thread or self._dispatching.acquire(
+            timeout=max(0.0, deadline - time.monotonic())
+        )
+        if pull_idle and not on_pull_thread:
+            self._dispatching.release()  # the pull thread sees _stop under it and returns
+        with self._on_pool_lock:
+            running = set(self._on_pool)
+        _, late = concurrent.futures.wait(running, timeout=max(0.0, deadline - time.monotonic()))
+        if late or not pull_idle:
+            log.warning(
+                "closing the push consumer of %s: %d listener call(s) still running after "
+                "release_timeout_s (%.1f s); their messages are not committed and will be "
+                "delivered again",
+                self.group,
+                len(late) + (not pull_idle),
+                self.settings.release_timeout_s,
+            )
+        return pull_idle
 
     def __enter__(self) -> Self:
         self.start()
@@ -334,7 +429,11 @@ class PushConsumer:
 class AsyncPushConsumer:
     """The asyncio twin of :class:`PushConsumer`: ``listener`` is a coroutine function, run as
     tasks (at most ``max_concurrency`` batches at once). Start with ``await start()`` or
-    ``async with``; ``await close()``."""
+    ``async with``; ``await close()``.
+
+    ``listener`` must be ``async def`` (a coroutine function, a :func:`functools.partial` of
+    one, or an object with an ``async def __call__``): anything else is refused with TypeError
+    (see :func:`check_listener`)."""
 
     def __init__(
         self,
@@ -350,6 +449,7 @@ class AsyncPushConsumer:
             raise ValueError("subscribe to at least one topic")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        check_listener(listener, asynchronous=True)
         self.group = check_group(group)
         self.listener = listener
         self.settings = PushSettings(**settings)  # type: ignore[arg-type]
@@ -360,7 +460,8 @@ class AsyncPushConsumer:
         self._core: PushCore | None = None
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # listener batches and orderly runners
+        self._retries: set[asyncio.Task[None]] = set()  # local retries waiting for their time
         self._orderly_running: set[MessageQueue] = set()
         self._lease_keeper: PeriodicTask | None = None
         self._closed = False
@@ -485,6 +586,8 @@ class AsyncPushConsumer:
         slots = self._slots
         assert slots is not None
         async with slots:
+            if self._closed:  # not started before close(): consumed again later
+                return
             core = self.core
             state = core.try_start(queue, process_queue, messages)
             if state is None:  # being handed over (its next owner consumes these) or taken back
@@ -509,12 +612,15 @@ class AsyncPushConsumer:
                 self._spawn(work)
 
         task = loop.create_task(again())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
 
     async def close(self) -> None:
-        """Stop pulling, let running listener tasks finish, persist offsets, leave the group
-        (giving the queues' leases back only after their offsets are committed)."""
+        """As :meth:`PushConsumer.close`: stop pulling (batches not started yet and local
+        retries are left to be consumed again later), wait for the running listener tasks (at
+        most ``release_timeout_s``: those still running then are cancelled and commit
+        nothing), persist the offsets they committed, then leave the group (giving the queues'
+        leases back only now)."""
         if self._closed:
             return
         self._closed = True
@@ -523,8 +629,22 @@ class AsyncPushConsumer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for retry in list(self._retries):
+            retry.cancel()
+        running = self._tasks - {asyncio.current_task()}  # a listener may close its consumer
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.settings.release_timeout_s)
+            if late:
+                log.warning(
+                    "closing the push consumer of %s: %d listener task(s) still running after "
+                    "release_timeout_s (%.1f s); cancelled, their messages will be delivered "
+                    "again",
+                    self.group,
+                    len(late),
+                    self.settings.release_timeout_s,
+                )
+                for task in late:
+                    task.cancel()
         if core is not None:
             await asyncio.to_thread(core.shutdown)
         if self._lease_keeper is not None:
