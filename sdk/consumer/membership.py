@@ -22,7 +22,8 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN
+from localstore.tags import TagFilter
+from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN, topic_error
 from offsetstore import (
     NOT_FOUND,
     LocalFileOffsetStore,
@@ -187,3 +188,22 @@ def start_offset(
         start = transport.offset_for_timestamp(topic, queue_id, consume_timestamp_ms)
     offsets.update_offset(queue, start, False)
     return start
+
+
+def check_subscription(
+    topics: Mapping[str, str | None] | Iterable[str],
+) -> dict[str, str | None]:
+    """A subscription as ``{topic: tag expression or None}``, checked: at least one topic, each
+    a valid name (system topics such as ``%DLQ%`` ones allowed), each expression parsed (a bad
+    one fails here, not at the first pull). ValueError naming the problem otherwise."""
+    if isinstance(topics, str | bytes):
+        raise ValueError(f"give topics as a list or a mapping, not the bare string {topics!r}")
+    chosen = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics)
+    if not chosen:
+        raise ValueError("subscribe to at least one topic")
+    for topic, expression in chosen.items():
+        problem = topic_error(topic, system=True) if isinstance(topic, str) else "not a str"
+        if problem is not None:
+            raise ValueError(f"cannot subscribe to topic {topic!r}: {problem}")
+        TagFilter.parse(expression)  # a bad tag expression fails here, not at the first poll
+    return chosen

@@ -63,11 +63,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
-from localstore.tags import TagFilter
 from localstore.validation import topic_error
 from offsetstore import MessageQueue
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
-from sdk.consumer.membership import ConsumeFrom, MessageModel, check_group, new_client_id
+from sdk.consumer.membership import (
+    ConsumeFrom,
+    MessageModel,
+    check_group,
+    check_subscription,
+    new_client_id,
+)
 from sdk.consumer.pull_state import Offsets, QueueTable
 from sdk.errors import ClientClosedError
 from sdk.message import ReceivedMessage
@@ -95,20 +100,6 @@ LEASE_RENEW_INTERVAL_S = 10.0  # a third of the lease: two renewals may fail bef
 PENDING_LEASE_WAIT_S = 0.05  # how long a pull waits while a wanted queue's lease is pending
 DEFAULT_MAX_POLL_RECORDS = 500
 Closing = tuple[Offsets | None, list[MessageQueue], bool]
-
-
-def _topics(topics: Mapping[str, str | None] | Iterable[str]) -> dict[str, str | None]:
-    if isinstance(topics, str | bytes):
-        raise ValueError(f"give topics as a list or a mapping, not the bare string {topics!r}")
-    chosen = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics)
-    if not chosen:
-        raise ValueError("subscribe to at least one topic")
-    for topic, expression in chosen.items():
-        problem = topic_error(topic, system=True) if isinstance(topic, str) else "not a str"
-        if problem is not None:
-            raise ValueError(f"cannot subscribe to topic {topic!r}: {problem}")
-        TagFilter.parse(expression)  # a bad tag expression fails here, not at the first poll
-    return chosen
 
 
 _POLL_MORE_OFTEN = (
@@ -228,7 +219,7 @@ class PullCore(ABC):
             raise RuntimeError(
                 f"this consumer of {self.group} assigned queues: it cannot subscribe"
             )
-        self._subscription = _topics(topics)
+        self._subscription = check_subscription(topics)
         self._rejoin = True
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:

@@ -40,7 +40,7 @@ from typing import Self
 from localstore.codec import StoredMessage
 from localstore.periodic import PeriodicTask
 from offsetstore import MessageQueue
-from sdk.consumer.membership import check_group, new_client_id
+from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
 from sdk.errors import ClientClosedError
@@ -141,8 +141,7 @@ class PushConsumer:
         consume_threads: int = 8,
         **settings: object,
     ) -> None:
-        if not subscription:
-            raise ValueError("subscribe to at least one topic")
+        subscription = check_subscription(subscription)
         if consume_threads < 1:
             raise ValueError(f"consume_threads must be >= 1, got {consume_threads}")
         check_listener(listener, asynchronous=False)
@@ -445,8 +444,7 @@ class AsyncPushConsumer:
         max_concurrency: int = 64,
         **settings: object,
     ) -> None:
-        if not subscription:
-            raise ValueError("subscribe to at least one topic")
+        subscription = check_subscription(subscription)
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         check_listener(listener, asynchronous=True)

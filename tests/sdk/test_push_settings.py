@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sdk import (
+    AsyncPushConsumer,
     BrokerOptions,
     ConsumeFrom,
     ConsumeResult,
@@ -107,3 +108,24 @@ def test_a_consumer_naming_no_limit_follows_the_brokers(strict_broker):
 
 def test_a_consumer_naming_a_limit_overrides_the_brokers(strict_broker):
     assert _deliveries_until_dead(strict_broker, max_reconsume_times=1) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("subscription", "problem"),
+    [
+        ({}, "at least one topic"),
+        ({"bad topic": None}, "cannot subscribe to topic 'bad topic'"),
+        ("orders", "not the bare string"),
+    ],
+)
+def test_a_subscription_is_checked_at_construction(tmp_path: Path, subscription, problem):
+    """As PullConsumer checks it: a bad topic name used to be accepted and pulled in vain."""
+
+    async def listener(messages):
+        return None
+
+    with EmbeddedBroker(tmp_path / "b") as broker:
+        with pytest.raises(ValueError, match=problem):
+            PushConsumer(broker, "g", subscription, lambda messages: None)
+        with pytest.raises(ValueError, match=problem):
+            AsyncPushConsumer(broker, "g", subscription, listener)
