@@ -23,6 +23,7 @@ from sdk.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from localstore.recovery import RecoveryReport
     from localstore.store import MessageStore
 
 _GEOMETRY_OPTIONS = (  # (option, StoreGeometry field, argparse type, help)
@@ -174,6 +175,8 @@ def run_info(args: argparse.Namespace) -> int:
     _print_geometry(document["geometry"])
     if document["crashed_last_time"]:
         print("the last run did not close the store cleanly (recovered at open)")
+    if (cut := _recovery_cut(store.recovery)) is not None:
+        print(cut)
     print(
         f"commitlog [{commitlog['min_offset']}, {commitlog['max_offset']}) in "
         f"{len(commitlog['segments'])} segment(s)"
@@ -221,18 +224,12 @@ def describe(store: MessageStore) -> dict[str, Any]:
                 "queues": queues,
             }
         )
-    recovery = store.recovery
     return {
         "path": str(store.root),
         "geometry": dataclasses.asdict(store.geometry),
         "flush_mode": store.geometry.flush_mode,
         "crashed_last_time": store.crashed_last_time,
-        "recovery": {
-            "start_offset": recovery.start_offset,
-            "end_offset": recovery.end_offset,
-            "records_scanned": recovery.records_scanned,
-            "records_dispatched": recovery.records_dispatched,
-        },
+        "recovery": _recovery_json(store),
         "commitlog": {
             "min_offset": commitlog.min_offset,
             "max_offset": commitlog.max_offset,
@@ -249,15 +246,52 @@ def describe(store: MessageStore) -> dict[str, Any]:
     }
 
 
+def _recovery_json(store: MessageStore) -> dict[str, Any]:
+    """What recovery did when ``store`` opened, as ``info`` and ``verify`` print it."""
+    recovery = store.recovery
+    return {
+        "crashed_last_time": store.crashed_last_time,
+        "abnormal": recovery.abnormal,
+        "start_offset": recovery.start_offset,
+        "end_offset": recovery.end_offset,
+        "records_scanned": recovery.records_scanned,
+        "records_dispatched": recovery.records_dispatched,
+        "units_truncated": recovery.units_truncated,
+        "rebuilt_queues": recovery.rebuilt_queues,
+    }
+
+
+def _recovery_cut(recovery: RecoveryReport) -> str | None:
+    """A line on what recovery at open removed from the queues, or None when it removed
+    nothing: verify checks the files as recovery left them, so this is said beside it."""
+    if not recovery.units_truncated and not recovery.rebuilt_queues:
+        return None
+    parts = []
+    if recovery.units_truncated:
+        parts.append(
+            f"cut {recovery.units_truncated} consume-queue unit(s) pointing past the "
+            f"commitlog's valid end {recovery.end_offset} (messages lost with a damaged or torn "
+            f"record, or never fully written)"
+        )
+    if recovery.rebuilt_queues:
+        parts.append(f"rebuilt queue(s) {', '.join(recovery.rebuilt_queues)} from the commitlog")
+    return "recovery at open " + "; ".join(parts)
+
+
 def run_verify(args: argparse.Namespace) -> int:
-    """Verify the store at DIR; exit status 1 when a problem is found."""
+    """Verify the store at DIR; exit status 1 when a problem is found. What recovery at open
+    removed (the store is checked as recovery left it) is reported beside the checks."""
     from localstore.verify import verify_store
 
     with open_store(args.directory) as store:
         report = verify_store(store, max_problems=args.max_problems)
+        recovery = _recovery_json(store)
+        cut = _recovery_cut(store.recovery)
     if args.json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "recovery": recovery})
     else:
+        if cut is not None:
+            print(f"store {args.directory}: {cut}")
         print(f"store {args.directory}: {report.summary()}")
         for problem in report.problems:
             print(f"  {problem}")

@@ -1,0 +1,59 @@
+"""'quiver store verify' checks the files as recovery at open left them, so it must say what
+that recovery removed: a crashed store whose log was cut at a damaged record lost the messages
+after it, and 'OK' alone would hide that."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localstore import MessageStore
+from localstore.codec import NewMessage
+
+from .test_cli import quiver
+
+pytestmark = pytest.mark.integration
+
+
+def _crashed_store_with_a_damaged_body(root: Path) -> int:
+    """Six messages; then the abort marker (as a killed process leaves it) and a flipped bit in
+    the third message's body. Returns that message's commitlog offset."""
+    with MessageStore(root) as store:
+        results = [store.put(NewMessage("T", b"body %d" % i, i % 2)) for i in range(6)]
+    (root / "abort").touch()
+    damaged = results[2].phys_offset
+    segment = root / "commitlog" / "00000000000000000000"
+    data = bytearray(segment.read_bytes())
+    data[data.index(b"body 2", damaged)] ^= 0x01
+    segment.write_bytes(data)
+    return damaged
+
+
+def test_verify_says_what_recovery_cut(tmp_path):
+    root = tmp_path / "store"
+    damaged = _crashed_store_with_a_damaged_body(root)
+    text = quiver("store", "verify", root)
+    assert f"cut 4 consume-queue unit(s) pointing past the commitlog's valid end {damaged}" in (
+        text.stdout
+    ), text.stdout
+
+
+def test_verify_json_carries_the_recovery(tmp_path):
+    root = tmp_path / "store"
+    damaged = _crashed_store_with_a_damaged_body(root)
+    (document,) = [
+        json.loads(line) for line in quiver("store", "verify", root, "--json").stdout.splitlines()
+    ]
+    recovery = document["recovery"]
+    assert recovery["crashed_last_time"] and recovery["abnormal"]
+    assert (recovery["end_offset"], recovery["units_truncated"]) == (damaged, 4)
+
+
+def test_a_clean_store_reports_no_cut(tmp_path):
+    root = tmp_path / "store"
+    with MessageStore(root) as store:
+        store.put(NewMessage("T", b"x"))
+    text = quiver("store", "verify", root)
+    assert text.returncode == 0 and "recovery at open" not in text.stdout
