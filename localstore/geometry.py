@@ -22,6 +22,7 @@ import orjson
 
 from localstore.atomic_file import write_atomically
 from localstore.errors import CorruptStoreError, GeometryMismatchError
+from localstore.json_shape import json_kind
 from localstore.mapped_file import NAME_DIGITS
 
 FlushMode = Literal["async", "sync"]
@@ -118,7 +119,7 @@ def load_geometry(path: Path) -> StoreGeometry:
     except orjson.JSONDecodeError as exc:
         raise CorruptStoreError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise CorruptStoreError(f"{path}: not a JSON object (found {_kind(data)})")
+        raise CorruptStoreError(f"{path}: not a JSON object (found {json_kind(data)})")
     version = data.pop("format_version", None)
     if type(version) is not int or version != FORMAT_VERSION:
         raise GeometryMismatchError(
@@ -129,22 +130,12 @@ def load_geometry(path: Path) -> StoreGeometry:
         expected = _FIELD_TYPES[name]
         if type(value) is not expected:  # exact: a JSON true is no integer here
             raise CorruptStoreError(
-                f"{path}: {name} is not {_TYPE_NAMES[expected]} (found {_kind(value)})"
+                f"{path}: {name} is not {_TYPE_NAMES[expected]} (found {json_kind(value)})"
             )
     try:
         return StoreGeometry(**values)
     except ValueError as exc:
         raise CorruptStoreError(f"{path}: {exc}") from exc
-
-
-def _kind(value: Any) -> str:
-    """A JSON value of the wrong shape as an error message shows it: a container by its JSON
-    type, a scalar as written (``"4"``, ``-1``, ``true``, ``null``)."""
-    if isinstance(value, (dict, list)):
-        return "an object" if isinstance(value, dict) else "an array"
-    text = orjson.dumps(value).decode() if isinstance(value, str) else repr(value)
-    text = {"True": "true", "False": "false", "None": "null"}.get(text, text)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def save_geometry(path: Path, geometry: StoreGeometry) -> None:

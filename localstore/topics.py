@@ -22,6 +22,7 @@ import orjson
 
 from localstore.atomic_file import write_atomically
 from localstore.errors import CorruptStoreError
+from localstore.json_shape import is_json_int, json_kind
 
 PERM_READ_WRITE = 6
 TOPICS_FILE = Path("config") / "topics.json"
@@ -116,46 +117,36 @@ def _parse_topics_document(path: Path, data: Any) -> tuple[int, dict[str, dict[s
     field against the shape RocketMQ's broker writes (fields it writes that Quiver does not use
     are left alone); anything else raises :class:`CorruptStoreError`."""
     if not isinstance(data, dict):
-        raise CorruptStoreError(f"{path}: not a JSON object (found {_kind(data)})")
+        raise CorruptStoreError(f"{path}: not a JSON object (found {json_kind(data)})")
     version = data.get("dataVersion", {})
     if not isinstance(version, dict):
-        raise CorruptStoreError(f"{path}: dataVersion is not an object (found {_kind(version)})")
-    counter = version.get("counter", 0)
-    if not _is_int(counter):
         raise CorruptStoreError(
-            f"{path}: dataVersion.counter is not an integer (found {_kind(counter)})"
+            f"{path}: dataVersion is not an object (found {json_kind(version)})"
+        )
+    counter = version.get("counter", 0)
+    if not is_json_int(counter):
+        raise CorruptStoreError(
+            f"{path}: dataVersion.counter is not an integer (found {json_kind(counter)})"
         )
     table = data.get("topicConfigTable", {})
     if not isinstance(table, dict):
-        raise CorruptStoreError(f"{path}: topicConfigTable is not an object (found {_kind(table)})")
+        raise CorruptStoreError(
+            f"{path}: topicConfigTable is not an object (found {json_kind(table)})"
+        )
     for name, config in table.items():
         where = f"{path}: topicConfigTable[{name!r}]"
         if not isinstance(config, dict):
-            raise CorruptStoreError(f"{where} is not an object (found {_kind(config)})")
+            raise CorruptStoreError(f"{where} is not an object (found {json_kind(config)})")
         for field in ("readQueueNums", "writeQueueNums", "perm"):
             value = config.get(field, 0)
-            if not _is_int(value) or value < 0:
+            if not is_json_int(value) or value < 0:
                 raise CorruptStoreError(
-                    f"{where}.{field} is not a non-negative integer (found {_kind(value)})"
+                    f"{where}.{field} is not a non-negative integer (found {json_kind(value)})"
                 )
         order = config.get("order", False)
         if not isinstance(order, bool):
-            raise CorruptStoreError(f"{where}.order is not a boolean (found {_kind(order)})")
+            raise CorruptStoreError(f"{where}.order is not a boolean (found {json_kind(order)})")
     return counter, table
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _kind(value: Any) -> str:
-    """A JSON value of the wrong shape as an error message shows it: a container by its JSON
-    type, a scalar as written (``"4"``, ``-1``, ``true``, ``null``)."""
-    if isinstance(value, (dict, list)):
-        return "an object" if isinstance(value, dict) else "an array"
-    text = orjson.dumps(value).decode() if isinstance(value, str) else repr(value)
-    text = {"True": "true", "False": "false", "None": "null"}.get(text, text)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _queues_on_disk(consume_queue_dir: Path) -> dict[str, int]:

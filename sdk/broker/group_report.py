@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from localstore.json_shape import json_kind
 from offsetstore import MessageQueue
 from offsetstore.atomic_file import write_atomically
 from offsetstore.broker_table import ConsumerOffsetTable, QueueBounds
@@ -217,7 +218,7 @@ def _parse_snapshot(
     and the first entry that is not of the layout :func:`snapshot_document` writes."""
 
     def fail(where: str, expected: str, value: Any) -> ValueError:
-        return ValueError(f"{path}: {where} is not {expected} (found {_kind(value)})")
+        return ValueError(f"{path}: {where} is not {expected} (found {json_kind(value)})")
 
     def mapping(where: str, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -235,7 +236,7 @@ def _parse_snapshot(
         return value
 
     if not isinstance(document, dict):
-        raise ValueError(f"{path}: not a JSON object (found {_kind(document)})")
+        raise ValueError(f"{path}: not a JSON object (found {json_kind(document)})")
     timestamp = integer("timestamp", document.get("timestamp", 0))
     groups: dict[str, tuple[GroupView, dict[str, str]]] = {}
     for group, entry in mapping("groups", document.get("groups", {})).items():
@@ -264,13 +265,3 @@ def _parse_snapshot(
         view = GroupView(generation, tuple(sorted(members)), subscriptions, owners)
         groups[group] = (view, models)
     return timestamp, groups
-
-
-def _kind(value: Any) -> str:
-    """A JSON value of the wrong shape as an error message shows it: a container by its JSON
-    type, a scalar as written (``"4"``, ``-1``, ``true``, ``null``)."""
-    if isinstance(value, (dict, list)):
-        return "an object" if isinstance(value, dict) else "an array"
-    text = orjson.dumps(value).decode() if isinstance(value, str) else repr(value)
-    text = {"True": "true", "False": "false", "None": "null"}.get(text, text)
-    return text if len(text) <= 40 else text[:37] + "..."
