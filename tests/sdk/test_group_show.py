@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,7 @@ import pytest
 from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer, PushConsumer
 from tests.sdk.test_cli import REPO, quiver
 
-
-def wait_until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+from .waiting import wait_until
 
 
 def produce(broker: EmbeddedBroker, per_queue: int) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,7 @@ from sdk import BrokerOptions, ConsumeFrom, EmbeddedBroker, Message, Producer, P
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.transport.models import PullBatch
 
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+from .waiting import wait_until
 
 
 def stored(offset: int) -> StoredMessage:

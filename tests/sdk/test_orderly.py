@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,7 @@ from sdk import (
     dlq_topic,
 )
 
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
+from .waiting import wait_until
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,7 @@ from sdk import (
     PushConsumer,
 )
 
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+from .waiting import wait_until
 
 
 @pytest.fixture

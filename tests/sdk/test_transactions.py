@@ -54,6 +54,8 @@ from sdk.transport.transaction_models import (
     ROLLED_BACK,
 )
 
+from .waiting import wait_until
+
 GEOMETRY: dict[str, Any] = {
     "commitlog_file_size": 1 << 20,
     "cq_entries_per_file": 1024,
@@ -69,14 +71,6 @@ COMMIT, ROLLBACK, UNKNOWN = (
     TransactionState.ROLLBACK,
     TransactionState.UNKNOWN,
 )
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() >= deadline:
-            pytest.fail(f"condition not met within {timeout_s} s")
-        time.sleep(0.01)
 
 
 def fast_options(max_checks: int = 3) -> BrokerOptions:
