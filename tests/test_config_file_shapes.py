@@ -10,10 +10,8 @@ and the damaged file left as it was. Files RocketMQ itself writes (tests/fixture
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from offsetstore import MessageQueue
 from sdk import EmbeddedBroker
 from sdk.broker.group_report import read_snapshot, snapshot_document, write_snapshot
 from sdk.transport.models import GroupView
+from tests.sdk.test_cli import quiver
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -35,20 +34,6 @@ GEOMETRY += ["--index-slots", "64", "--index-entries", "256"]
 GROUP = "gx"
 
 pytestmark = pytest.mark.integration
-
-
-def cli(*args: Any) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m sdk.cli.main ARGS`` from the repository root."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "sdk.cli.main", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
 
 
 def assert_one_line_error(
@@ -77,7 +62,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store made by ``quiver store init``, with two topics (so ``topics.json`` and its
     ``.bak`` exist) and a snapshot of group ``GROUP`` written twice (so it has a ``.bak`` too)."""
     root = tmp_path_factory.mktemp("template") / "store"
-    done = cli("store", "init", root, *GEOMETRY)
+    done = quiver("store", "init", root, *GEOMETRY)
     assert done.returncode == 0, done.stderr
     with MessageStore(root) as store:
         for topic in ("T", "U"):
@@ -97,8 +82,8 @@ def store_dir(template: Path, tmp_path: Path) -> Path:
 
 def test_the_template_store_is_readable(store_dir: Path):
     """The control: the store the bad shapes are written into opens, and its group shows."""
-    assert cli("store", "info", store_dir).returncode == 0
-    done = cli("group", "show", "--data", store_dir, "--group", GROUP)
+    assert quiver("store", "info", store_dir).returncode == 0
+    done = quiver("group", "show", "--data", store_dir, "--group", GROUP)
     assert done.returncode == 0, done.stderr
     assert "node-b@2 CLUSTERING: U [tag]" in done.stdout
 
@@ -141,7 +126,7 @@ def test_topics_json_of_a_wrong_shape_is_refused_naming_the_file(
     with pytest.raises(CorruptStoreError, match=r"config/topics\.json") as raised:
         MessageStore(store_dir)
     assert fragment in str(raised.value)
-    assert_one_line_error(cli("store", "info", store_dir), "topics.json", fragment)
+    assert_one_line_error(quiver("store", "info", store_dir), "topics.json", fragment)
     assert path.read_text() == content  # left for the operator: nothing rewrote or dropped it
     assert (store_dir / "config" / "topics.json.bak").read_bytes() == backup
 
@@ -192,7 +177,7 @@ def test_store_json_of_a_wrong_shape_is_refused_naming_the_file(
     with pytest.raises(CorruptStoreError, match=r"config/store\.json") as raised:
         MessageStore(store_dir)
     assert fragment in str(raised.value)
-    assert_one_line_error(cli("store", "info", store_dir), "store.json", fragment)
+    assert_one_line_error(quiver("store", "info", store_dir), "store.json", fragment)
     assert path.read_text() == content
 
 
@@ -221,7 +206,7 @@ def test_every_command_that_opens_the_store_says_which_file(
     store_dir: Path, file_name: str, content: str, command: list[str]
 ):
     (store_dir / "config" / file_name).write_text(content)
-    done = cli(*(part.format(dir=store_dir) for part in command))
+    done = quiver(*(part.format(dir=store_dir) for part in command))
     assert_one_line_error(done, file_name, "not a JSON object")
 
 
@@ -267,7 +252,7 @@ def test_group_snapshot_of_a_wrong_shape_is_refused_naming_the_file(
     with pytest.raises(ValueError, match=r"config/quiverConsumerGroups\.json") as raised:
         read_snapshot(store_dir, GROUP, "broker-a")
     assert fragment in str(raised.value)
-    done = cli("group", "show", "--data", store_dir, "--group", GROUP)
+    done = quiver("group", "show", "--data", store_dir, "--group", GROUP)
     assert_one_line_error(done, "quiverConsumerGroups.json", fragment)
     assert "cannot read the group records" in done.stderr
     assert path.read_text() == content
@@ -314,7 +299,7 @@ def test_rocketmq_topics_json_of_the_reference_store_loads(tmp_path: Path):
         "OrderTopic": (2, 2, 6, False),
         "NoPropsTopic": (1, 1, 6, False),
     }
-    done = cli("store", "info", root)  # store.json recorded by the first open reads back
+    done = quiver("store", "info", root)  # store.json recorded by the first open reads back
     assert done.returncode == 0, done.stderr
 
 
@@ -332,7 +317,7 @@ def test_rocketmq_own_stores_still_open(tmp_path: Path, name: str):
     with MessageStore(root, **geometry) as store:
         assert "TopicTest" in store.topics.topics
     assert (root / "config" / "store.json").is_file()
-    done = cli("store", "info", root)
+    done = quiver("store", "info", root)
     assert done.returncode == 0, done.stderr
 
 
@@ -365,4 +350,4 @@ def test_topics_json_with_the_fields_of_rocketmq_5_loads(store_dir: Path):
         assert config is not None
         assert (config.read_queue_nums, config.write_queue_nums, config.order) == (8, 8, True)
         assert store.topics.get("SCHEDULE_TOPIC_XXXX") is not None
-    assert cli("store", "info", store_dir).returncode == 0
+    assert quiver("store", "info", store_dir).returncode == 0
