@@ -57,6 +57,7 @@ class TopicTable:
         self.topics: dict[str, TopicConfig] = {}
         self._counter = 0
         self._extra: dict[str, Any] = {}  # RocketMQ fields we keep as they were
+        self._document_extra: dict[str, Any] = {}  # top-level fields we keep (RocketMQ 5's maps)
 
     def load(self, consume_queue_dir: Path) -> None:
         """Read ``config/topics.json`` (if any), then add the topics found on disk.
@@ -70,6 +71,11 @@ class TopicTable:
             except orjson.JSONDecodeError as exc:
                 raise CorruptStoreError(f"{self.path} is not valid JSON: {exc}") from exc
             self._counter, table = _parse_topics_document(self.path, data)
+            self._document_extra = {
+                key: value
+                for key, value in data.items()
+                if key not in ("dataVersion", "topicConfigTable")
+            }
             for name, entry in table.items():
                 self._extra[name] = entry
                 self.topics[name] = TopicConfig(
@@ -97,11 +103,18 @@ class TopicTable:
 
     def save(self) -> None:
         self._counter += 1
+        # A topic's entry: what Quiver owns from its config, every other field as it was read
+        # (attributes, filter type, sys flag of a RocketMQ-written file), defaults for a new one.
         table = {
-            name: {**self._extra.get(name, {}), **config.to_json()}
+            name: {
+                **config.to_json(),
+                **self._extra.get(name, {}),
+                **_owned_fields(config),
+            }
             for name, config in self.topics.items()
         }
         document = {
+            **self._document_extra,
             "dataVersion": {
                 "counter": self._counter,
                 "stateVersion": 0,
@@ -110,6 +123,17 @@ class TopicTable:
             "topicConfigTable": table,
         }
         write_atomically(self.path, orjson.dumps(document, option=orjson.OPT_INDENT_2))
+
+
+def _owned_fields(config: TopicConfig) -> dict[str, Any]:
+    """The fields of a topic's entry that Quiver keeps up to date (the rest it keeps as read)."""
+    return {
+        "order": config.order,
+        "perm": config.perm,
+        "readQueueNums": config.read_queue_nums,
+        "topicName": config.name,
+        "writeQueueNums": config.write_queue_nums,
+    }
 
 
 def _parse_topics_document(path: Path, data: Any) -> tuple[int, dict[str, dict[str, Any]]]:
