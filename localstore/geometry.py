@@ -184,7 +184,9 @@ def _infer_index(file_size: int, requested: dict[str, Any]) -> dict[str, int]:
         if body % (INDEX_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE):
             raise GeometryMismatchError(
                 f"cannot infer index slots and entries from an index file of {file_size} bytes: "
-                "give index_slots or index_entries explicitly"
+                "give index_slots or index_entries explicitly (from the command line, "
+                "record them in the store once: quiver store init DIR --index-slots N "
+                "--index-entries M)"
             )
         slots = body // (INDEX_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE)
         return {"index_slots": slots, "index_entries": 4 * slots}
