@@ -306,11 +306,14 @@ class BrokerService:
         *,
         delay_level: int = 0,
         max_reconsume_times: int | None = None,
+        reconsume_times: int = -1,
     ) -> SendResult:
         """Re-store the message at ``phys_offset`` for ``group`` to consume again later, or in
         its dead-letter queue once it was reconsumed ``max_reconsume_times`` times (see the
         module docstring). ``delay_level`` < 0 sends it to the DLQ at once; 0 picks
-        ``3 + reconsume_times``."""
+        ``3 + reconsume_times``. ``reconsume_times`` >= 0 is how often the consumer already
+        retried it itself (an orderly consumer retries in place, so the stored count stays
+        behind); the copy carries one more."""
         try:
             original = self.store.message_at(phys_offset)
         except RecordError as exc:
@@ -318,16 +321,17 @@ class BrokerService:
         limit = self.options.max_reconsume_times
         if max_reconsume_times is not None and max_reconsume_times >= 0:
             limit = max_reconsume_times
-        message = self._retry_copy(original)
-        if original.reconsume_times >= limit or delay_level < 0:
+        done = original.reconsume_times if reconsume_times < 0 else reconsume_times
+        message = self._retry_copy(original, done)
+        if done >= limit or delay_level < 0:
             dead = dataclasses.replace(message, topic=dlq_topic(group), queue_id=0)
             return self._put_system(dead)
         retry = dataclasses.replace(message, topic=retry_topic(group), queue_id=0)
-        level = delay_level or _RETRY_BASE_LEVEL + original.reconsume_times
+        level = delay_level or _RETRY_BASE_LEVEL + done
         return self._put_system(delayed_message(retry, level=level, levels=self._delays))
 
     @staticmethod
-    def _retry_copy(original: StoredMessage) -> NewMessage:
+    def _retry_copy(original: StoredMessage, reconsumed: int) -> NewMessage:
         properties = dict(original.properties)
         properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
         origin = properties.get(PROPERTY_UNIQ_KEY) or original.offset_msg_id
@@ -341,7 +345,7 @@ class BrokerService:
             sys_flag=original.sys_flag,
             born_timestamp=original.born_timestamp,
             born_host=packed_host(original.born_host, original.sys_flag),
-            reconsume_times=original.reconsume_times + 1,
+            reconsume_times=reconsumed + 1,
         )
 
     # -- transactions (see sdk.broker.transactions) --------------------------------------------

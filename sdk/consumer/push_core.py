@@ -536,7 +536,12 @@ class PushCore:
             return True
         for message in messages:
             try:
-                answer = self.transport.send_back(self.group, message.phys_offset, delay_level=-1)
+                answer = self.transport.send_back(
+                    self.group,
+                    message.phys_offset,
+                    delay_level=-1,
+                    reconsume_times=message.reconsume_times,  # counted here, not stored
+                )
             except Exception as exc:
                 log.warning("cannot dead-letter %s (%s); retrying the batch", message.msg_id, exc)
                 return False

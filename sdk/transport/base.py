@@ -37,9 +37,17 @@ class BrokerTransport(Protocol):
         ...
 
     def send_back(
-        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+        self,
+        group: str,
+        phys_offset: int,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = -1,
+        reconsume_times: int = -1,
     ) -> SendResult:
-        """Have the broker re-deliver a consumed message later (retry topic) or dead-letter it."""
+        """Have the broker re-deliver a consumed message later (retry topic) or dead-letter it.
+        ``reconsume_times`` >= 0: how often the consumer already retried it itself (an orderly
+        consumer retries in place); -1: as the stored message says."""
         ...
 
     def pull(self, batch: PullBatch) -> PullBatchResult:
@@ -126,7 +134,13 @@ class AsyncBrokerTransport(Protocol):
     async def send(self, messages: Sequence[NewMessage]) -> SendResult: ...
 
     async def send_back(
-        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+        self,
+        group: str,
+        phys_offset: int,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = -1,
+        reconsume_times: int = -1,
     ) -> SendResult: ...
 
     async def pull(self, batch: PullBatch) -> PullBatchResult: ...

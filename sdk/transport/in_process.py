@@ -65,11 +65,21 @@ class InProcessTransport:
 
     @_translated
     def send_back(
-        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+        self,
+        group: str,
+        phys_offset: int,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = -1,
+        reconsume_times: int = -1,
     ) -> SendResult:
         self._check_open()
         return self.service.send_back(
-            group, phys_offset, delay_level=delay_level, max_reconsume_times=max_reconsume_times
+            group,
+            phys_offset,
+            delay_level=delay_level,
+            max_reconsume_times=max_reconsume_times,
+            reconsume_times=reconsume_times,
         )
 
     @_translated
@@ -193,7 +203,13 @@ class AsyncInProcessTransport:
         return self._sync.send(messages)
 
     async def send_back(
-        self, group: str, phys_offset: int, *, delay_level: int = 0, max_reconsume_times: int = -1
+        self,
+        group: str,
+        phys_offset: int,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = -1,
+        reconsume_times: int = -1,
     ) -> SendResult:
         call = functools.partial(
             self._sync.send_back,
@@ -201,6 +217,7 @@ class AsyncInProcessTransport:
             phys_offset,
             delay_level=delay_level,
             max_reconsume_times=max_reconsume_times,
+            reconsume_times=reconsume_times,
         )
         return await asyncio.to_thread(call) if self._sync_flush else call()
 

@@ -114,6 +114,9 @@ def test_a_batch_failing_past_the_maximum_goes_to_the_dlq_and_the_queue_moves_on
     assert delivered == [(0, 0), (1, 0), (1, 1), (1, 2), (2, 0)]
     dead = broker.service.store.get_messages(dlq_topic("g"), 0, 0).messages
     assert [m.body for m in dead] == [b"order-0:1"]
+    # its history as a concurrent consumer's dead letter tells it: delivered 3 times (0, 1, 2),
+    # not the stored 0 + 1 (an orderly consumer retries in place and counts in memory)
+    assert [m.reconsume_times for m in dead] == [3]
 
 
 def test_async_orderly_consumer(broker):
