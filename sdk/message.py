@@ -17,6 +17,9 @@ refuse a user property with a reserved name.
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +30,8 @@ ReceivedMessage = StoredMessage
 
 PROPERTY_DELIVER_AT = "__QUIVER_DELIVER_AT"
 """Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
+
+log = logging.getLogger(__name__)
 
 
 def retry_topic(group: str) -> str:
@@ -80,3 +85,31 @@ class ConsumeResult(enum.Enum):
 
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+
+
+def read_answer(answer: object, listener: str) -> ConsumeResult:
+    """A listener's answer as every consumer reads it: ``SUCCESS`` or ``None`` is SUCCESS;
+    ``RECONSUME_LATER`` is itself; anything else (a string, a coroutine nobody awaited) is
+    logged as an error naming ``listener`` and read as RECONSUME_LATER, never acknowledged."""
+    if answer is None or answer is ConsumeResult.SUCCESS:
+        return ConsumeResult.SUCCESS
+    if answer is not ConsumeResult.RECONSUME_LATER:
+        log.error("%s answered %r, not a ConsumeResult: reconsuming later", listener, answer)
+        if inspect.iscoroutine(answer):
+            answer.close()  # never awaited: closed, so no warning is left behind
+    return ConsumeResult.RECONSUME_LATER
+
+
+def is_async_callable(listener: object) -> bool:
+    """Whether calling ``listener`` gives a coroutine, as far as :mod:`inspect` can tell: an
+    ``async def`` function or method, a :func:`functools.partial` of one, an object whose
+    ``__call__`` is ``async def``, or a callable marked with
+    :func:`inspect.markcoroutinefunction` (Python 3.12+)."""
+    while isinstance(listener, functools.partial):
+        listener = listener.func
+    if inspect.iscoroutinefunction(listener):
+        return True
+    if inspect.isroutine(listener) or inspect.isclass(listener):
+        return False  # a function's (or class's) own __call__ says nothing about what it returns
+    call = getattr(listener, "__call__", None)  # noqa: B004 - an instance's async __call__
+    return inspect.iscoroutinefunction(call)

@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
-import inspect
 import logging
 import threading
 import time
@@ -44,7 +42,7 @@ from sdk.consumer.membership import check_group, check_subscription, new_client_
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
 from sdk.errors import ClientClosedError
-from sdk.message import ConsumeResult
+from sdk.message import ConsumeResult, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
 
@@ -68,21 +66,6 @@ def _start_lease_keeper(core: PushCore, group: str) -> PeriodicTask:
     return PeriodicTask(f"quiver-leases-{group}", core.renew_leases, interval, interval)
 
 
-def _is_async_callable(listener: object) -> bool:
-    """Whether calling ``listener`` gives a coroutine, as far as :mod:`inspect` can tell: an
-    ``async def`` function or method, a :func:`functools.partial` of one, an object whose
-    ``__call__`` is ``async def``, or a callable marked with
-    :func:`inspect.markcoroutinefunction` (Python 3.12+)."""
-    while isinstance(listener, functools.partial):
-        listener = listener.func
-    if inspect.iscoroutinefunction(listener):
-        return True
-    if inspect.isroutine(listener) or inspect.isclass(listener):
-        return False  # a function's (or class's) own __call__ says nothing about what it returns
-    call = getattr(listener, "__call__", None)  # noqa: B004 - an instance's async __call__
-    return inspect.iscoroutinefunction(call)
-
-
 def check_listener(listener: object, *, asynchronous: bool) -> None:
     """Refuse, with TypeError, a listener the consumer could not run: one that is not
     callable, an ``async def`` one given to :class:`PushConsumer` (it would only get coroutines
@@ -90,13 +73,13 @@ def check_listener(listener: object, *, asynchronous: bool) -> None:
     :class:`AsyncPushConsumer` (it would run the body, then fail to await its answer, and
     redeliver every message up to the dead-letter queue).
 
-    The kind is what :mod:`inspect` tells (see :func:`_is_async_callable`). A plain callable
-    that returns an awaitable (a decorator's wrapper, say) looks synchronous to it: mark it
-    with :func:`inspect.markcoroutinefunction` (Python 3.12+) or wrap it in an ``async def``
+    The kind is what :mod:`inspect` tells (:func:`sdk.message.is_async_callable`). A plain
+    callable that returns an awaitable (a decorator's wrapper, say) looks synchronous to it:
+    mark it with :func:`inspect.markcoroutinefunction` (Python 3.12+) or wrap it in an ``async def``
     to give it to :class:`AsyncPushConsumer`."""
     if not callable(listener):
         raise TypeError(f"the listener must be callable, got {listener!r}")
-    is_async = _is_async_callable(listener)
+    is_async = is_async_callable(listener)
     if asynchronous and not is_async:
         raise TypeError(
             f"AsyncPushConsumer needs an async def listener (a coroutine function), got "
@@ -110,12 +93,7 @@ def check_listener(listener: object, *, asynchronous: bool) -> None:
 
 
 def _outcome(answer: object, group: str) -> ConsumeResult:
-    if answer is None or answer is ConsumeResult.SUCCESS:
-        return ConsumeResult.SUCCESS
-    if answer is ConsumeResult.RECONSUME_LATER:
-        return ConsumeResult.RECONSUME_LATER
-    log.error("listener of %s answered %r, not a ConsumeResult: reconsuming later", group, answer)
-    return ConsumeResult.RECONSUME_LATER
+    return read_answer(answer, f"listener of {group}")
 
 
 class PushConsumer:

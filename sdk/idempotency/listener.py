@@ -36,7 +36,6 @@ effect). A lease should outlast the longest processing time; it is not renewed.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sqlite3
 import uuid
@@ -54,6 +53,7 @@ from sdk.idempotency.records import (
     uniq_key,
 )
 from sdk.idempotency.sqlite import SqliteDedupStore
+from sdk.message import is_async_callable, read_answer
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -103,27 +103,15 @@ class _Claims(Generic[M]):
 
 def _require_sync(listener: Callable[..., object], wrapper: str) -> None:
     """Refuse an ``async def`` listener: a synchronous wrapper would get a coroutine back."""
-    call = getattr(listener, "__call__", None)  # noqa: B004 - an instance's async __call__ too
-    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call):
+    if is_async_callable(listener):
         raise TypeError(
             f"{wrapper}() wraps synchronous listeners; {listener!r} is a coroutine function"
         )
 
 
 def _succeeded(answer: object, listener: Callable[..., object]) -> bool:
-    """Whether the listener's ``answer`` means success, as the push consumer reads it:
-    ``SUCCESS`` or ``None`` yes; ``RECONSUME_LATER`` no; anything else is logged and is no."""
-    if answer is None or answer is ConsumeResult.SUCCESS:
-        return True
-    if answer is not ConsumeResult.RECONSUME_LATER:
-        log.error(
-            "idempotent listener %r answered %r, not a ConsumeResult: reconsuming later",
-            listener,
-            answer,
-        )
-        if inspect.iscoroutine(answer):
-            answer.close()  # never awaited: close it instead of leaving a warning behind
-    return False
+    """Whether the listener's ``answer`` means success, as the push consumer reads it."""
+    return read_answer(answer, f"idempotent listener {listener!r}") is ConsumeResult.SUCCESS
 
 
 def _skip(on_skip: SkipHook[M] | None, message: M, status: ClaimStatus) -> None:
