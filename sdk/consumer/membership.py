@@ -19,6 +19,7 @@ import enum
 import itertools
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -163,6 +164,26 @@ def assigned_queues(
         if queues:
             mine.update(strategy.allocate(group, client_id, queues, members))
     return mine
+
+
+DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60_000  # ConsumeFrom.TIMESTAMP without one: RocketMQ's
+
+
+def check_start(message_model: object, consume_from: object, consume_timestamp_ms: object) -> int:
+    """Check where a consumer (push or pull) starts a queue its group never committed, and
+    answer the timestamp it uses: ``consume_timestamp_ms``, or 30 minutes ago (RocketMQ's
+    default) for TIMESTAMP without one. ValueError naming a setting of the wrong kind."""
+    if not isinstance(message_model, MessageModel):
+        raise ValueError(f"message_model must be a MessageModel, got {message_model!r}")
+    if not isinstance(consume_from, ConsumeFrom):
+        raise ValueError(f"consume_from must be a ConsumeFrom, got {consume_from!r}")
+    if type(consume_timestamp_ms) is not int or consume_timestamp_ms < 0:
+        raise ValueError(
+            f"consume_timestamp_ms must be >= 0 (an int), got {consume_timestamp_ms!r}"
+        )
+    if consume_from is ConsumeFrom.TIMESTAMP and not consume_timestamp_ms:
+        return time.time_ns() // 1_000_000 - DEFAULT_TIMESTAMP_LOOKBACK_MS
+    return consume_timestamp_ms
 
 
 def start_offset(

@@ -70,6 +70,7 @@ from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
     check_group,
+    check_start,
     check_subscription,
     new_client_id,
 )
@@ -145,14 +146,7 @@ class PullCore(ABC):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if not auto_commit_interval_s > 0:
             raise ValueError(f"auto_commit_interval_s must be > 0, got {auto_commit_interval_s!r}")
-        if not isinstance(message_model, MessageModel):
-            raise ValueError(f"message_model must be a MessageModel, got {message_model!r}")
-        if not isinstance(consume_from, ConsumeFrom):
-            raise ValueError(f"consume_from must be a ConsumeFrom, got {consume_from!r}")
-        if consume_timestamp_ms < 0:
-            raise ValueError(f"consume_timestamp_ms must be >= 0, got {consume_timestamp_ms}")
-        if consume_from is ConsumeFrom.TIMESTAMP and not consume_timestamp_ms:
-            consume_timestamp_ms = time.time_ns() // 1_000_000 - 30 * 60_000  # RocketMQ's default
+        consume_timestamp_ms = check_start(message_model, consume_from, consume_timestamp_ms)
         self.message_model = message_model
         self.consume_from = consume_from
         self.consume_timestamp_ms = consume_timestamp_ms

@@ -39,6 +39,7 @@ from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
     assigned_queues,
+    check_start,
     heartbeat,
     make_offset_store,
     start_offset,
@@ -110,18 +111,15 @@ class PushSettings:
     offsets_dir: str | None = None  # broadcasting: where the local offsets file lives
 
     def __post_init__(self) -> None:
-        if not isinstance(self.message_model, MessageModel):
-            raise ValueError(f"message_model must be a MessageModel, got {self.message_model!r}")
-        if not isinstance(self.consume_from, ConsumeFrom):
-            raise ValueError(f"consume_from must be a ConsumeFrom, got {self.consume_from!r}")
+        self.consume_timestamp_ms = check_start(
+            self.message_model, self.consume_from, self.consume_timestamp_ms
+        )
         for name in ("consume_batch_size", "pull_batch_size", "consume_timeout_ms"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("pull_wait_ms", "consume_timestamp_ms"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if type(self.pull_wait_ms) is not int or self.pull_wait_ms < 0:
+            raise ValueError(f"pull_wait_ms must be an int >= 0, got {self.pull_wait_ms!r}")
         times = self.max_reconsume_times
         if type(times) is not int or times < -1:
             raise ValueError(
@@ -136,8 +134,6 @@ class PushSettings:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
-        if self.consume_from is ConsumeFrom.TIMESTAMP and not self.consume_timestamp_ms:
-            self.consume_timestamp_ms = _now_ms() - 30 * 60_000
 
 
 @dataclass(slots=True)

@@ -33,7 +33,7 @@ from sdk import (
         ({"pull_batch_size": 2.5}, "pull_batch_size must be an int >= 1"),
         ({"consume_timeout_ms": 0}, "consume_timeout_ms must be an int >= 1"),
         ({"pull_wait_ms": -1}, "pull_wait_ms must be an int >= 0"),
-        ({"consume_timestamp_ms": -5}, "consume_timestamp_ms must be an int >= 0"),
+        ({"consume_timestamp_ms": -5}, "consume_timestamp_ms must be >= 0"),
         ({"max_reconsume_times": -2}, "max_reconsume_times must be an int >= 0"),
         ({"max_reconsume_times": "3"}, "max_reconsume_times must be an int >= 0"),
         ({"rebalance_interval_s": 0}, "rebalance_interval_s must be a number > 0"),
