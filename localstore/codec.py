@@ -61,6 +61,13 @@ SYSFLAG_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6  # either host IPv
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
+
+def holds_property_separator(text: str) -> bool:
+    """Whether ``text``, stored as a property name or value, would cut or forge a property:
+    it holds one of the two separators of the ``name\\x01value\\x02`` pairs."""
+    return NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text
+
+
 # Well-known property names (MessageConst).
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"

@@ -33,6 +33,7 @@ from localstore.codec import (
     NewMessage,
     encode_properties,
     format_offset_msg_id,
+    holds_property_separator,
 )
 from localstore.javahash import java_hash
 from localstore.message_id import UniqKeyGenerator
@@ -133,7 +134,7 @@ def _text_problem(value: object, what: str) -> str | None:
     ``name\x01value\x02`` pairs, so those two characters would cut or forge a property."""
     if type(value) is not str:
         return f"{what} must be a str, got {type(value).__name__}"
-    if "\x01" in value or "\x02" in value:
+    if holds_property_separator(value):
         return f"{what} {value!r} holds \\x01 or \\x02, which separate stored properties"
     return None
 
@@ -190,7 +191,7 @@ def _joined_keys(keys: object) -> str | None:
         refused = joined.count(" ") != len(keys) - 1 or "" in keys  # a space in a key, or none
     else:
         return None
-    if refused or (not joined.isprintable() and ("\x01" in joined or "\x02" in joined)):
+    if refused or (not joined.isprintable() and holds_property_separator(joined)):
         return None
     return joined
 
@@ -311,7 +312,7 @@ class MessageBuilder:
             _check_scalar_fields(message)
         tags = message.tags
         if tags:
-            if type(tags) is not str or "\x01" in tags or "\x02" in tags:
+            if type(tags) is not str or holds_property_separator(tags):
                 raise InvalidMessageError(f"message to {topic}: {_text_problem(tags, 'tags')}")
             properties[PROPERTY_TAGS] = tags
             budget += len(tags)

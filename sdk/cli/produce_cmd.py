@@ -27,7 +27,6 @@ from sdk.cli.common import (
 )
 
 RESERVED_PROPERTIES = {"TAGS": "use --tag", "KEYS": "use --key", "UNIQ_KEY": "quiver sets it"}
-_SEPARATORS = ("\x01", "\x02")  # stored properties are name\x01value\x02 pairs
 DEFAULT_BATCH = 64
 MAX_BATCH_BYTES = 4 << 20
 _FILLER = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -132,25 +131,27 @@ def _check_body_size(args: argparse.Namespace, limit: int) -> None:
 
 
 def _properties(args: argparse.Namespace) -> dict[str, str]:
+    from localstore.codec import holds_property_separator
+
     properties: dict[str, str] = {}
     for key in args.key:
         if not key or " " in key:
             raise CliError(f"--key {key!r}: a key is non-empty and has no space", EXIT_USAGE)
-        if any(separator in key for separator in _SEPARATORS):
+        if holds_property_separator(key):
             raise CliError(f"--key {key!r}: \\x01 and \\x02 are separators", EXIT_USAGE)
     if args.key:
         properties["KEYS"] = " ".join(args.key)
     if args.tag is not None:
         if not args.tag.strip():
             raise CliError("--tag is blank", EXIT_USAGE)
-        if any(separator in args.tag for separator in _SEPARATORS):
+        if holds_property_separator(args.tag):
             raise CliError(f"--tag {args.tag!r}: \\x01 and \\x02 are separators", EXIT_USAGE)
         properties["TAGS"] = args.tag
     for item in args.property:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise CliError(f"--property {item!r}: want NAME=VALUE, both non-empty", EXIT_USAGE)
-        if any(separator in item for separator in _SEPARATORS):
+        if holds_property_separator(item):
             raise CliError(f"--property {item!r}: \\x01 and \\x02 are separators", EXIT_USAGE)
         if name in RESERVED_PROPERTIES:
             raise CliError(f"--property {name}: {RESERVED_PROPERTIES[name]}", EXIT_USAGE)
