@@ -72,7 +72,7 @@ def recover(
         _check_rebuildable(commitlog, end, unsound)
     commitlog.set_end(end)
     truncated = sum(queue.truncate_beyond(end) for queue in list(queues.queues.values()))
-    rebuilt = _drop_unsound_queues(commitlog, queues)
+    rebuilt = _drop_queues(queues, unsound)
     redispatch_from = min(queues.dispatch_from(), end)
     if index is not None:
         redispatch_from = min(redispatch_from, index.end_phy_offset)
@@ -145,14 +145,19 @@ def _unit_sound(commitlog: CommitLog, queue: ConsumeQueue, last: int, *, check_c
 
 
 def _unsound_queues(commitlog: CommitLog, queues: QueueRegistry, end: int) -> list[str]:
-    """The queues :func:`_drop_unsound_queues` will drop once the log ends at ``end``, found
-    without changing anything (a unit past ``end`` is about to be cut, not a damaged file)."""
+    """Consume queues whose last unit, once the log ends at ``end``, does not point at their
+    own record: damaged files, to be rebuilt from the commitlog. Found without changing
+    anything (a unit past ``end`` is about to be cut, not a sign of damage)."""
     unsound = []
     for queue in queues.queues.values():
         last = queue.last_unit_within(end)
         if last is not None and not _unit_sound(commitlog, queue, last, check_crc=False):
-            unsound.append(f"{queue.topic}/{queue.queue_id}")
+            unsound.append(_queue_name(queue))
     return unsound
+
+
+def _queue_name(queue: ConsumeQueue) -> str:
+    return f"{queue.topic}/{queue.queue_id}"
 
 
 def _check_rebuildable(commitlog: CommitLog, end: int, unsound: list[str]) -> None:
@@ -173,16 +178,14 @@ def _check_rebuildable(commitlog: CommitLog, end: int, unsound: list[str]) -> No
         ) from exc
 
 
-def _drop_unsound_queues(commitlog: CommitLog, queues: QueueRegistry) -> list[str]:
-    """Delete consume queues whose last unit (after truncation to the valid end) does not point
-    at their own record: a damaged file. Recovery's dispatch rebuilds them from the commitlog."""
-    dropped = []
+def _drop_queues(queues: QueueRegistry, names: list[str]) -> list[str]:
+    """Delete the consume queues ``names`` (:func:`_unsound_queues`); recovery's dispatch
+    rebuilds them from the commitlog. Answers the names."""
     for key, queue in list(queues.queues.items()):
-        if not _last_unit_sound(commitlog, queue, check_crc=False):
-            dropped.append(f"{queue.topic}/{queue.queue_id}")
+        if _queue_name(queue) in names:
             queue.destroy()
             del queues.queues[key]
-    return dropped
+    return names
 
 
 def split_hints(commitlog: CommitLog) -> SplitHints:
