@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from localstore.results import GetResult, GetStatus, PutResult, PutStatus
     from localstore.store import MessageStore
     from localstore.tags import TagFilter
+    from localstore.uniform_batch import UniformBatch
 
 # Names are imported on first use (PEP 562): ``import localstore.record_walk`` in a recovery
 # worker, or the command line's start, does not pay for loading the whole store. The type
@@ -47,6 +48,7 @@ _EXPORTS = {
     "StoreOptions": "localstore.options",
     "StoredMessage": "localstore.codec",
     "TagFilter": "localstore.tags",
+    "UniformBatch": "localstore.uniform_batch",
     "UniqKeyGenerator": "localstore.message_id",
     "make_offset_msg_id": "localstore.message_id",
     "pack_host": "localstore.codec",
@@ -84,6 +86,7 @@ __all__ = [
     "StoreOptions",
     "StoredMessage",
     "TagFilter",
+    "UniformBatch",
     "UniqKeyGenerator",
     "make_offset_msg_id",
     "pack_host",

@@ -23,6 +23,7 @@ from localstore.codec import (
     BLANK_RECORD_SIZE,
     BLANK_STRUCT,
     HEADER_STRUCTS,
+    LONG,
     MAX_PROPERTIES_BYTES,
     SHORT,
     SYSFLAG_BORNHOST_V6,
@@ -34,6 +35,7 @@ from localstore.codec import (
 )
 from localstore.codec import topic_field as encode_topic_field
 from localstore.tags import _TAG_CODES, schedule_tag_code, tag_code
+from localstore.uniform_batch import UniformBatch
 
 _V6_BITS = ~SYSFLAG_HOSTS_V6
 # PREPARED (0x4) and ROLLBACK (0xC) are the transaction types with bit 0x4 set.
@@ -188,6 +190,125 @@ def encode_batch(
     )
 
 
+def encode_uniform(
+    batch: UniformBatch,
+    queue_offset: int,
+    position: int,
+    segment_size: int,
+    store_timestamp: int,
+    store_host: bytes,
+    max_record_size: int,
+) -> EncodedBatch:
+    """:func:`encode_batch` for a :class:`~localstore.uniform_batch.UniformBatch`, with the
+    same bytes out. The header fields the messages share (queue id and flag; SYSFLAG to
+    prepared-transaction offset) are packed once for the batch, so each record's header is one
+    ``pack`` of the five fields that differ: size, body CRC, queue offset, commitlog offset and
+    body length. Never for ``SCHEDULE_TOPIC_XXXX`` (its tag codes are delivery times)."""
+    topic = batch.topic
+    known = _TOPIC_FIELDS.get(topic)
+    magic, topic_field = known if known is not None else _topic_field(topic)
+    born_host = batch.born_host
+    sys_flag = (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0) | (
+        SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0
+    )
+    shared = (
+        _SYSFLAG_AND_TIME.pack(sys_flag, batch.born_timestamp or store_timestamp)
+        + born_host
+        + LONG.pack(store_timestamp)
+        + store_host
+        + _NO_RECONSUME_NO_PREPARED
+    )
+    header = _uniform_header(len(shared))
+    pack = header.pack
+    queue_and_flag = _QUEUE_AND_FLAG.pack(batch.queue_id, batch.flag)
+    plain_size = header.size + len(topic_field) + 2  # a record's size but body and properties
+    segment_end = position - position % segment_size + segment_size
+    fits_below = segment_end - BLANK_RECORD_SIZE
+    tails: dict[int, bytes] = {}
+    tag_codes = _TAG_CODES
+    tags_column = batch.tags
+    no_tag_code = tag_code(None)
+    crc32 = zlib.crc32
+    runs: list[bytes] = []
+    parts: list[bytes] = []
+    append = parts.append
+    units: list[int] = []
+    phys_offsets: list[int] = []
+    add_phys = phys_offsets.append
+    first_offset = queue_offset
+    size = 0
+    for index, (body, props) in enumerate(zip(batch.bodies, batch.properties, strict=True)):
+        body_len = len(body)
+        props_len = len(props)
+        size = plain_size + body_len + props_len
+        if (
+            position + size > fits_below
+            or size > max_record_size
+            or props_len > MAX_PROPERTIES_BYTES
+        ):
+            _check_record(index, size, props_len, max_record_size, segment_size)
+            append(BLANK_STRUCT.pack(segment_end - position, BLANK_MAGIC))
+            runs.append(b"".join(parts))
+            parts.clear()
+            position = segment_end
+            segment_end += segment_size
+            fits_below += segment_size
+        if tags_column is None:
+            code = no_tag_code
+        else:
+            tags = tags_column[index]
+            known_code = tag_codes.get(tags)
+            code = known_code if known_code is not None else tag_code(tags)
+        units += (position, size, code)
+        append(
+            pack(
+                size,
+                magic,
+                crc32(body) & 0x7FFFFFFF,
+                queue_and_flag,
+                queue_offset,
+                position,
+                shared,
+                body_len,
+            )
+        )
+        append(body)
+        tail = tails.get(props_len)
+        if tail is None:
+            tail = tails[props_len] = topic_field + SHORT.pack(props_len)
+        append(tail)
+        append(props)
+        add_phys(position)
+        position += size
+        queue_offset += 1
+
+    runs.append(b"".join(parts))
+    return EncodedBatch(
+        runs,
+        _units_struct(queue_offset - first_offset).pack(*units),
+        phys_offsets,
+        queue_offset,
+        position,
+        position if phys_offsets else 0,
+    )
+
+
+_QUEUE_AND_FLAG = struct.Struct(">ii")
+_SYSFLAG_AND_TIME = struct.Struct(">iq")
+_NO_RECONSUME_NO_PREPARED = struct.pack(">iq", 0, 0)
+_UNIFORM_HEADERS: dict[int, struct.Struct] = {}
+
+
+def _uniform_header(shared_len: int) -> struct.Struct:
+    """A record header whose shared middle (SYSFLAG to prepared-transaction offset, as bytes)
+    is ``shared_len`` long: total size, magic, body CRC, queue id + flag (8 bytes), queue
+    offset, commitlog offset, the middle, body length."""
+    known = _UNIFORM_HEADERS.get(shared_len)
+    if known is None:
+        known = _UNIFORM_HEADERS[shared_len] = struct.Struct(f">iii8sqq{shared_len}si")
+    return known
+
+
 _TOPIC_FIELDS: dict[str, tuple[int, bytes]] = {}
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
 
@@ -220,6 +341,13 @@ def _check_sizes(
 ) -> None:
     """Raise for a message that can never be stored (the caller then handles a segment end)."""
     index = next(i for i, m in enumerate(messages) if m is message)
+    _check_record(index, size, props_len, max_record_size, segment_size)
+
+
+def _check_record(
+    index: int, size: int, props_len: int, max_record_size: int, segment_size: int
+) -> None:
+    """Raise for message ``index`` if its record can never be stored."""
     if props_len > MAX_PROPERTIES_BYTES:
         raise RejectedMessageError(
             "PROPERTIES_SIZE_EXCEEDED",

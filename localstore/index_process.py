@@ -47,7 +47,7 @@ from localstore.index_protocol import (
     RETIRE,
     SYNC,
 )
-from localstore.index_service import matches_key, sys_flags_of
+from localstore.index_service import key_columns, matches_key, sys_flags_of
 from localstore.pipe_frames import frame, read_frame, write_all
 from localstore.retention import RetiredFiles
 from localstore.worker_command import worker_command, worker_env
@@ -142,14 +142,9 @@ class IndexProcess:
         end_offset: int,
     ) -> None:
         """Gather the batch's keys (under the put lock, so batches keep commitlog order)."""
+        uniq_keys, keys = key_columns(messages)
         batch = orjson.dumps(  # now: the caller may change its objects once the put returns
-            (
-                store_timestamp,
-                topic,
-                phys_offsets,
-                [message.properties for message in messages],
-                sys_flags_of(messages),
-            )
+            (store_timestamp, topic, phys_offsets, uniq_keys, keys, sys_flags_of(messages))
         )
         with self._write_lock:
             self._gathered.append(batch)

@@ -36,6 +36,7 @@ from localstore.codec import (
 from localstore.errors import StoreError
 from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from localstore.javahash import _HIGH, _LOW, java_hash, java_hash_concat
+from localstore.uniform_batch import UniformBatch
 
 if TYPE_CHECKING:
     from localstore.retention import RetiredFiles
@@ -116,8 +117,24 @@ class KeyIndex(Protocol):
 def sys_flags_of(messages: Sequence[KeyedMessage]) -> list[int] | None:
     """The messages' SYSFLAGs as :meth:`IndexService.build_keys` takes them: None when all are
     0 (plain messages, the common case; no transaction record to skip)."""
+    if isinstance(messages, UniformBatch):
+        return None  # no transaction record by construction
     flags = [message.sys_flag for message in messages]
     return flags if any(flags) else None
+
+
+def key_columns(
+    messages: Sequence[KeyedMessage],
+) -> tuple[Sequence[str | None], Sequence[str | None]]:
+    """Each message's ``UNIQ_KEY`` and ``KEYS`` values (None where absent), as
+    :meth:`IndexService.build_keys` takes them; a :class:`UniformBatch` has them already."""
+    if isinstance(messages, UniformBatch):
+        return messages.uniq_keys, messages.keys
+    all_properties = [message.properties or {} for message in messages]
+    return (
+        [properties.get(PROPERTY_UNIQ_KEY) for properties in all_properties],
+        [properties.get(PROPERTY_KEYS) for properties in all_properties],
+    )
 
 
 class IndexService:
@@ -220,25 +237,24 @@ class IndexService:
         store_timestamp: int,
     ) -> None:
         """Index a batch just appended (one topic, one store time) in the put path."""
+        uniq_keys, keys = key_columns(messages)
         self.build_keys(
-            topic,
-            [message.properties for message in messages],
-            sys_flags_of(messages),
-            phys_offsets,
-            store_timestamp,
+            topic, uniq_keys, keys, sys_flags_of(messages), phys_offsets, store_timestamp
         )
 
     def build_keys(
         self,
         topic: str,
-        properties: Sequence[dict[str, str] | None],
+        uniq_keys: Sequence[str | None],
+        keys: Sequence[str | None],
         sys_flags: Sequence[int] | None,
         phys_offsets: Sequence[int],
         store_timestamp: int,
     ) -> None:
-        """Index a batch given as each message's properties and SYSFLAG (``sys_flags`` None:
-        all 0), with its commitlog offsets; what the index process receives."""
-        hashes, offsets = self._key_hashes(topic, properties, sys_flags, phys_offsets)
+        """Index a batch given as each message's ``UNIQ_KEY`` and ``KEYS`` values (None where
+        absent) and SYSFLAG (``sys_flags`` None: all 0), with its commitlog offsets; what the
+        index process receives."""
+        hashes, offsets = self._key_hashes(topic, uniq_keys, keys, sys_flags, phys_offsets)
         position = 0
         index = self._current(store_timestamp)
         while True:
@@ -252,7 +268,8 @@ class IndexService:
     def _key_hashes(
         self,
         topic: str,
-        all_properties: Sequence[dict[str, str] | None],
+        uniq_keys: Sequence[str | None],
+        all_keys: Sequence[str | None],
         sys_flags: Sequence[int] | None,
         phys_offsets: Sequence[int],
     ) -> tuple[list[int], list[int]]:
@@ -263,11 +280,16 @@ class IndexService:
         one producer batch share their first 28 characters (client, process, millisecond) and
         differ in the 4-character counter, so the hash of ``topic#`` + that prefix is kept and
         only the counter is hashed, from its ASCII bytes: ``h(p + s) = h(p) * 31**4 + h(s)``."""
-        count = len(all_properties)
-        if len(phys_offsets) != count or (sys_flags is not None and len(sys_flags) != count):
+        count = len(uniq_keys)
+        if (
+            len(all_keys) != count
+            or len(phys_offsets) != count
+            or (sys_flags is not None and len(sys_flags) != count)
+        ):
             given = "" if sys_flags is None else f" and {len(sys_flags)} SYSFLAGs"
             raise ValueError(
-                f"{count} messages' properties do not match {len(phys_offsets)} offsets{given}"
+                f"{count} messages' UNIQ_KEYs do not match {len(all_keys)} KEYS, "
+                f"{len(phys_offsets)} offsets{given}"
             )
         prefix = self._prefix_hash(topic)
         powers = _POW31_BY_LENGTH
@@ -278,10 +300,12 @@ class IndexService:
         uniq_base = 0  # the hash of topic#uniq_prefix, times 31**4
         shared = count > 1  # a single message has no batch-mate to share a prefix with
         flags: Iterable[int] = repeat(0) if sys_flags is None else sys_flags  # lengths checked
-        for properties, phys, flag in zip(all_properties, phys_offsets, flags, strict=False):
-            if not properties or flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
+        for given_uniq, keys, phys, flag in zip(
+            uniq_keys, all_keys, phys_offsets, flags, strict=False
+        ):
+            if flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
                 continue
-            uniq = properties.get(PROPERTY_UNIQ_KEY)
+            uniq = given_uniq  # None once hashed
             if uniq:
                 counter = uniq[_UNIQ_PREFIX:].encode()
                 if (
@@ -311,7 +335,6 @@ class IndexService:
                         )
                         * _POW31_4
                     ) & 0xFFFFFFFF
-            keys = properties.get(PROPERTY_KEYS)
             if keys:
                 chosen: Sequence[str] = keys.split(" ") if " " in keys else (keys,)
                 if uniq:

@@ -200,8 +200,8 @@ class IndexFollower:
         if self.failure:
             return
         try:
-            for store_time, topic, offsets, properties, flags in orjson.loads(payload):
-                self.index.build_keys(topic, properties, flags, offsets, store_time)
+            for store_time, topic, offsets, uniq_keys, keys, flags in orjson.loads(payload):
+                self.index.build_keys(topic, uniq_keys, keys, flags, offsets, store_time)
         except (OSError, ValueError, TypeError) as exc:
             self._fail("on the keys the store sent", exc)
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from localstore.codec import NewMessage
 from localstore.results import PutResult, PutStatus
+from localstore.uniform_batch import UniformBatch
 
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
@@ -77,13 +78,22 @@ def check_batch(
     topics that passed, so a topic is validated once."""
     if not messages:
         return PutResult(PutStatus.MESSAGE_ILLEGAL, "the batch holds no message")
-    first = messages[0]
-    topic, queue_id = first.topic, first.queue_id
+    if isinstance(messages, UniformBatch):
+        topic, queue_id = messages.topic, messages.queue_id
+    else:
+        first = messages[0]
+        topic, queue_id = first.topic, first.queue_id
     if topic not in valid_topics:
         problem = topic_error(topic, system=system)
         if problem is not None:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, problem, topic, queue_id)
         valid_topics.add(topic)
+    if isinstance(messages, UniformBatch):  # one topic-queue by construction: check bodies
+        sizes = list(map(len, messages.bodies))
+        if min(sizes) > 0 and max(sizes) <= max_body:
+            return None
+        index = next(i for i, size in enumerate(sizes) if not 0 < size <= max_body)
+        return _body_rejection(index, sizes[index], max_body, topic, queue_id)
     if len(messages) == 1:
         size = len(first.body)
         if 0 < size <= max_body:

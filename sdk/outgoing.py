@@ -2,7 +2,8 @@
 
 :class:`MessageBuilder` validates a message on the producer's side, with the broker's own rules
 and error texts (so a bad message fails before any I/O, with a clear
-:class:`sdk.errors.InvalidMessageError`), and turns it into a :class:`localstore.NewMessage`:
+:class:`sdk.errors.InvalidMessageError`), and turns it into a :class:`localstore.NewMessage`
+(a batch into a :class:`localstore.UniformBatch`, the same messages as columns):
 
 * ``UNIQ_KEY`` (the message id users see) is generated here, as RocketMQ's producers do;
 * ``TAGS`` and ``KEYS`` come from the fields, user properties may not use reserved names;
@@ -21,7 +22,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import cast, overload
 
 from localstore.codec import (
     PROPERTY_DELAY,
@@ -37,6 +38,7 @@ from localstore.codec import (
 )
 from localstore.javahash import java_hash
 from localstore.message_id import UniqKeyGenerator
+from localstore.uniform_batch import UniformBatch
 from localstore.validation import topic_error
 from sdk.errors import InvalidMessageError, SendRejectedError
 from sdk.message import PROPERTY_DELIVER_AT, RESERVED_PROPERTIES, Message
@@ -171,15 +173,23 @@ def _check_scalar_fields(message: Message) -> None:
 def _check_properties_size(properties: dict[str, str], topic: str) -> None:
     size = len(encode_properties(properties).encode())
     if size > MAX_PROPERTIES_BYTES:
-        raise InvalidMessageError(
-            f"message to {topic}: its properties take {size} bytes, over the limit "
-            f"{MAX_PROPERTIES_BYTES}"
-        )
+        raise _properties_too_large(topic, size)
+
+
+def _properties_too_large(topic: str, size: int) -> InvalidMessageError:
+    return InvalidMessageError(
+        f"message to {topic}: its properties take {size} bytes, over the limit "
+        f"{MAX_PROPERTIES_BYTES}"
+    )
 
 
 def _joined_keys(keys: object) -> str | None:
     """``keys`` as the ``KEYS`` property (one key, or several joined by spaces); None when
     they are not a str or a list or tuple of non-empty strs free of spaces and separators."""
+    if type(keys) is tuple and len(keys) == 1:  # the common case, checked at once
+        key = keys[0]
+        if type(key) is str and key and " " not in key and key.isprintable():
+            return key
     if type(keys) is str:
         joined = keys
         refused = " " in keys
@@ -330,17 +340,28 @@ class MessageBuilder:
             _check_properties_size(properties, topic)
         return NewMessage(topic, body, queue_id, properties, message.flag, 0, now_ms)
 
-    def build_batch(self, messages: Sequence[Message], queue_id: int) -> BuiltBatch:
-        """One batch for one topic-queue; no delays (a batch is appended as it is)."""
+    def build_batch(self, messages: Sequence[Message], queue_id: int) -> UniformBatch | BuiltBatch:
+        """One batch for one topic-queue; no delays (a batch is appended as it is).
+
+        Built as a :class:`localstore.UniformBatch` (columns: no message object is made, and
+        each message's properties are written once, as stored), unless the messages' flags
+        differ: then as a :class:`BuiltBatch` of messages. Checks each message as
+        :meth:`check` does, with the same errors. The put path's per-message cost: keep the
+        loop lean."""
         if not messages:
             raise InvalidMessageError("the batch is empty")
         topic = messages[0].topic
         self._check_topic(topic)
         now = time.time_ns() // 1_000_000
         ids = self._ids.next_many(len(messages))
-        build = self._build
-        built = BuiltBatch()
-        built.msg_ids = ids
+        max_body = self.max_body_bytes
+        bodies: list[bytes] = []
+        properties: list[bytes] = []
+        all_keys: list[str | None] = []
+        all_tags: list[str | None] | None = None
+        plain = True  # no user properties so far
+        flag = messages[0].flag
+        flags_differ = False
         for index, message in enumerate(messages):
             if type(message) is not Message and not isinstance(message, Message):
                 raise InvalidMessageError(f"message {index}: expected a sdk.Message")
@@ -353,7 +374,66 @@ class MessageBuilder:
                 raise InvalidMessageError(
                     f"message {index}: a batch cannot hold delayed messages; send it alone"
                 )
-            built.append(build(message, queue_id, ids[index], now))
+            body = message.body
+            if type(body) is not bytes or not body or len(body) > max_body:
+                body = self._check_body(body, topic)
+            if message.flag != flag:
+                flags_differ = True
+            if message.flag and (
+                type(message.flag) is not int or not -(1 << 31) <= message.flag < 1 << 31
+            ):
+                _check_scalar_fields(message)
+            # The stored properties, in the order a message's dict has them: the user's,
+            # TAGS, KEYS, UNIQ_KEY.
+            user = message.properties
+            if user:
+                _check_property_names(user)
+                text = encode_properties(user)
+                plain = False
+            else:
+                text = ""
+            tags = message.tags
+            if tags:
+                if type(tags) is not str or holds_property_separator(tags):
+                    raise InvalidMessageError(f"message to {topic}: {_text_problem(tags, 'tags')}")
+                text += f"TAGS\x01{tags}\x02"
+                if all_tags is None:
+                    all_tags = [None] * index
+                all_tags.append(tags)
+            elif all_tags is not None:
+                all_tags.append(None)
+            keys = message.keys
+            if keys:
+                joined = _joined_keys(keys)
+                if joined is None:
+                    raise InvalidMessageError(f"message to {topic}: {_keys_problem(keys)}")
+                text += f"KEYS\x01{joined}\x02"
+            else:
+                joined = None
+            stored = f"{text}UNIQ_KEY\x01{ids[index]}\x02".encode()
+            if len(stored) > MAX_PROPERTIES_BYTES:
+                raise _properties_too_large(topic, len(stored))
+            bodies.append(body)
+            properties.append(stored)
+            all_keys.append(joined)
+        batch = UniformBatch(
+            topic,
+            queue_id,
+            bodies,
+            properties,
+            ids,
+            all_keys,
+            all_tags,
+            plain=plain,
+            flag=flag,
+            born_timestamp=now,
+        )
+        if not flags_differ:
+            return batch
+        built = BuiltBatch(batch.messages())
+        for made, message in zip(built, messages, strict=True):
+            made.flag = message.flag
+        built.msg_ids = ids
         return built
 
     def select_queue(
@@ -392,6 +472,9 @@ def receipts(built: Sequence[NewMessage], result: SendResult) -> SendReceipts:
     """The receipts of a send, or :class:`SendRejectedError` for a refused one."""
     if not result.stored:
         raise SendRejectedError(result.status, result.detail)
+    if isinstance(built, UniformBatch):  # read from its columns: no message is made
+        ids = cast(Sequence[str], built.uniq_keys)  # every message built here has one
+        return SendReceipts(ids, built.topic, built.queue_id, result)
     first = built[0]
     if isinstance(built, BuiltBatch):
         msg_ids = built.msg_ids

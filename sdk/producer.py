@@ -163,7 +163,7 @@ class Producer(_ProducerBase):
                 return fn(*args)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _send_built(self, built: list[NewMessage]) -> SendReceipts:
+    def _send_built(self, built: Sequence[NewMessage]) -> SendReceipts:
         def attempt() -> SendReceipts:
             return receipts(built, self.transport.send(built))
 
@@ -333,7 +333,7 @@ class AsyncProducer(_ProducerBase):
                 return await make_call()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send_built(self, built: list[NewMessage]) -> SendReceipts:
+    async def _send_built(self, built: Sequence[NewMessage]) -> SendReceipts:
         async def attempt() -> SendReceipts:
             return receipts(built, await self.transport.send(built))
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from localstore import MessageStore, NewMessage, PutResult, StoreOptions
+from localstore import MessageStore, NewMessage, PutResult, StoreOptions, UniformBatch
 from localstore.codec import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -145,6 +145,10 @@ def _send_result(result: PutResult) -> SendResult:
 def _any_delayed(messages: Sequence[NewMessage]) -> bool:
     """Whether a message asks for delayed delivery (one loop, no call per message: a batch's
     every message passes here on the put path)."""
+    if isinstance(messages, UniformBatch):
+        return messages.holds_property(PROPERTY_DELAY) or messages.holds_property(
+            PROPERTY_DELIVER_AT
+        )
     for message in messages:
         properties = message.properties
         if PROPERTY_DELAY in properties or PROPERTY_DELIVER_AT in properties:
@@ -236,16 +240,20 @@ class BrokerService:
         under ``SCHEDULE_TOPIC_XXXX`` (alone: a batch may not carry delays)."""
         if not messages:
             return _rejected("MESSAGE_ILLEGAL", "the batch is empty")
-        first = messages[0]
         if _any_delayed(messages):
+            first = messages[0]
             if len(messages) > 1:
                 return _rejected(
                     "MESSAGE_ILLEGAL", "a batch cannot hold delayed messages", first.topic
                 )
             return self._send_delayed(first)
         # One message takes the store's single-put fast path (no batch encoder lists, no
-        # segment-run writer): a lone send costs about 30,000 fewer instructions.
-        result = self.store.put(first) if len(messages) == 1 else self.store.put_batch(messages)
+        # segment-run writer): a lone send costs about 30,000 fewer instructions. A batch goes
+        # as it came (a UniformBatch is encoded from its columns).
+        if len(messages) == 1:
+            result = self.store.put(messages[0])
+        else:
+            result = self.store.put_batch(messages)
         self._tell_arrival(result)
         return _send_result(result)
 

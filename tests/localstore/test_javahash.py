@@ -99,7 +99,7 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
     whatever the UNIQ_KEY's length, with or without one, for keys of any length; ROLLBACK
     records (SYSFLAG 0xC) get none."""
     from localstore.codec import NewMessage
-    from localstore.index_service import IndexService
+    from localstore.index_service import IndexService, key_columns
 
     topic = "orders"
     messages = []
@@ -112,10 +112,12 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
         messages.append(NewMessage(topic, b"x", 0, properties))
     service = IndexService.__new__(IndexService)
     service._prefix_hashes = {}
-    properties = [message.properties for message in messages]
+    uniq_keys, all_keys = key_columns(messages)
     if flags is not None:
         flags = flags[: len(messages)]
-    hashes, offsets = service._key_hashes(topic, properties, flags, list(range(len(messages))))
+    hashes, offsets = service._key_hashes(
+        topic, uniq_keys, all_keys, flags, list(range(len(messages)))
+    )
     expected = []
     for phys, message in enumerate(messages):
         if flags is not None and flags[phys] == 12:
@@ -133,7 +135,9 @@ def test_index_hashes_refuse_lists_of_different_lengths():
 
     service = IndexService.__new__(IndexService)
     service._prefix_hashes = {}
-    with pytest.raises(ValueError, match=r"3 messages' properties do not match 2 offsets$"):
-        service._key_hashes("orders", [{"KEYS": "a"}] * 3, None, [0, 1])
-    with pytest.raises(ValueError, match="do not match 2 offsets and 1 SYSFLAGs"):
-        service._key_hashes("orders", [{"KEYS": "a"}] * 2, [0], [0, 1])
+    with pytest.raises(ValueError, match=r"3 messages' UNIQ_KEYs do not match 3 KEYS, 2 offsets$"):
+        service._key_hashes("orders", [None] * 3, ["a"] * 3, None, [0, 1])
+    with pytest.raises(ValueError, match="do not match 2 KEYS, 2 offsets and 1 SYSFLAGs"):
+        service._key_hashes("orders", [None] * 2, ["a"] * 2, [0], [0, 1])
+    with pytest.raises(ValueError, match="2 messages' UNIQ_KEYs do not match 1 KEYS, 2 offsets"):
+        service._key_hashes("orders", [None] * 2, ["a"], None, [0, 1])

@@ -310,3 +310,50 @@ def test_keys_given_as_a_list_are_each_found(broker):
     store = broker.service.store
     for key in ("order-1", "user-7"):
         assert [m.keys for m in store.query_by_key("orders", key)] == [["order-1", "user-7"]]
+
+
+BATCH_VARIETY = [
+    Message("orders", b"plain"),
+    Message("orders", b"tagged", tags="paid"),
+    Message("orders", b"keyed", keys=("k1", "k2")),
+    Message("orders", b"one key", keys="k3"),
+    Message("orders", b"everything", tags="paid", keys=["k4"], properties={"a": "1", "b": ""}),
+    Message("orders", bytearray(b"bytes-like"), properties={"c": "3"}),
+]
+
+
+@pytest.mark.parametrize("flags", [(0,) * 6, (5,) * 6, (0, 1, 0, 2, 0, 3)])
+def test_a_batch_is_stored_as_the_same_messages_sent_alone(broker, flags):
+    """Built as columns (one flag for all) or as messages (flags that differ), a batch's
+    records hold what single sends of the same messages hold: body, flag, properties in the
+    same order (user's, TAGS, KEYS, UNIQ_KEY); each is found by its keys and its id."""
+    messages = [
+        Message(m.topic, m.body, m.tags, m.keys, m.properties, flag=flag)
+        for m, flag in zip(BATCH_VARIETY, flags, strict=True)
+    ]
+    store = broker.service.store
+    with Producer(broker) as producer:
+        batch = producer.send_batch(messages, queue_id=0)
+        alone = [producer.send(m, queue_id=1) for m in messages]
+    from_batch = store.get_messages("orders", 0, 0).messages
+    from_alone = store.get_messages("orders", 1, 0).messages
+
+    def stored_fields(m):
+        properties = {k: v for k, v in m.properties.items() if k != "UNIQ_KEY"}
+        return m.body, m.flag, list(properties.items()), list(m.properties)[-1]
+
+    assert [stored_fields(m) for m in from_batch] == [stored_fields(m) for m in from_alone]
+    assert [m.msg_id for m in from_batch] == batch.msg_ids
+    assert [m.msg_id for m in from_alone] == [r.msg_id for r in alone]
+    assert [m.reconsume_times for m in from_batch] == [0] * 6
+    for key, bodies in (("k2", [b"keyed"]), ("k4", [b"everything"])):
+        found = [m for m in store.query_by_key("orders", key) if m.queue_id == 0]
+        assert [m.body for m in found] == bodies
+    assert store.query_by_key("orders", batch.msg_ids[4])[0].body == b"everything"
+
+
+def test_a_batch_message_whose_properties_do_not_fit_is_refused(broker):
+    big = Message("orders", b"x", properties={"note": "n" * 32760})
+    with Producer(broker) as producer, pytest.raises(InvalidMessageError, match="over the limit"):
+        producer.send_batch([Message("orders", b"fine"), big])
+    assert broker.service.store.topics.get("orders") is None
