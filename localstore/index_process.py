@@ -47,7 +47,7 @@ from localstore.index_protocol import (
     RETIRE,
     SYNC,
 )
-from localstore.index_service import key_columns, matches_key, sys_flags_of
+from localstore.index_service import counter_run_of, key_columns, matches_key, sys_flags_of
 from localstore.pipe_frames import frame, read_frame, write_all
 from localstore.retention import RetiredFiles
 from localstore.worker_command import worker_command, worker_env
@@ -143,8 +143,16 @@ class IndexProcess:
     ) -> None:
         """Gather the batch's keys (under the put lock, so batches keep commitlog order)."""
         uniq_keys, keys = key_columns(messages)
+        run = counter_run_of(uniq_keys)  # sent as [head, first, count]: no id on the pipe
         batch = orjson.dumps(  # now: the caller may change its objects once the put returns
-            (store_timestamp, topic, phys_offsets, uniq_keys, keys, sys_flags_of(messages))
+            (
+                store_timestamp,
+                topic,
+                phys_offsets,
+                uniq_keys if run is None else {"run": [run.head, run.first, run.length]},
+                keys,
+                sys_flags_of(messages),
+            )
         )
         with self._write_lock:
             self._gathered.append(batch)

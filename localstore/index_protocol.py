@@ -7,8 +7,9 @@ is in flight.
     kind  store -> index process                     reply
     K     KEYS: JSON list of appended batches, each  none
           [store time, topic, [commitlog offsets],
-          [UNIQ_KEY or null], [KEYS or null],
-          [SYSFLAG] or null (all 0)]
+          [UNIQ_KEY or null] or {"run": [head,
+          first counter, count]} (a producer's ids),
+          [KEYS or null], [SYSFLAG] or null (all 0)]
     S     SYNC                                       S: empty
     F     FLUSH: sync the newest files               F: completed time (8-byte int)
     Q     QUERY: JSON [topic, key, max, begin, end]  Q: JSON list of commitlog offsets

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import filelock
 
@@ -36,6 +37,7 @@ from localstore.codec import (
 from localstore.errors import StoreError
 from localstore.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from localstore.javahash import _HIGH, _LOW, java_hash, java_hash_concat
+from localstore.message_id import UniqKeyRun
 from localstore.uniform_batch import UniformBatch
 
 if TYPE_CHECKING:
@@ -59,6 +61,81 @@ _POW31_4 = 31**_UNIQ_COUNTER
 _POW31_28 = pow(31, _UNIQ_PREFIX, 1 << 32)
 _SHORT_KEY = 256  # keys shorter than this (ASCII) are hashed inline
 _POW31_BY_LENGTH = [pow(31, length, 1 << 32) for length in range(_SHORT_KEY)]
+_COUNTER_VALUES = 1 << 16  # a UNIQ_KEY's counter: 4 hex digits
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRun:
+    """A batch's UNIQ_KEYs given by their shape (a :class:`UniqKeyRun`'s): the i-th of the
+    ``length`` is ``head`` + the 4 upper-case hex digits of ``(first + i) & 0xFFFF``."""
+
+    head: str
+    first: int
+    length: int
+
+    def keys(self) -> list[str]:
+        """The UNIQ_KEYs themselves."""
+        head, first = self.head, self.first
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(self.length)]
+
+
+def counter_run_of(uniq_keys: Sequence[str | None]) -> CounterRun | None:
+    """The run a :class:`UniqKeyRun` column is, or None for any other column."""
+    if type(uniq_keys) is UniqKeyRun and uniq_keys:
+        return CounterRun(uniq_keys.head, uniq_keys.first, len(uniq_keys))
+    return None
+
+
+_counter_hashes: list[int] = []
+
+
+def _counter_table() -> list[int]:
+    """Java hash of each 4-hex-digit counter string (made on first use: 65,536 values)."""
+    if not _counter_hashes:
+        hex_hash = [java_hash(f"{value:02X}") for value in range(256)]
+        high = [value * 961 for value in hex_hash]  # shifted past two characters: 31**2
+        _counter_hashes.extend(hi + lo for hi in high for lo in hex_hash)
+    return _counter_hashes
+
+
+def _abs_hashes(hashes: list[int]) -> list[int]:
+    """Unsigned 32-bit hashes as the index keeps them: abs() of the signed int, MIN_VALUE 0."""
+    return [h if h < 0x80000000 else (0x100000000 - h) & 0x7FFFFFFF for h in hashes]
+
+
+def _run_hashes(prefix_hash: int, run: CounterRun) -> list[int]:
+    """Index hashes of ``topic#UNIQ_KEY`` for a run: ``h(topic#head) * 31**4 + h(counter)``,
+    the counters' hashes read from a table: no per-key string work."""
+    base = (java_hash_concat(prefix_hash, run.head) * _POW31_4) & 0xFFFFFFFF
+    table = _counter_table()
+    first, count = run.first, run.length
+    if first + count <= _COUNTER_VALUES:
+        counters = table[first : first + count]
+    else:  # the counter wraps within the batch
+        counters = [table[(first + i) & 0xFFFF] for i in range(count)]
+    return _abs_hashes([(base + value) & 0xFFFFFFFF for value in counters])
+
+
+def _single_key_hashes(prefix_hash: int, keys: Sequence[str | None]) -> list[int] | None:
+    """Index hashes of ``topic#key`` when every message has exactly one short ASCII key (no
+    space, not empty), checked for the whole batch at once; None otherwise."""
+    if not keys or None in keys or "" in keys:
+        return None
+    joined = "".join(cast(Sequence[str], keys))
+    if " " in joined or not joined.isascii() or max(map(len, keys)) >= _SHORT_KEY:  # type: ignore[arg-type]
+        return None
+    powers, high, low = _POW31_BY_LENGTH, _HIGH, _LOW
+    return _abs_hashes(
+        [
+            (
+                prefix_hash * powers[len(raw)]
+                + 31 * int(raw.translate(high), 31)
+                + int(raw.translate(low), 31)
+            )
+            & 0xFFFFFFFF
+            for raw in map(str.encode, cast(Sequence[str], keys))
+        ]
+    )
 
 
 class KeyedMessage(Protocol):
@@ -239,21 +316,26 @@ class IndexService:
         """Index a batch just appended (one topic, one store time) in the put path."""
         uniq_keys, keys = key_columns(messages)
         self.build_keys(
-            topic, uniq_keys, keys, sys_flags_of(messages), phys_offsets, store_timestamp
+            topic,
+            counter_run_of(uniq_keys) or uniq_keys,
+            keys,
+            sys_flags_of(messages),
+            phys_offsets,
+            store_timestamp,
         )
 
     def build_keys(
         self,
         topic: str,
-        uniq_keys: Sequence[str | None],
+        uniq_keys: Sequence[str | None] | CounterRun,
         keys: Sequence[str | None],
         sys_flags: Sequence[int] | None,
         phys_offsets: Sequence[int],
         store_timestamp: int,
     ) -> None:
-        """Index a batch given as each message's ``UNIQ_KEY`` and ``KEYS`` values (None where
-        absent) and SYSFLAG (``sys_flags`` None: all 0), with its commitlog offsets; what the
-        index process receives."""
+        """Index a batch given as each message's ``UNIQ_KEY`` (or their :class:`CounterRun`)
+        and ``KEYS`` values (None where absent) and SYSFLAG (``sys_flags`` None: all 0), with
+        its commitlog offsets; what the index process receives."""
         hashes, offsets = self._key_hashes(topic, uniq_keys, keys, sys_flags, phys_offsets)
         position = 0
         index = self._current(store_timestamp)
@@ -268,7 +350,7 @@ class IndexService:
     def _key_hashes(
         self,
         topic: str,
-        uniq_keys: Sequence[str | None],
+        uniq_keys: Sequence[str | None] | CounterRun,
         all_keys: Sequence[str | None],
         sys_flags: Sequence[int] | None,
         phys_offsets: Sequence[int],
@@ -279,8 +361,17 @@ class IndexService:
         the cached hash of ``topic#``: this loop is the put path's indexing cost. UNIQ_KEYs of
         one producer batch share their first 28 characters (client, process, millisecond) and
         differ in the 4-character counter, so the hash of ``topic#`` + that prefix is kept and
-        only the counter is hashed, from its ASCII bytes: ``h(p + s) = h(p) * 31**4 + h(s)``."""
-        count = len(uniq_keys)
+        only the counter is hashed, from its ASCII bytes: ``h(p + s) = h(p) * 31**4 + h(s)``.
+
+        A producer's batch (its UNIQ_KEYs a :class:`CounterRun`, one plain key a message, no
+        transaction record) takes no loop at all: both columns are hashed by comprehensions
+        and interleaved, message by message, as the loop would add them."""
+        if isinstance(uniq_keys, CounterRun):
+            run: CounterRun | None = uniq_keys
+            uniq_column: Sequence[str | None] = ()
+            count = uniq_keys.length
+        else:
+            run, uniq_column, count = None, uniq_keys, len(uniq_keys)
         if (
             len(all_keys) != count
             or len(phys_offsets) != count
@@ -292,16 +383,26 @@ class IndexService:
                 f"{len(phys_offsets)} offsets{given}"
             )
         prefix = self._prefix_hash(topic)
+        if run is not None:
+            single = None if sys_flags is not None else _single_key_hashes(prefix, all_keys)
+            if single is not None:
+                hashes = [0] * (2 * count)
+                hashes[::2] = _run_hashes(prefix, run)
+                hashes[1::2] = single
+                offsets = [0] * (2 * count)
+                offsets[::2] = offsets[1::2] = phys_offsets
+                return hashes, offsets
+            uniq_column = run.keys()
         powers = _POW31_BY_LENGTH
         high, low = _HIGH, _LOW
-        hashes: list[int] = []
-        offsets: list[int] = []
+        hashes = []
+        offsets = []
         uniq_prefix: str | None = None  # the ASCII start a batch's UNIQ_KEYs share, once seen
         uniq_base = 0  # the hash of topic#uniq_prefix, times 31**4
         shared = count > 1  # a single message has no batch-mate to share a prefix with
         flags: Iterable[int] = repeat(0) if sys_flags is None else sys_flags  # lengths checked
         for given_uniq, keys, phys, flag in zip(
-            uniq_keys, all_keys, phys_offsets, flags, strict=False
+            uniq_column, all_keys, phys_offsets, flags, strict=False
         ):
             if flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
                 continue

@@ -47,7 +47,7 @@ from localstore.index_protocol import (
     RETIRE,
     SYNC,
 )
-from localstore.index_service import IndexService
+from localstore.index_service import CounterRun, IndexService
 from localstore.log_scan import iter_records
 from localstore.mapped_file import segment_name
 from localstore.pipe_frames import frame, split_frames, write_all
@@ -200,7 +200,8 @@ class IndexFollower:
         if self.failure:
             return
         try:
-            for store_time, topic, offsets, uniq_keys, keys, flags in orjson.loads(payload):
+            for store_time, topic, offsets, uniq, keys, flags in orjson.loads(payload):
+                uniq_keys = CounterRun(*uniq["run"]) if type(uniq) is dict else uniq
                 self.index.build_keys(topic, uniq_keys, keys, flags, offsets, store_time)
         except (OSError, ValueError, TypeError) as exc:
             self._fail("on the keys the store sent", exc)

@@ -20,7 +20,7 @@ import time
 
 from localstore.codec import LONG, make_offset_msg_id, unpack_host
 
-__all__ = ["UniqKeyGenerator", "make_offset_msg_id", "parse_offset_msg_id"]
+__all__ = ["UniqKeyGenerator", "UniqKeyRun", "make_offset_msg_id", "parse_offset_msg_id"]
 
 _HEX2 = tuple(f"{i:02X}" for i in range(256))
 _SUFFIX = struct.Struct(">IH")  # Java writes an int that wraps after 24.8 days: same bytes
@@ -34,6 +34,17 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
         )
     raw = bytes.fromhex(msg_id)
     return unpack_host(raw[:-8]), int(LONG.unpack_from(raw, len(raw) - 8)[0])
+
+
+class UniqKeyRun(list[str]):
+    """The ids of one :meth:`UniqKeyGenerator.next_many` call: the i-th is ``head`` followed by
+    the 4 hex digits of ``(first + i) & 0xFFFF``. A list of the ids; the key index reads
+    ``head`` and ``first`` to hash them all without reading each."""
+
+    __slots__ = ("first", "head")
+
+    head: str
+    first: int
 
 
 class UniqKeyGenerator:
@@ -65,7 +76,7 @@ class UniqKeyGenerator:
         millis = (now_ms - self._month_start_ms) & 0xFFFFFFFF
         return self._prefix + _SUFFIX.pack(millis, count).hex().upper()
 
-    def next_many(self, n: int) -> list[str]:
+    def next_many(self, n: int) -> UniqKeyRun:
         """``n`` ids at once: one clock read, one counter reservation, the 4 counter digits
         from a table (a batch's ids differ only there)."""
         now_ms = time.time_ns() // 1_000_000
@@ -79,4 +90,9 @@ class UniqKeyGenerator:
             if n > 1:  # reserve n values: the shared counter moves past them
                 self._counter = itertools.count(first + n)
         hex2 = _HEX2
-        return [head + hex2[(c >> 8) & 0xFF] + hex2[c & 0xFF] for c in range(first, first + n)]
+        run = UniqKeyRun(
+            [head + hex2[(c >> 8) & 0xFF] + hex2[c & 0xFF] for c in range(first, first + n)]
+        )
+        run.head = head
+        run.first = first & 0xFFFF
+        return run

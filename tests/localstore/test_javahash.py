@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,3 +143,45 @@ def test_index_hashes_refuse_lists_of_different_lengths():
         service._key_hashes("orders", [None] * 2, ["a"] * 2, [0], [0, 1])
     with pytest.raises(ValueError, match="2 messages' UNIQ_KEYs do not match 1 KEYS, 2 offsets"):
         service._key_hashes("orders", [None] * 2, ["a"], None, [0, 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    head=st.sampled_from(["7F00000131C8AB5E6F1A0000", "0" * 24, "A" * 56]),
+    millis=st.text("0123456789ABCDEF", min_size=0, max_size=8),
+    first=st.sampled_from([0, 1, 0xFFF0, 0xFFFF]) | st.integers(0, 0xFFFF),
+    keys=st.lists(
+        st.none() | st.text("kx9 é", min_size=0, max_size=6) | st.just("z" * 300), max_size=40
+    ),
+    with_flags=st.booleans(),
+)
+def test_a_uniq_key_run_hashes_as_its_keys(head, millis, first, keys, with_flags) -> None:
+    """A producer batch's UNIQ_KEYs given as a CounterRun (head + 4 hex digits of a counter
+    that may wrap) index exactly as the same keys given one by one: same hashes, same offsets,
+    in the same order, whether the batch takes the comprehension path (one plain key a
+    message) or the loop (several keys, none, non-ASCII, long, transaction records)."""
+    from localstore.index_service import CounterRun, IndexService
+
+    run = CounterRun(head + millis, first, len(keys))
+    flags = [12 if i % 3 == 1 else 0 for i in range(len(keys))] if with_flags else None
+    service = IndexService.__new__(IndexService)
+    service._prefix_hashes = {}
+    offsets = [100 * i for i in range(len(keys))]
+    by_run = service._key_hashes("orders", run, keys, flags, offsets)
+    by_keys = service._key_hashes("orders", run.keys(), keys, flags, offsets)
+    assert by_run == by_keys
+    assert len(by_run[0]) >= len(keys) - (len(keys) + 1) // 3 * with_flags
+
+
+def test_next_many_is_a_run_of_its_ids() -> None:
+    from localstore.index_service import CounterRun, counter_run_of
+    from localstore.message_id import UniqKeyGenerator
+
+    generator = UniqKeyGenerator()
+    generator._counter = itertools.count(0x1FFFE)  # wraps inside the batch
+    ids = generator.next_many(4)
+    run = counter_run_of(ids)
+    assert run == CounterRun(ids.head, 0xFFFE, 4)
+    assert run.keys() == ids
+    assert [key[-4:] for key in ids] == ["FFFE", "FFFF", "0000", "0001"]
+    assert counter_run_of(list(ids)) is None and counter_run_of([]) is None
