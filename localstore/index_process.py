@@ -3,10 +3,10 @@
 Indexing costs about a third of a put in Python, and under the GIL no thread can take it off the
 put path. With this option the store hands it to a child process (:mod:`localstore.index_worker`)
 as RocketMQ hands it to a dispatcher thread: a put gathers its messages' keys (``UNIQ_KEY`` and
-``KEYS``) with their commitlog offsets, a few dozen nanoseconds a message, and every few hundred
-messages they go to the child in one pipe write; the child hashes them and writes the index
-files. Records from before the store opened that the files lack, the child reads from the
-commitlog itself.
+``KEYS``) with their commitlog offsets, a few dozen nanoseconds a message (a producer's batch
+sends its ids as one run: head, first counter, count), and every few hundred messages they go
+to the child in one pipe write; the child hashes them and writes the index files. Records
+from before the store opened that the files lack, the child reads from the commitlog itself.
 
 What changes for callers: a query by key first sends what is gathered and waits until the child
 has indexed it, so it sees what the in-process index would; ``wait_caught_up`` does the same
