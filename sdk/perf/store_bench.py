@@ -4,6 +4,8 @@ Figures whose meaning matches one of ``../shared/bench/peers.py``'s use its name
 ``peers.py --peer limits --with "quiver perf store ... --json"`` prints ratios:
 
 * ``batch_append_records_per_s``: batch put (``--batch`` messages per put), async flush.
+* ``batch_append_columns_records_per_s``: the same batch puts given as
+  :class:`localstore.UniformBatch` columns, as a producer's ``send_batch`` gives them.
 * ``append_records_per_s``: one message per put, async flush.
 * ``read_crc_records_per_s``: sequential get in batches of 32, fully decoded (properties dict).
 * ``get_raw_records_per_s``: the same gets answered as the stored bytes (what a pull sends).
@@ -33,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from localstore import MessageStore, NewMessage, StoreOptions, UniqKeyGenerator
+from localstore import MessageStore, NewMessage, StoreOptions, UniformBatch, UniqKeyGenerator
 from localstore.async_writer import AsyncStoreWriter
 from sdk.perf.affinity import pinned
 from sdk.perf.report import Figure, Progress
@@ -72,6 +74,8 @@ def run_store_bench(config: StoreBenchConfig, progress: Progress) -> Iterator[Fi
         rate, rss_growth = _timed_puts(store, config, config.batch, progress, "batch put")
         yield _figure("batch_append_records_per_s", rate, config)
         yield _figure("rss_anon_growth_kb", rss_growth, config)
+        rate, _ = _timed_puts(store, config, config.batch, progress, "batch put, columns", True)
+        yield _figure("batch_append_columns_records_per_s", rate, config)
         rate, _ = _timed_puts(store, config, 1, progress, "single put")
         yield _figure("append_records_per_s", rate, config)
         yield _figure("read_crc_records_per_s", _timed_gets(store, config, False, progress), config)
@@ -119,10 +123,36 @@ def _messages(count: int, size: int, keys: UniqKeyGenerator, queue_id: int = 0) 
     return [NewMessage(TOPIC, body, queue_id, {"UNIQ_KEY": keys.next()}) for _ in range(count)]
 
 
+def _as_columns(messages: list[NewMessage], batch: int) -> list[UniformBatch]:
+    """``messages`` (one queue, properties only a UNIQ_KEY) as UniformBatches of ``batch``."""
+    batches = []
+    for i in range(0, len(messages), batch):
+        run = messages[i : i + batch]
+        ids = [m.properties["UNIQ_KEY"] for m in run]
+        batches.append(
+            UniformBatch(
+                TOPIC,
+                run[0].queue_id,
+                [m.body for m in run],
+                [f"UNIQ_KEY\x01{uniq}\x02".encode() for uniq in ids],
+                ids,
+                [None] * len(run),
+                plain=True,
+            )
+        )
+    return batches
+
+
 def _timed_puts(
-    store: MessageStore, config: StoreBenchConfig, batch: int, progress: Progress, label: str
+    store: MessageStore,
+    config: StoreBenchConfig,
+    batch: int,
+    progress: Progress,
+    label: str,
+    columns: bool = False,
 ) -> tuple[float, float]:
-    """Put ``config.count`` messages ``batch`` at a time; returns (msgs/s, anon RSS growth KiB)."""
+    """Put ``config.count`` messages ``batch`` at a time (``columns``: as UniformBatches, made
+    before the clock starts); returns (msgs/s, anon RSS growth KiB)."""
     keys = UniqKeyGenerator()
     store.put_batch(_messages(batch, config.size, keys))  # warm the path
     elapsed = 0.0
@@ -132,8 +162,12 @@ def _timed_puts(
     put = store.put
     while done < config.count:
         chunk = _messages(min(CHUNK, config.count - done), config.size, keys)
+        batches = _as_columns(chunk, batch) if columns else []
         start = time.perf_counter()
-        if batch == 1:
+        if columns:
+            for uniform in batches:
+                put_batch(uniform)
+        elif batch == 1:
             for message in chunk:
                 put(message)
         else:
@@ -141,7 +175,7 @@ def _timed_puts(
                 put_batch(chunk[i : i + batch])
         elapsed += time.perf_counter() - start
         done += len(chunk)
-        del chunk
+        del chunk, batches
         rss_last = _rss_anon_kb()
         rss_first = rss_first or rss_last
         progress.update(label, done, config.count)

@@ -26,7 +26,8 @@ def test_perf_store_figures(tmp_path):
     got = figures("store", "--data", data, "--count", "3000", "--sync-count", "320",
                   "--commitlog-file-size", "4194304")  # fmt: skip
     assert {
-        "batch_append_records_per_s", "append_records_per_s", "read_crc_records_per_s",
+        "batch_append_records_per_s", "batch_append_columns_records_per_s",
+        "append_records_per_s", "read_crc_records_per_s",
         "get_raw_records_per_s", "sync_threads_msgs_per_s", "sync_threads_puts_per_fsync",
         "sync_asyncio_msgs_per_s", "sync_asyncio_puts_per_fsync", "rss_anon_growth_kb",
     } == set(got)  # fmt: skip
