@@ -79,8 +79,7 @@ def encode_batch(
     ``delay_levels`` is given for ``SCHEDULE_TOPIC_XXXX``, whose tag codes are delivery times.
     Raises :class:`RejectedMessageError` for a message whose properties or record are too large.
     """
-    known = _TOPIC_FIELDS.get(topic)
-    magic, topic_field = known if known is not None else _topic_field(topic)
+    magic, topic_field = _topic_field(topic)
     store_bit = SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0
     plain_header = HEADER_STRUCTS[store_bit >> 4]
     fixed = len(topic_field) + 2
@@ -132,10 +131,7 @@ def encode_batch(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_sizes(messages, message, size, props_len, max_record_size, segment_size)
-            append(BLANK_STRUCT.pack(segment_end - position, BLANK_MAGIC))
-            runs.append(b"".join(parts))
-            parts.clear()
-            position = segment_end
+            position = _end_segment(parts, runs, position, segment_end)
             segment_end += segment_size
             fits_below += segment_size
         if sys_flag & prepared_or_rollback:
@@ -204,9 +200,7 @@ def encode_uniform(
     prepared-transaction offset) are packed once for the batch, so each record's header is one
     ``pack`` of the five fields that differ: size, body CRC, queue offset, commitlog offset and
     body length. Never for ``SCHEDULE_TOPIC_XXXX`` (its tag codes are delivery times)."""
-    topic = batch.topic
-    known = _TOPIC_FIELDS.get(topic)
-    magic, topic_field = known if known is not None else _topic_field(topic)
+    magic, topic_field = _topic_field(batch.topic)
     born_host = batch.born_host
     sys_flag = (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0) | (
         SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0
@@ -247,10 +241,7 @@ def encode_uniform(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_record(index, size, props_len, max_record_size, segment_size)
-            append(BLANK_STRUCT.pack(segment_end - position, BLANK_MAGIC))
-            runs.append(b"".join(parts))
-            parts.clear()
-            position = segment_end
+            position = _end_segment(parts, runs, position, segment_end)
             segment_end += segment_size
             fits_below += segment_size
         if tags_column is None:
@@ -293,6 +284,15 @@ def encode_uniform(
     )
 
 
+def _end_segment(parts: list[bytes], runs: list[bytes], position: int, segment_end: int) -> int:
+    """Close the current segment's run with the blank record that fills it from ``position``;
+    returns where the next record goes (the next segment's start)."""
+    parts.append(BLANK_STRUCT.pack(segment_end - position, BLANK_MAGIC))
+    runs.append(b"".join(parts))
+    parts.clear()
+    return segment_end
+
+
 _QUEUE_AND_FLAG = struct.Struct(">ii")
 _SYSFLAG_AND_TIME = struct.Struct(">iq")
 _NO_RECONSUME_NO_PREPARED = struct.pack(">iq", 0, 0)
@@ -325,9 +325,11 @@ def _units_struct(count: int) -> struct.Struct:
 
 def _topic_field(topic: str) -> tuple[int, bytes]:
     """:func:`localstore.codec.topic_field`, cached per topic for the put path."""
-    known = encode_topic_field(topic)
-    if len(_TOPIC_FIELDS) < 65536:
-        _TOPIC_FIELDS[topic] = known
+    known = _TOPIC_FIELDS.get(topic)
+    if known is None:
+        known = encode_topic_field(topic)
+        if len(_TOPIC_FIELDS) < 65536:
+            _TOPIC_FIELDS[topic] = known
     return known
 
 

@@ -121,8 +121,9 @@ def _single_key_hashes(prefix_hash: int, keys: Sequence[str | None]) -> list[int
     space, not empty), checked for the whole batch at once; None otherwise."""
     if not keys or None in keys or "" in keys:
         return None
-    joined = "".join(cast(Sequence[str], keys))
-    if " " in joined or not joined.isascii() or max(map(len, keys)) >= _SHORT_KEY:  # type: ignore[arg-type]
+    present = cast(Sequence[str], keys)  # no None: ruled out above
+    joined = "".join(present)
+    if " " in joined or not joined.isascii() or max(map(len, present)) >= _SHORT_KEY:
         return None
     powers, high, low = _POW31_BY_LENGTH, _HIGH, _LOW
     return _abs_hashes(
@@ -133,7 +134,7 @@ def _single_key_hashes(prefix_hash: int, keys: Sequence[str | None]) -> list[int
                 + int(raw.translate(low), 31)
             )
             & 0xFFFFFFFF
-            for raw in map(str.encode, cast(Sequence[str], keys))
+            for raw in map(str.encode, present)
         ]
     )
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from localstore import MessageStore, NewMessage, StoreOptions, UniformBatch, UniqKeyGenerator
 from localstore.async_writer import AsyncStoreWriter
+from localstore.codec import encode_properties
 from sdk.perf.affinity import pinned
 from sdk.perf.report import Figure, Progress
 
@@ -134,7 +135,7 @@ def _as_columns(messages: list[NewMessage], batch: int) -> list[UniformBatch]:
                 TOPIC,
                 run[0].queue_id,
                 [m.body for m in run],
-                [f"UNIQ_KEY\x01{uniq}\x02".encode() for uniq in ids],
+                [encode_properties(m.properties).encode() for m in run],
                 ids,
                 [None] * len(run),
                 plain=True,
