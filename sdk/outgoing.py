@@ -301,42 +301,45 @@ class MessageBuilder:
             built.properties[PROPERTY_DELIVER_AT] = str(int(message.deliver_at_ms))
         return built
 
-    def _build(self, message: Message, queue_id: int, uniq_key: str, now_ms: int) -> NewMessage:
-        """The stored form of a message whose topic was checked (body and properties are
-        checked here). The put path's per-message cost: keep it lean."""
-        topic = message.topic
+    def _checked_fields(self, message: Message, topic: str) -> tuple[bytes, str | None, str | None]:
+        """The body, TAGS and KEYS a message is stored with, each checked (its user
+        properties' names and its flag too): what :meth:`_build` and :meth:`build_batch` store.
+        The put path's per-message cost: keep it lean."""
         body = message.body
         if type(body) is not bytes or not body or len(body) > self.max_body_bytes:
             body = self._check_body(body, topic)
-        user = message.properties
-        if user:
-            _check_property_names(user)
-            properties = dict(user)
-            budget = sum(len(k) + len(v) + 2 for k, v in user.items())
-        else:
-            properties = {}
-            budget = 0
-        if message.flag and (
-            type(message.flag) is not int or not -(1 << 31) <= message.flag < 1 << 31
-        ):
+        if message.properties:
+            _check_property_names(message.properties)
+        flag = message.flag
+        if flag and (type(flag) is not int or not -(1 << 31) <= flag < 1 << 31):
             _check_scalar_fields(message)
         tags = message.tags
         if tags:
             if type(tags) is not str or holds_property_separator(tags):
                 raise InvalidMessageError(f"message to {topic}: {_text_problem(tags, 'tags')}")
-            properties[PROPERTY_TAGS] = tags
-            budget += len(tags)
-        keys = message.keys
-        if keys:
-            joined = _joined_keys(keys)
+        else:
+            tags = None
+        joined = None
+        if message.keys:
+            joined = _joined_keys(message.keys)
             if joined is None:
-                raise InvalidMessageError(f"message to {topic}: {_keys_problem(keys)}")
+                raise InvalidMessageError(f"message to {topic}: {_keys_problem(message.keys)}")
+        return body, tags, joined
+
+    def _build(self, message: Message, queue_id: int, uniq_key: str, now_ms: int) -> NewMessage:
+        """The stored form of a message whose topic was checked (body and properties are
+        checked here)."""
+        topic = message.topic
+        body, tags, joined = self._checked_fields(message, topic)
+        properties = dict(message.properties) if message.properties else {}
+        if tags:
+            properties[PROPERTY_TAGS] = tags
+        if joined:
             properties[PROPERTY_KEYS] = joined
-            budget += len(joined)
         properties[PROPERTY_UNIQ_KEY] = uniq_key
         # UTF-8 takes at most 4 bytes a character (+ names and separators): only a message
         # near the limit is encoded to be measured.
-        if (budget + 64) * 4 > MAX_PROPERTIES_BYTES:
+        if sum(len(k) + len(v) + 2 for k, v in properties.items()) * 4 > MAX_PROPERTIES_BYTES:
             _check_properties_size(properties, topic)
         return NewMessage(topic, body, queue_id, properties, message.flag, 0, now_ms)
 
@@ -354,7 +357,7 @@ class MessageBuilder:
         self._check_topic(topic)
         now = time.time_ns() // 1_000_000
         ids = self._ids.next_many(len(messages))
-        max_body = self.max_body_bytes
+        checked_fields = self._checked_fields
         bodies: list[bytes] = []
         properties: list[bytes] = []
         all_keys: list[str | None] = []
@@ -374,42 +377,25 @@ class MessageBuilder:
                 raise InvalidMessageError(
                     f"message {index}: a batch cannot hold delayed messages; send it alone"
                 )
-            body = message.body
-            if type(body) is not bytes or not body or len(body) > max_body:
-                body = self._check_body(body, topic)
+            body, tags, joined = checked_fields(message, topic)
             if message.flag != flag:
                 flags_differ = True
-            if message.flag and (
-                type(message.flag) is not int or not -(1 << 31) <= message.flag < 1 << 31
-            ):
-                _check_scalar_fields(message)
             # The stored properties, in the order a message's dict has them: the user's,
             # TAGS, KEYS, UNIQ_KEY.
-            user = message.properties
-            if user:
-                _check_property_names(user)
-                text = encode_properties(user)
+            if message.properties:
+                text = encode_properties(message.properties)
                 plain = False
             else:
                 text = ""
-            tags = message.tags
             if tags:
-                if type(tags) is not str or holds_property_separator(tags):
-                    raise InvalidMessageError(f"message to {topic}: {_text_problem(tags, 'tags')}")
                 text += f"TAGS\x01{tags}\x02"
                 if all_tags is None:
                     all_tags = [None] * index
                 all_tags.append(tags)
             elif all_tags is not None:
                 all_tags.append(None)
-            keys = message.keys
-            if keys:
-                joined = _joined_keys(keys)
-                if joined is None:
-                    raise InvalidMessageError(f"message to {topic}: {_keys_problem(keys)}")
+            if joined:
                 text += f"KEYS\x01{joined}\x02"
-            else:
-                joined = None
             stored = f"{text}UNIQ_KEY\x01{ids[index]}\x02".encode()
             if len(stored) > MAX_PROPERTIES_BYTES:
                 raise _properties_too_large(topic, len(stored))
