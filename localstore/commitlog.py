@@ -223,8 +223,8 @@ class CommitLog:
         over from a holder that has held it ``wait_s`` since its write. Returns the flush,
         which holds the token until :meth:`end_flush`; None when nothing waits to be written.
         Raises what the write raised, with the bytes put back. With ``durable_if_alone``, a
-        flush that is one run within a page is made durable by the write itself (``to_sync``
-        is then empty)."""
+        flush that is one run is made durable by its writes themselves (``to_sync`` is then
+        empty)."""
         holder = self._take_token(wait_s)
         try:
             taken = self._write_pending(durable_if_alone=durable_if_alone)
@@ -413,7 +413,8 @@ _TOKEN_POLL_S = 0.05  # how often a waiting taker looks at the holder's age
 
 def _write_through(pending: list[Write], *, durably: bool) -> bool:
     """pwrite the write-behind list's runs through the files. With ``durably``, a single run
-    within a page goes in one ``pwritev(RWF_DSYNC)``, which also makes it durable: True then."""
+    is written with ``RWF_DSYNC`` (:meth:`MappedFile.pwrite_durably`), which also makes it
+    durable: True then."""
     runs = _coalesce(pending)
     if durably and len(runs) == 1 and runs[0][0].pwrite_durably(runs[0][1], runs[0][2]):
         runs[0][0].flushed_position = runs[0][0].wrote_position

@@ -171,13 +171,21 @@ class MappedFile:
         self._pwrite_all(position, view[:8])
 
     def pwrite_durably(self, position: int, data: bytes) -> bool:
-        """Write ``data`` at ``position`` and make it durable in one system call (``pwritev``
-        with ``RWF_DSYNC``: the write, then what an fdatasync of its range does), when the data
-        lies within one page (see :meth:`pwrite`). False, and nothing written, otherwise or
-        where the flag is missing; the caller then uses ``pwrite`` and ``sync``. One call hands
-        the GIL over once per group commit instead of twice."""
-        if _RWF_DSYNC is None or not _within_one_page(position, len(data)):
+        """Write ``data`` at ``position`` and make it durable with ``pwritev(RWF_DSYNC)`` (the
+        write, then what an fdatasync of its range does). False, and nothing written, where the
+        flag is missing; the caller then uses ``pwrite`` and ``sync``.
+
+        Within one page that is one call. A run across pages first gets everything but its
+        first 8 bytes in a plain ``pwrite``, then the whole run again in the durable call: a
+        process killed between the two leaves zeros where the run's first magic would be, and
+        one killed inside the second (the kernel copies page by page from the start) has
+        already written every later byte, so the first magic never lands before the rest (see
+        :meth:`pwrite`). Each call hands the GIL over and waits to get it back: two calls, not
+        the three of ``pwrite`` and ``sync``."""
+        if _RWF_DSYNC is None:
             return False
+        if not _within_one_page(position, len(data)):
+            self._pwrite_all(position + 8, memoryview(data)[8:])
         written = os.pwritev(self._fd, [data], position, _RWF_DSYNC)
         if written < len(data):  # not seen for a regular file; finish the ordinary way
             self._pwrite_all(position + written, memoryview(data)[written:])

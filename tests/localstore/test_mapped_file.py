@@ -1,7 +1,9 @@
 """The order in which a sync-flush run reaches the file (``MappedFile.pwrite``): a run that spans
 pages is written without its first 8 bytes (the first record's size and magic), which follow in
 a second write, so a process killed between the two leaves no visible part of the run; a run
-within one page is one write, which the kernel applies whole or not at all."""
+within one page is one write, which the kernel applies whole or not at all. The durable write
+(``pwrite_durably``) keeps the same order with one ``pwritev(RWF_DSYNC)`` of the whole run after
+the plain write of its tail."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from localstore import mapped_file as mapped_file_module
 from localstore.mapped_file import MappedFile
 
 SEGMENT = 16 * 4096
@@ -81,11 +84,30 @@ def test_a_run_within_one_page_is_written_and_synced_in_one_call(
     assert bytes(segment.view[4196 : 4196 + 300]) == data
 
 
-def test_a_run_across_pages_is_left_to_pwrite_and_sync(
+@pytest.mark.skipif(not hasattr(os, "RWF_DSYNC"), reason="pwritev's RWF_DSYNC is Linux's")
+@pytest.mark.parametrize(("position", "length"), [(4000, 200), (100, 3 * 4096)])
+def test_a_run_across_pages_has_its_tail_written_before_the_durable_write(
     segment: MappedFile,
     durable_writes: list[tuple[int, bytes, int]],
     writes: list[tuple[int, bytes]],
+    position: int,
+    length: int,
 ) -> None:
+    data = os.urandom(length)
+    assert segment.pwrite_durably(position, data)
+    # Everything but the first magic is in place before the call that can publish it.
+    assert writes == [(position + 8, data[8:])]
+    assert durable_writes == [(position, data, os.RWF_DSYNC)]
+    assert bytes(segment.view[position : position + length]) == data
+
+
+def test_without_rwf_dsync_nothing_is_written_durably(
+    segment: MappedFile,
+    monkeypatch: pytest.MonkeyPatch,
+    durable_writes: list[tuple[int, bytes, int]],
+    writes: list[tuple[int, bytes]],
+) -> None:
+    monkeypatch.setattr(mapped_file_module, "_RWF_DSYNC", None)
     assert not segment.pwrite_durably(4000, os.urandom(200))
     assert durable_writes == [] and writes == []
     assert bytes(segment.view[4000:4200]) == bytes(200)
