@@ -78,7 +78,19 @@ def encode_batch(
 
     ``delay_levels`` is given for ``SCHEDULE_TOPIC_XXXX``, whose tag codes are delivery times.
     Raises :class:`RejectedMessageError` for a message whose properties or record are too large.
+    A :class:`~localstore.uniform_batch.UniformBatch` (its own topic and queue) is encoded from
+    its columns by :func:`encode_uniform`, to the same bytes, unless ``delay_levels`` is given.
     """
+    if isinstance(messages, UniformBatch) and delay_levels is None:
+        return encode_uniform(
+            messages,
+            queue_offset,
+            position,
+            segment_size,
+            store_timestamp,
+            store_host,
+            max_record_size,
+        )
     magic, topic_field = _topic_field(topic)
     store_bit = SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0
     plain_header = HEADER_STRUCTS[store_bit >> 4]

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
-from localstore.batch_encoder import RejectedMessageError, encode_batch, encode_uniform
+from localstore.batch_encoder import RejectedMessageError, encode_batch
 from localstore.checkpoint import Checkpoint
 from localstore.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.commitlog import CommitLog
@@ -41,7 +41,7 @@ from localstore.single_put import QueuePutState, SinglePut
 from localstore.tags import SCHEDULE_TOPIC
 from localstore.time_index import QueueTimeIndex
 from localstore.topics import TopicTable
-from localstore.uniform_batch import UniformBatch
+from localstore.uniform_batch import batch_head
 from localstore.validation import check_batch
 
 log = logging.getLogger(__name__)
@@ -159,11 +159,7 @@ class PutPath:
                 f"the last commitlog flush failed ({flush_error}); puts are refused "
                 "until a flush succeeds (retried every flush interval)",
             ), 0
-        if isinstance(messages, UniformBatch):
-            topic, queue_id, sys_flag = messages.topic, messages.queue_id, 0
-        else:
-            first = messages[0]
-            topic, queue_id, sys_flag = first.topic, first.queue_id, first.sys_flag
+        topic, queue_id, sys_flag = batch_head(messages)
         state = self.states.get((topic, queue_id))
         if state is None:
             rejection = self._check_queue(topic, queue_id, system)
@@ -173,29 +169,18 @@ class PutPath:
         queue_offset = state.next_offset
         commitlog = self.commitlog
         try:
-            if isinstance(messages, UniformBatch) and topic != SCHEDULE_TOPIC:
-                encoded = encode_uniform(
-                    messages,
-                    queue_offset,
-                    commitlog.max_offset,
-                    commitlog.segment_size,
-                    store_timestamp,
-                    self._store_host,
-                    self._max_record_size,
-                )
-            else:
-                encoded = encode_batch(
-                    messages,
-                    topic,
-                    queue_id,
-                    queue_offset,
-                    commitlog.max_offset,
-                    commitlog.segment_size,
-                    store_timestamp,
-                    self._store_host,
-                    self._max_record_size,
-                    self._delay_levels if topic == SCHEDULE_TOPIC else None,
-                )
+            encoded = encode_batch(
+                messages,
+                topic,
+                queue_id,
+                queue_offset,
+                commitlog.max_offset,
+                commitlog.segment_size,
+                store_timestamp,
+                self._store_host,
+                self._max_record_size,
+                self._delay_levels if topic == SCHEDULE_TOPIC else None,
+            )
         except RejectedMessageError as rejected:
             return PutResult(PutStatus[rejected.status], rejected.detail, topic, queue_id), 0
         try:

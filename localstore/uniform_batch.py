@@ -138,6 +138,16 @@ class UniformBatch(Sequence[NewMessage]):
         return any(text.startswith(wanted) or after_pair in text for text in self.properties)
 
 
+def batch_head(messages: Sequence[NewMessage]) -> tuple[str, int, int]:
+    """Where a non-empty batch goes and what its first record is: topic, queue id and the first
+    message's SYSFLAG, read from a :class:`UniformBatch`'s fields (no message is made; its
+    SYSFLAG is 0) or from the first message."""
+    if isinstance(messages, UniformBatch):
+        return messages.topic, messages.queue_id, 0
+    first = messages[0]
+    return first.topic, first.queue_id, first.sys_flag
+
+
 def _pairs(text: bytes) -> dict[str, str]:
     """The properties a batch's text was written from, exactly (an empty value too, which a
     reader of the stored record skips, as RocketMQ's does)."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from localstore.codec import NewMessage
 from localstore.results import PutResult, PutStatus
-from localstore.uniform_batch import UniformBatch
+from localstore.uniform_batch import UniformBatch, batch_head
 
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
@@ -78,11 +78,7 @@ def check_batch(
     topics that passed, so a topic is validated once."""
     if not messages:
         return PutResult(PutStatus.MESSAGE_ILLEGAL, "the batch holds no message")
-    if isinstance(messages, UniformBatch):
-        topic, queue_id = messages.topic, messages.queue_id
-    else:
-        first = messages[0]
-        topic, queue_id = first.topic, first.queue_id
+    topic, queue_id, _ = batch_head(messages)
     if topic not in valid_topics:
         problem = topic_error(topic, system=system)
         if problem is not None:
@@ -95,7 +91,7 @@ def check_batch(
         index = next(i for i, size in enumerate(sizes) if not 0 < size <= max_body)
         return _body_rejection(index, sizes[index], max_body, topic, queue_id)
     if len(messages) == 1:
-        size = len(first.body)
+        size = len(messages[0].body)
         if 0 < size <= max_body:
             return None
         return _body_rejection(0, size, max_body, topic, queue_id)
