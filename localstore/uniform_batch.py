@@ -129,13 +129,21 @@ class UniformBatch(Sequence[NewMessage]):
         found as a whole ``name\\x01`` pair in the stored text: a value cannot hold the
         separators, so the match is exact)."""
         if name in _INDEXED_NAMES:
-            column = {PROPERTY_TAGS: self.tags, PROPERTY_KEYS: self.keys}.get(name, self.uniq_keys)
+            column = self._column(name)
             return column is not None and any(value is not None for value in column)
         if self.plain:
             return False
         wanted = (name + NAME_VALUE_SEPARATOR).encode()
         after_pair = (PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR).encode()
         return any(text.startswith(wanted) or after_pair in text for text in self.properties)
+
+    def _column(self, name: str) -> Sequence[str | None] | None:
+        """The column of an indexed property (None for TAGS when no message has tags)."""
+        if name == PROPERTY_UNIQ_KEY:
+            return self.uniq_keys
+        if name == PROPERTY_KEYS:
+            return self.keys
+        return self.tags if name == PROPERTY_TAGS else None
 
 
 def batch_head(messages: Sequence[NewMessage]) -> tuple[str, int, int]:
