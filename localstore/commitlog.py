@@ -442,9 +442,10 @@ def _coalesce(writes: list[Write]) -> list[Write]:
 
 class _SegmentAllocator:
     """Prepares the next commitlog segment on a background thread: written with zeros and
-    synced (its blocks allocated, its pages in the page cache), then mapped with every page
-    populated, so the writer meets no page fault and no allocation (RocketMQ's
-    AllocateMappedFileService with warm-up). pwrite, fdatasync and mmap release the GIL.
+    synced (its blocks allocated, its pages in the page cache), then mapped, so the writer
+    meets no allocation and only the cheap faults that map cached pages (RocketMQ's
+    AllocateMappedFileService with warm-up; why not ``MAP_POPULATE``: see
+    :mod:`localstore.mapped_file`). pwrite, fdatasync and mmap release the GIL.
     """
 
     def __init__(self, directory: Path, segment_size: int):
@@ -475,7 +476,7 @@ class _SegmentAllocator:
             warm_file(tmp, self._size)
             os.replace(tmp, path)
             fsync_directory(self._directory)  # the new name survives a power loss too
-        segment = MappedFile(path, start, self._size, populate=True)
+        segment = MappedFile(path, start, self._size, warmed=True)
         with self._lock:
             self._ready[start] = segment
 

@@ -18,6 +18,12 @@ A segment this process creates is written before it is read, so its mapping is a
 ``MADV_RANDOM`` (one page per fault) while it is the one being written; ``writing_done`` restores
 normal read-ahead once the writer has moved on, for readers that come back to it after its pages
 left the page cache. Segments mapped at open (written earlier) keep normal read-ahead.
+
+No ``MAP_POPULATE``: on a shared mapping it maps a file's pages read-only, and over pages that
+are clean (a warmed segment's, synced by :func:`warm_file`) every first store into a page then
+takes a write-protect fault. On this kernel (6.18, ext4) that made copying 13 KB batches into a
+warmed segment 18x slower (about 18 us against 1 us) than letting the stores fault the pages in
+themselves: 0.6 us of a 100-byte message's 1.9 us batch put.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, start_offset: int, size: int, *, populate: bool = False):
+    def __init__(self, path: Path, start_offset: int, size: int, *, warmed: bool = False):
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -65,24 +71,17 @@ class MappedFile:
                 os.ftruncate(self._fd, size)
             elif length != size:
                 raise ValueError(f"{path} is {length} bytes, expected the segment size {size}")
-            if populate:  # map every page now (a warmed file's pages are in the page cache)
-                self._map = mmap.mmap(
-                    self._fd,
-                    size,
-                    flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
-                    prot=mmap.PROT_READ | mmap.PROT_WRITE,
-                )
-            else:
-                self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
-                if created:
-                    self._map.madvise(mmap.MADV_RANDOM)  # see the module docstring
+            # Never MAP_POPULATE: see the module docstring.
+            self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
+            if created:
+                self._map.madvise(mmap.MADV_RANDOM)  # see the module docstring
         except BaseException:
             os.close(self._fd)
             raise
         self.view = memoryview(self._map)
         self.wrote_position = 0
         self.flushed_position = 0
-        self.reserved = size if populate else 0  # bytes whose disk blocks are allocated
+        self.reserved = size if warmed else 0  # bytes whose disk blocks are allocated
 
     @classmethod
     def create(
