@@ -437,9 +437,9 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
         flag,
         sys_flag,
         born_ts,
-        _HOSTS.get(born_host) or _remember_host(born_host),
+        HOST_TEXTS.get(born_host) or host_text(born_host),
         store_ts,
-        _HOSTS.get(store_host) or _remember_host(store_host),
+        HOST_TEXTS.get(store_host) or host_text(store_host),
         reconsume,
         prepared,
         body_bytes,
@@ -464,14 +464,16 @@ def _remember_layout(body_len: int) -> None:
         _V4_WITH_BODY[body_len] = struct.Struct(f"{HEADER_V4.format}{body_len}s")
 
 
-_HOSTS: dict[bytes, str] = {}
+HOST_TEXTS: dict[bytes, str] = {}  # a stored host's bytes -> "address:port", by host_text
 _HOST_CACHE_LIMIT = 4096
 
 
-def _remember_host(raw: bytes) -> str:
+def host_text(raw: bytes) -> str:
+    """:func:`unpack_host`, remembered in :data:`HOST_TEXTS` (decoders look there first: a
+    store's records name few hosts)."""
     text = unpack_host(raw)
-    if len(_HOSTS) < _HOST_CACHE_LIMIT:
-        _HOSTS[raw] = text
+    if len(HOST_TEXTS) < _HOST_CACHE_LIMIT:
+        HOST_TEXTS[raw] = text
     return text
 
 

@@ -17,6 +17,10 @@ re-checks the tag string of candidates, and stops at ``max_count`` messages or `
 whole queue. A unit whose record readers may not see yet (sync flush: not yet durable) is
 treated as not written.
 
+Without a tag filter the units alone decide which records a get takes, so each segment's run of
+them is decoded in one call (:mod:`localstore.run_decoder`); with one, each candidate is decoded
+to re-check its tag string.
+
 ``raw=True`` answers with the stored records' bytes instead of decoded messages: adjacent
 records are copied as one slice, so a batch of one queue's consecutive records costs one copy.
 """
@@ -37,6 +41,7 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.errors import CorruptStoreError
 from localstore.results import FOUND, GetResult, GetStatus
+from localstore.run_decoder import RunDecodeError, decode_run
 from localstore.tags import TagFilter
 
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
@@ -173,7 +178,9 @@ class _Scan:
 
     def decode(self, units: memoryview) -> int:
         """Decode matching records; returns how many units were examined."""
-        codes = None if self.filter.matches_all else self.filter.codes
+        if self.filter.matches_all:
+            return self._decode_all(units)
+        codes = self.filter.codes
         tag_matches = self.filter.tag_matches
         commitlog = self.commitlog
         min_phys = commitlog.min_offset
@@ -183,7 +190,7 @@ class _Scan:
         view: memoryview | None = None
         seg_start = seg_end = 0
         for phys, size, code in UNIT.iter_unpack(units):
-            if codes is not None and code not in codes:
+            if code not in codes:
                 examined += 1
                 continue
             if count and total + size > max_bytes:
@@ -203,7 +210,7 @@ class _Scan:
                 raise self._corrupt(examined - 1, phys, str(exc)) from exc
             if message.phys_offset != phys:
                 raise self._corrupt(examined - 1, phys, "the record there says it is elsewhere")
-            if codes is not None and not tag_matches(message.properties.get(PROPERTY_TAGS)):
+            if not tag_matches(message.properties.get(PROPERTY_TAGS)):
                 continue
             messages.append(message)
             count += 1
@@ -213,6 +220,55 @@ class _Scan:
         del view
         self.count = count
         return examined
+
+    def _decode_all(self, units: memoryview) -> int:
+        """:meth:`decode` without a tag filter: every unit within the budgets is taken, so the
+        units alone decide which records; each segment's run of them is then decoded in one
+        call (:func:`~localstore.run_decoder.decode_run`). Returns the units examined."""
+        commitlog = self.commitlog
+        min_phys = commitlog.min_offset
+        max_count, max_bytes = self.max_count, self.max_bytes
+        count = total = examined = 0
+        view: memoryview | None = None
+        seg_start = seg_end = 0
+        positions: list[int] = []  # of the current run, within its segment
+        run_first = 0  # the index of the run's first unit
+        for phys, size, _ in UNIT.iter_unpack(units):
+            if count and total + size > max_bytes:
+                break
+            examined += 1
+            if not seg_start <= phys < seg_end:
+                if positions:
+                    self._decode_run(view, positions, seg_start, run_first)  # type: ignore[arg-type]
+                    positions = []
+                located = commitlog.segment_view(phys) if phys >= min_phys else None
+                if located is None:
+                    self.removed = True
+                    seg_start = seg_end = 0
+                    continue
+                view = located[0]
+                seg_start = phys - located[1]
+                seg_end = seg_start + len(view)
+                run_first = examined - 1
+            positions.append(phys - seg_start)
+            count += 1
+            total += size
+            if count >= max_count:
+                break
+        if positions:
+            self._decode_run(view, positions, seg_start, run_first)  # type: ignore[arg-type]
+        del view
+        self.count = count
+        return examined
+
+    def _decode_run(
+        self, view: memoryview, positions: list[int], seg_start: int, run_first: int
+    ) -> None:
+        try:
+            self.messages += decode_run(view, positions, seg_start, self.queue.topic)
+        except RunDecodeError as exc:
+            phys = seg_start + positions[exc.index]
+            raise self._corrupt(run_first + exc.index, phys, str(exc)) from exc
 
     def collect_ranges(self, units: memoryview) -> int:
         """Note the byte ranges of matching records; returns how many units were examined."""
