@@ -241,6 +241,7 @@ class StoredMessage:
     """
 
     # every field in its own slot, but properties: stored or parsed, behind a property
+    # (localstore.run_decoder fills these slots itself: a new field goes there too)
     __slots__ = ("_properties", *(name for name in _STORED_FIELDS if name != "properties"))
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 

@@ -41,9 +41,10 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.errors import CorruptStoreError
 from localstore.results import FOUND, GetResult, GetStatus
-from localstore.run_decoder import RunDecodeError, decode_run
+from localstore.run_decoder import MISPLACED, RunDecodeError, decode_run
 from localstore.tags import TagFilter
 
+_NO_VIEW = memoryview(b"")  # before the first segment is located
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
 _SIZES_STRUCTS: dict[int, struct.Struct] = {}
 
@@ -151,8 +152,9 @@ def get_messages(
 class _Scan:
     """Walks units, collecting matching records within the count and byte budgets.
 
-    The loops are written out twice (decoded, raw) because they are the read path's hot loop:
-    a helper call per message would cost more than the work it does.
+    The loops are written out for each case (filtered decode, unfiltered decode, raw) because
+    they are the read path's hot loop: a helper call per message would cost more than the work
+    it does.
     """
 
     def __init__(
@@ -209,7 +211,7 @@ class _Scan:
             except RecordError as exc:
                 raise self._corrupt(examined - 1, phys, str(exc)) from exc
             if message.phys_offset != phys:
-                raise self._corrupt(examined - 1, phys, "the record there says it is elsewhere")
+                raise self._corrupt(examined - 1, phys, MISPLACED)
             if not tag_matches(message.properties.get(PROPERTY_TAGS)):
                 continue
             messages.append(message)
@@ -229,7 +231,7 @@ class _Scan:
         min_phys = commitlog.min_offset
         max_count, max_bytes = self.max_count, self.max_bytes
         count = total = examined = 0
-        view: memoryview | None = None
+        view = _NO_VIEW
         seg_start = seg_end = 0
         positions: list[int] = []  # of the current run, within its segment
         run_first = 0  # the index of the run's first unit
@@ -239,7 +241,7 @@ class _Scan:
             examined += 1
             if not seg_start <= phys < seg_end:
                 if positions:
-                    self._decode_run(view, positions, seg_start, run_first)  # type: ignore[arg-type]
+                    self._decode_run(view, positions, seg_start, run_first)
                     positions = []
                 located = commitlog.segment_view(phys) if phys >= min_phys else None
                 if located is None:
@@ -256,7 +258,7 @@ class _Scan:
             if count >= max_count:
                 break
         if positions:
-            self._decode_run(view, positions, seg_start, run_first)  # type: ignore[arg-type]
+            self._decode_run(view, positions, seg_start, run_first)
         del view
         self.count = count
         return examined

@@ -43,6 +43,7 @@ _INT_AT = INT.unpack_from
 _MAX_LAYOUT_BODY = 1 << 16  # larger bodies: one unpack saves nothing next to the copy
 _LAYOUTS_PER_TOPIC = 256  # body lengths remembered per topic; others take the general decode
 _TOPICS_LIMIT = 4096
+MISPLACED = "the record there says it is elsewhere"
 
 
 class RunDecodeError(RecordError):
@@ -54,26 +55,19 @@ class RunDecodeError(RecordError):
 
 
 class _TopicLayouts:
-    """A topic's encoded field and the one-unpack layouts of its v1 IPv4 records."""
+    """A v1 topic's encoded field and the one-unpack layouts of its IPv4 records."""
 
     __slots__ = ("by_body_length", "field", "fixed_size")
 
-    def __init__(self, topic: str):
-        magic, self.field = topic_field(topic)
-        # Only v1 topics have the fast shape: a v2 topic's layouts stay empty.
+    def __init__(self, field: bytes):
+        self.field = field
         self.by_body_length: dict[int, struct.Struct] = {}
-        self.fixed_size = HEADER_V4.size + len(self.field) + 2  # all but body and properties
-        if magic != MAGIC_V1:
-            self.fixed_size = -1  # no layout ever
+        self.fixed_size = HEADER_V4.size + len(field) + 2  # all but body and properties
 
     def layout(self, body_length: int) -> struct.Struct | None:
         """The layout for ``body_length``-byte bodies, made now; None where none is kept."""
         layouts = self.by_body_length
-        if (
-            self.fixed_size < 0
-            or not 0 <= body_length <= _MAX_LAYOUT_BODY
-            or len(layouts) >= _LAYOUTS_PER_TOPIC
-        ):
+        if not 0 <= body_length <= _MAX_LAYOUT_BODY or len(layouts) >= _LAYOUTS_PER_TOPIC:
             return None
         made = layouts[body_length] = struct.Struct(
             f"{HEADER_V4.format}{body_length}s{len(self.field)}sh"
@@ -81,7 +75,17 @@ class _TopicLayouts:
         return made
 
 
-_TOPICS: dict[str, _TopicLayouts] = {}
+_TOPICS: dict[str, _TopicLayouts | None] = {}  # None: a v2 topic, never the fast shape
+
+
+def _layouts_for(topic: str) -> _TopicLayouts | None:
+    if topic in _TOPICS:
+        return _TOPICS[topic]
+    magic, field = topic_field(topic)
+    layouts = _TopicLayouts(field) if magic == MAGIC_V1 else None
+    if len(_TOPICS) < _TOPICS_LIMIT:
+        _TOPICS[topic] = layouts
+    return layouts
 
 
 def decode_run(
@@ -91,15 +95,14 @@ def decode_run(
     expected to be ``topic``'s. Raises :class:`RunDecodeError` (with the index in
     ``positions``) for bytes that are not a record, or a record that says it is stored
     elsewhere."""
-    layouts = _TOPICS.get(topic)
+    layouts = _layouts_for(topic)
     if layouts is None:
-        layouts = _TopicLayouts(topic)
-        if len(_TOPICS) < _TOPICS_LIMIT:
-            _TOPICS[topic] = layouts
+        return [_decode_one(buf, pos, base, index) for index, pos in enumerate(positions)]
     known = layouts.by_body_length
     expected_field = layouts.field
     fixed_size = layouts.fixed_size
-    room = len(buf) - fixed_size  # a record at pos with a b-byte body fits if pos + b <= room
+    buf_len = len(buf)
+    room = buf_len - fixed_size  # a record at pos with a b-byte body fits if pos + b <= room
     hosts = HOST_TEXTS
     new = object.__new__
     messages: list[StoredMessage] = []
@@ -139,7 +142,7 @@ def decode_run(
                 or field != expected_field
                 or total != fixed_size + body_length + props_length
                 or props_length < 0
-                or end > len(buf)
+                or end > buf_len
             ):
                 fields = None  # another shape, or damage: the general decode decides
             else:
@@ -148,30 +151,38 @@ def decode_run(
                 except UnicodeDecodeError:
                     fields = None
         if fields is None:
-            try:
-                message = decode_record(buf, pos)
-            except RecordError as exc:
-                raise RunDecodeError(index, str(exc)) from exc
-        else:
-            message = new(StoredMessage)
-            message.topic = topic
-            message.queue_id = queue_id
-            message.queue_offset = queue_offset
-            message.phys_offset = phys
-            message.store_size = total
-            message.body_crc = crc
-            message.flag = flag
-            message.sys_flag = sys_flag
-            message.born_timestamp = born_ts
-            message.born_host = hosts.get(born_host) or host_text(born_host)
-            message.store_timestamp = store_ts
-            message.store_host = hosts.get(store_host) or host_text(store_host)
-            message.reconsume_times = reconsume
-            message.prepared_transaction_offset = prepared
-            message.body = body
-            message._properties = props
-            message.store_host_raw = store_host
-        if message.phys_offset != base + pos:
-            raise RunDecodeError(index, "the record there says it is elsewhere")
+            append(_decode_one(buf, pos, base, index))
+            continue
+        if phys != base + pos:
+            raise RunDecodeError(index, MISPLACED)
+        message = new(StoredMessage)
+        message.topic = topic
+        message.queue_id = queue_id
+        message.queue_offset = queue_offset
+        message.phys_offset = phys
+        message.store_size = total
+        message.body_crc = crc
+        message.flag = flag
+        message.sys_flag = sys_flag
+        message.born_timestamp = born_ts
+        message.born_host = hosts.get(born_host) or host_text(born_host)
+        message.store_timestamp = store_ts
+        message.store_host = hosts.get(store_host) or host_text(store_host)
+        message.reconsume_times = reconsume
+        message.prepared_transaction_offset = prepared
+        message.body = body
+        message._properties = props
+        message.store_host_raw = store_host
         append(message)
     return messages
+
+
+def _decode_one(buf: memoryview, pos: int, base: int, index: int) -> StoredMessage:
+    """Record ``index`` of a run by :func:`~localstore.codec.decode_record` (any shape)."""
+    try:
+        message = decode_record(buf, pos)
+    except RecordError as exc:
+        raise RunDecodeError(index, str(exc)) from exc
+    if message.phys_offset != base + pos:
+        raise RunDecodeError(index, MISPLACED)
+    return message
