@@ -32,6 +32,18 @@ with its own, and syncs them; the holder's late end moves nothing.
 
 Appends happen under the store's put lock (one writer at a time); ``_pending_lock`` guards the
 hand-over of the write-behind list, ``_token_lock`` who holds the flush token.
+
+The append window (async flush only): after each :meth:`CommitLog.append_record`, ``window``
+names the last segment and ``window_end`` the furthest commitlog offset a record may end at in
+it without this class's checks: inside the segment with room for a blank record behind it,
+below the offset at which the next segment is prepared, and within the segment's reserved
+(allocated) blocks. The single put (:mod:`localstore.single_put`) writes a record there itself,
+under the put lock, in this order: the record but its first 8 bytes, those 8 bytes (its size
+and magic), then ``window.wrote_position``, ``last_store_timestamp`` and ``max_offset``; a
+record that would end past ``window_end`` goes through :meth:`append_record`, which moves the
+window on. Anything else that writes or cuts the log (:meth:`write_runs`, :meth:`set_end`,
+:meth:`close`) closes the window (``window_end`` -1) first. A window can only be smaller than
+the truth: segments grow their reservations and are only replaced through those methods.
 """
 
 from __future__ import annotations
@@ -107,6 +119,9 @@ class CommitLog:
         self.max_offset = 0
         self.flushed_offset = 0
         self.last_store_timestamp = 0  # store time of the record ending at max_offset
+        # The append window (see the module docstring): closed until the first append_record.
+        self.window: MappedFile | None = None
+        self.window_end = -1
 
     # -- positions -------------------------------------------------------------------------
     @property
@@ -120,6 +135,7 @@ class CommitLog:
     def set_end(self, offset: int) -> None:
         """After recovery: ``offset`` is the end of valid data (everything there is on disk).
         Later segments go; the remains of a torn write after ``offset`` are zeroed."""
+        self._close_window()
         self.segments.truncate(offset)
         last = self.segments.find(offset)
         if last is not None:
@@ -133,6 +149,7 @@ class CommitLog:
     # -- writing ---------------------------------------------------------------------------
     def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
         """Write encoded runs: the first at ``max_offset``, each later one in a new segment."""
+        self._close_window()
         if end_offset >= self._prepare_next_at and self._allocator is not None:
             self._prepare_next_at = _NEVER
             self._allocator.prepare(end_offset - end_offset % self.segment_size + self.segment_size)
@@ -168,7 +185,8 @@ class CommitLog:
         the remainder, handed over apart so that the size and magic can go last (see
         :meth:`MappedFile.append_split`). Only when the record fits the last segment with room
         for a blank record behind it, and no segment is due to be prepared; otherwise nothing
-        is written and the answer is False (:meth:`write_runs` handles segment ends)."""
+        is written and the answer is False (:meth:`write_runs` handles segment ends). Under
+        async flush a record written moves the append window on (see the module docstring)."""
         segments = self.segments.segments
         if not segments or end_offset >= self._prepare_next_at:
             return False
@@ -179,6 +197,12 @@ class CommitLog:
             segment.append_split(first, rest)
             self.last_store_timestamp = store_timestamp  # before max_offset: the flush
             self.max_offset = end_offset  # thread reads them in the other order
+            self.window = segment
+            self.window_end = min(
+                segment.start_offset + segment.size - BLANK_RECORD_SIZE,
+                self._prepare_next_at - 1,
+                segment.start_offset + segment.reserved,
+            )
             return True
         position = segment.wrote_position
         segment.wrote_position = position + len(first) + len(rest)
@@ -397,7 +421,13 @@ class CommitLog:
         self._prepare_next_at = start + self.segment_size // 2
         return self._allocator.take(start)
 
+    def _close_window(self) -> None:
+        """The single put may no longer write on its own (see the module docstring)."""
+        self.window = None
+        self.window_end = -1
+
     def close(self) -> None:
+        self._close_window()
         if self._allocator is not None:
             self._allocator.close()
         last = self.segments.last

@@ -14,6 +14,11 @@ that starts at a non-zero offset in its first file is padded with filler units
 
 Invariants: units are appended in queue-offset order with increasing physical offsets, so
 ``max_phys_offset`` (end of the last unit's record) tells whether a dispatch is a repeat.
+
+The store's single put writes a unit that follows the last one in the last file, within its
+reserved blocks, itself: what :meth:`ConsumeQueue.append` does in that case (the unit, the
+file's ``wrote_position``, ``max_phys_offset``), without the call
+(:class:`localstore.single_put.QueuePutState`).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class PutPath:
             valid_topics=self.valid_topics,
             lock=lock,
             commitlog=commitlog,
-            note_appended=self.note_appended,
+            puts=self,
             durability=flusher if commitlog.sync_flush else None,
             store_host=store_host,
             max_body=max_body,
@@ -225,7 +225,9 @@ class PutPath:
     ) -> None:
         """Everything a put notes once its records are written, under the put lock, for both
         put paths: consume-queue units, next queue offset, logics checkpoint time, time index,
-        offset index, key index. (Under sync flush the caller then asks for its flush.)"""
+        offset index, key index. (Under sync flush the caller then asks for its flush.) The
+        single put (:meth:`SinglePut.put`) makes the same notes for its one record in line; a
+        note added here must be added there too (a test compares the two paths' files)."""
         if units:
             state.queue.append(queue_offset, units, last_unit_end)
             state.next_offset = next_offset

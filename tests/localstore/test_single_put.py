@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, PutStatus, StoredMessage, StoreOptions, pack_host
+from localstore.codec import BLANK_MAGIC, BLANK_STRUCT
 
 from .conftest import STORE_CLOCK_READERS, TINY_GEOMETRY, StoreFactory
 
@@ -115,6 +116,41 @@ def test_a_put_that_reaches_the_segment_end_rolls_through_the_general_path(
     assert [m.phys_offset for m in read_all(store, "Orders", 0)] == [r.phys_offset for r in results]
 
 
+def test_a_single_put_never_ends_where_a_blank_record_must_fit(open_store: StoreFactory) -> None:
+    """The append window stops 8 bytes short of the segment's end: a record that would end
+    inside them rolls to the next segment behind a blank record, as the general path does."""
+    store = open_store(**TINY_GEOMETRY)
+    store.put(NewMessage("Orders", b"first"))  # a new queue: the general path
+    second = store.put(NewMessage("Orders", b"second"))  # the fast path: the window opens
+    assert store.commitlog.window_end > store.commitlog.max_offset
+    overhead = store.message_at(second.phys_offset).store_size - len(b"second")
+    blank_at = store.commitlog.max_offset
+    room = 4096 - blank_at
+    close_to_end = store.put(NewMessage("Orders", b"x" * (room - 4 - overhead)))
+    assert close_to_end.ok and close_to_end.phys_offset == 4096
+    view, at = store.commitlog.segment_view(blank_at)
+    assert BLANK_STRUCT.unpack_from(view, at) == (room, BLANK_MAGIC)
+    assert [m.body[:1] for m in read_all(store, "Orders", 0)] == [b"f", b"s", b"x"]
+
+
+def test_single_puts_have_the_next_segment_prepared_from_half_way(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With warm segments the append window ends where the next segment is due to be
+    prepared, so the put that crosses half the segment asks for it."""
+    store = open_store(**TINY_GEOMETRY, options=StoreOptions(warm_segments=True))
+    allocator = store.commitlog._allocator
+    assert allocator is not None
+    asked: list[int] = []
+    prepare = allocator.prepare
+    monkeypatch.setattr(allocator, "prepare", lambda start: (asked.append(start), prepare(start)))
+    ends = []
+    while store.commitlog.max_offset < 2048 + 200:
+        ends.append(store.put(NewMessage("Orders", b"b" * 100)).phys_offset)
+    assert asked == [4096]
+    assert all(offset < 4096 for offset in ends)
+
+
 def test_a_closed_store_answers_a_single_put_with_a_status(open_store: StoreFactory) -> None:
     store = open_store(**TINY_GEOMETRY)
     store.put(NewMessage("Orders", b"first"))
@@ -155,23 +191,35 @@ plain_messages = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("warm_segments", [False, True])
+@settings(max_examples=30, deadline=None)
 @given(messages=st.lists(plain_messages, min_size=1, max_size=30))
-def test_single_puts_leave_the_files_batches_of_one_leave(messages: list[NewMessage]) -> None:
-    """store.put (fast path where the shape allows) and store.put_batch([m]) (always the
-    general path) write the same commitlog, consume queues, index files and checkpoint."""
+def test_single_puts_leave_the_files_batches_of_one_leave(
+    warm_segments: bool, messages: list[NewMessage]
+) -> None:
+    """store.put (fast path where the shape allows), the same puts with every third one a batch
+    of one, and store.put_batch([m]) for every message (always the general path) write the same
+    commitlog, consume queues, index files and checkpoint. The batches between single puts move
+    the commitlog on behind the single put's append window and the consume queue's unit window;
+    with warm segments the window also stops where the next segment is prepared."""
     geometry = {**TINY_GEOMETRY, "index_slots": 16, "index_entries": 64}
-    options = StoreOptions(store_host="127.0.0.1:10911")
+    options = StoreOptions(store_host="127.0.0.1:10911", warm_segments=warm_segments)
     files = []
     with tempfile.TemporaryDirectory() as tmp, fixed_store_time():
-        for single in (True, False):
-            root = Path(tmp) / ("single" if single else "batch")
+        for how in ("single", "mixed", "batch"):
+            root = Path(tmp) / how
             with MessageStore(root, options=options, **geometry) as store:
                 statuses = [
-                    (store.put(m) if single else store.put_batch([m])).status for m in messages
+                    (
+                        store.put(m)
+                        if how == "single" or (how == "mixed" and i % 3)
+                        else store.put_batch([m])
+                    ).status
+                    for i, m in enumerate(messages)
                 ]
             files.append((statuses, store_files(root)))
-    assert files[0] == files[1]
+    assert files[0] == files[2]
+    assert files[1] == files[2]
 
 
 def test_a_disk_that_refuses_blocks_gets_a_status_not_an_exception(
