@@ -39,7 +39,10 @@ The put path calls :meth:`CommitLogOffsetIndex.append_batch` with a batch's reco
 comparison when no entry is due, else one bisect per entry. The index counts records, so it
 must see every batch in order after ``load``; a batch that does not continue the last one
 leaves its segment's numbering unknown: that segment gets no more entries until the next
-``load`` completes it by scanning (the next segment is indexed normally).
+``load`` completes it by scanning (the next segment is indexed normally). The store's single put
+notes its one record without the call when no entry is due: a record that starts at
+``noted_end`` below ``next_due`` adds one to ``records`` and moves ``noted_end`` to its end,
+which is what :meth:`CommitLogOffsetIndex.append_batch` does then.
 
 Threads: as :mod:`localstore.time_index` (one writer under the store's put lock; lookups from
 any thread, but not concurrently with load, rebuild or close).
@@ -103,9 +106,10 @@ class CommitLogOffsetIndex:
         self._active: SparseIndexFile | None = None
         self._segment_start = 0
         self._segment_end = 0  # 0: no active segment yet
-        self._records = 0  # records of the active segment seen so far
-        self._next_due = 0  # commitlog offset from which the next entry is due
-        self._end = 0  # end of the last batch seen
+        # Read and moved by the single put too (see the module docstring):
+        self.records = 0  # records of the active segment seen so far
+        self.next_due = 0  # commitlog offset from which the next entry is due
+        self.noted_end = 0  # end of the last batch seen
         self._lost = False  # the active segment's record numbers are unknown
         self.error: OSError | None = None  # why indexing stopped (see _give_up)
 
@@ -121,18 +125,20 @@ class CommitLogOffsetIndex:
     # -- put path --------------------------------------------------------------------------
     def append_batch(self, phys_offsets: Sequence[int], end_offset: int) -> None:
         """Note a batch's records (``EncodedBatch.phys_offsets``, ``end_offset``)."""
-        if phys_offsets and (phys_offsets[0] != self._end or phys_offsets[-1] >= self._next_due):
+        if phys_offsets and (
+            phys_offsets[0] != self.noted_end or phys_offsets[-1] >= self.next_due
+        ):
             self._append_due(phys_offsets)
         else:
-            self._records += len(phys_offsets)
-        self._end = end_offset
+            self.records += len(phys_offsets)
+        self.noted_end = end_offset
 
     def _append_due(self, offsets: Sequence[int]) -> None:
         size = self.segment_size
         first = offsets[0]
         if first < self._segment_start:
             return  # older than what the index holds: nothing to add
-        if first < self._segment_end and first != self._end:
+        if first < self._segment_end and first != self.noted_end:
             self._lose_segment()  # a batch was missed: numbering in this segment unknown
         i, count = 0, len(offsets)
         while i < count:
@@ -146,20 +152,20 @@ class CommitLogOffsetIndex:
             )
             if not self._lost:
                 self._add_entries(offsets, i, j)
-            self._records += j - i
+            self.records += j - i
             i = j
 
     def _add_entries(self, offsets: Sequence[int], i: int, j: int) -> None:
         """Entries for the records ``offsets[i:j]``, all in the active segment."""
         active = self._active
         assert active is not None
-        first_number = self._records - i  # record number of offsets[k] is first_number + k
+        first_number = self.records - i  # record number of offsets[k] is first_number + k
         start, interval = self._segment_start, self.interval
-        k = bisect_left(offsets, self._next_due, i, j)
+        k = bisect_left(offsets, self.next_due, i, j)
         while k < j:
             phys = offsets[k]
             active.append(ENTRY.pack(first_number + k, phys - start))
-            self._next_due = min(phys + interval, self._segment_end)
+            self.next_due = min(phys + interval, self._segment_end)
             k = bisect_left(offsets, phys + interval, k + 1, j)
 
     def _start_segment(self, start: int, *, lost: bool) -> None:
@@ -180,7 +186,7 @@ class CommitLogOffsetIndex:
         self.error = error
         self._active = None
         self._lost = True
-        self._segment_end = self._next_due = _NO_UPPER
+        self._segment_end = self.next_due = _NO_UPPER
 
     def _activate(self, start: int, file: SparseIndexFile, *, records: int) -> None:
         if self._active is not None:
@@ -189,14 +195,14 @@ class CommitLogOffsetIndex:
         self._active = file
         self._segment_start = start
         self._segment_end = start + self.segment_size
-        self._records = records
+        self.records = records
         self._lost = False
         last_position = _position(file.buf, file.count - 1) if file.count else 0
-        self._next_due = min(start + last_position + self.interval, self._segment_end)
+        self.next_due = min(start + last_position + self.interval, self._segment_end)
 
     def _lose_segment(self) -> None:
         self._lost = True
-        self._next_due = self._segment_end  # the fast path carries on until the next segment
+        self.next_due = self._segment_end  # the fast path carries on until the next segment
 
     # -- lookups ---------------------------------------------------------------------------
     def record_boundary_at_or_after(self, phys_offset: int) -> int:
@@ -279,7 +285,7 @@ class CommitLogOffsetIndex:
                 (self.directory / name).unlink()
         self._segments = {s.start_offset: _OffsetSegment(s.start_offset, None) for s in segments}
         end = self.commitlog.confirmed_offset
-        self._end = end
+        self.noted_end = end
         if segments:
             start = segments[-1].start_offset
             data, records = self._build(start, end)
@@ -314,8 +320,8 @@ class CommitLogOffsetIndex:
             self._active.seal()
         self._active = None
         self._segments = {}
-        self._segment_start = self._segment_end = self._records = self._next_due = 0
-        self._end = 0
+        self._segment_start = self._segment_end = self.records = self.next_due = 0
+        self.noted_end = 0
         self._lost = False
         self.error = None
 

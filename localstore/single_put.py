@@ -28,8 +28,9 @@ test compares them.
 Calls are the single put's main cost (a Python call costs hundreds of instructions, a put about
 27,500 in all), so where the common case allows, the put writes without them: the record into
 the commitlog's append window (:mod:`localstore.commitlog`), the unit into the consume queue's
-last file (:attr:`QueuePutState.unit_file`), and ``PutPath.note_appended``'s notes in line;
-anything the windows do not allow goes through the owners' methods.
+last file (:attr:`QueuePutState.unit_file`), the offset index's count when no entry is due
+(:mod:`localstore.offset_index`), and ``PutPath.note_appended``'s notes in line; anything
+these do not allow goes through the owners' methods.
 
 Thread safety: :meth:`SinglePut.put` holds the store's put lock from reading the write position
 to noting the unit, as the general path does.
@@ -271,7 +272,12 @@ class SinglePut:
             time_index = state.time_index
             if queue_offset >= time_index.next_due:  # most puts add no time index entry
                 time_index.append(queue_offset, 1, store_timestamp)
-            puts.offset_index.append_batch((position,), end)
+            offsets = puts.offset_index  # no entry due: append_batch's one comparison, here
+            if position == offsets.noted_end and position < offsets.next_due:
+                offsets.records += 1
+                offsets.noted_end = end
+            else:
+                offsets.append_batch((position,), end)
             index = puts.index
             if index is not None:
                 index.on_appended(topic, (message,), (position,), store_timestamp, end)

@@ -279,6 +279,18 @@ def test_put_path_rebuild_and_rule_agree(
             assert all_entries(store) == expected
 
 
+def test_single_puts_keep_the_entries_the_rule_gives(small: Any) -> None:
+    """The single put notes its record itself when no entry is due (see the module docstring):
+    numbering and entries stay what the rule gives, across entries due and segment rolls."""
+    store = small(interval=300)
+    put(store, 1)  # the queue's first put takes the general path; the rest take the fast path
+    for i in range(120):
+        assert store.put(message(body=b"s" * (20 + (i * 53) % 200))).ok
+    assert len(store.commitlog.segments.segments) >= 3
+    assert all_entries(store) == expected_entries(store.commitlog, 300)
+    assert_lookups_exact(store, step=37)
+
+
 # -- lookups ---------------------------------------------------------------------------------
 
 
