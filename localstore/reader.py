@@ -46,6 +46,7 @@ from localstore.tags import TagFilter
 
 _NO_VIEW = memoryview(b"")  # before the first segment is located
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
+_MATCH_ALL = TagFilter.parse(None)
 _SIZES_STRUCTS: dict[int, struct.Struct] = {}
 
 
@@ -91,6 +92,8 @@ def read_filter(max_count: int, tags: str | TagFilter | None) -> TagFilter:
     store refuses: ``max_count`` below 1, a tag expression naming no tag."""
     if max_count <= 0:
         raise ValueError(f"max_count must be positive, got {max_count}")
+    if tags is None:
+        return _MATCH_ALL
     return tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
 
 
@@ -127,8 +130,14 @@ def get_messages(
     if queue_offset > max_offset:
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
 
-    limit = max_count if tag_filter.matches_all else max(FILTER_SCAN_UNITS, max_count)
+    matches_all = tag_filter.tags is None
+    limit = max_count if matches_all else max(FILTER_SCAN_UNITS, max_count)
     units = queue.read_units(queue_offset, min(limit, max_offset - queue_offset))
+    if raw and matches_all:
+        run = _contiguous_bytes(commitlog, units, max_count, max_bytes)
+        if run is not None:
+            data, count = run
+            return GetResult(FOUND, queue_offset + count, min_offset, max_offset, [], data, count)
     scan = _Scan(commitlog, queue, queue_offset, tag_filter, max_count, max_bytes)
     examined = scan.collect_ranges(units) if raw else scan.decode(units)
     del units
@@ -147,6 +156,33 @@ def get_messages(
         scan.count,
     )
     return result
+
+
+def _contiguous_bytes(
+    commitlog: CommitLog, units: memoryview, max_count: int, max_bytes: int
+) -> tuple[bytes, int] | None:
+    """The common unfiltered raw get in one step: when the first ``max_count`` units' records
+    lie back to back in one segment (a queue written alone or in batches) and fit
+    ``max_bytes``, they are one copy. Returns (their bytes, how many), or None when the scan
+    must decide (records of other queues between, a segment end, a deleted segment, ...)."""
+    count = min(len(units) // UNIT_SIZE, max_count)
+    if count < 2:
+        return None
+    first, _, _ = UNIT.unpack_from(units, 0)
+    last, last_size, _ = UNIT.unpack_from(units, (count - 1) * UNIT_SIZE)
+    span = last + last_size - first
+    if span > max_bytes or first < commitlog.min_offset:
+        return None
+    sizes = _SIZES_STRUCTS.get(count) or _sizes_struct(count)
+    if sum(sizes.unpack_from(units, 0)) != span:  # others' records between
+        return None
+    located = commitlog.segment_view(first)
+    if located is None:
+        return None
+    view, start = located
+    if start + span > len(view):  # crosses a segment end
+        return None
+    return bytes(view[start : start + span]), count
 
 
 class _Scan:
@@ -274,10 +310,6 @@ class _Scan:
 
     def collect_ranges(self, units: memoryview) -> int:
         """Note the byte ranges of matching records; returns how many units were examined."""
-        if self.filter.matches_all:
-            taken = self._take_contiguous(units)
-            if taken:
-                return taken
         codes = None if self.filter.matches_all else self.filter.codes
         commitlog = self.commitlog
         min_phys = commitlog.min_offset
@@ -313,27 +345,6 @@ class _Scan:
                 break
         self.count = count
         return examined
-
-    def _take_contiguous(self, units: memoryview) -> int:
-        """The common unfiltered case in one step: when the units' records lie back to back in
-        one segment (a queue written alone or in batches) and fit the budgets, the answer is
-        one slice. Returns the units taken, or 0 when the general loop must decide."""
-        count = min(len(units) // UNIT_SIZE, self.max_count)
-        if count < 2:
-            return 0
-        first, _, _ = UNIT.unpack_from(units, 0)
-        last, last_size, _ = UNIT.unpack_from(units, (count - 1) * UNIT_SIZE)
-        span = last + last_size - first
-        if span > self.max_bytes or first < self.commitlog.min_offset:
-            return 0
-        if sum(_sizes_struct(count).unpack_from(units, 0)) != span:  # others' records between
-            return 0
-        located = self.commitlog.segment_view(first)
-        if located is None or located[1] + span > len(located[0]):  # crosses a segment end
-            return 0
-        self.ranges.append([located[0], located[1], located[1] + span])
-        self.count = count
-        return count
 
     def _corrupt(self, index: int, phys: int, why: str) -> CorruptStoreError:
         where = f"{self.queue.topic}/{self.queue.queue_id} queue offset {self.first + index}"
