@@ -26,7 +26,7 @@ same bytes (a v1 record, or v2 for topics over 127 characters: :mod:`localstore.
 test compares them.
 
 Calls are the single put's main cost (a Python call costs hundreds of instructions, a put about
-27,500 in all), so where the common case allows, the put writes without them: the record into
+26,500 in all), so where the common case allows, the put writes without them: the record into
 the commitlog's append window (:mod:`localstore.commitlog`), the unit into the consume queue's
 last file (:attr:`QueuePutState.unit_file`), the offset index's count when no entry is due
 (:mod:`localstore.offset_index`), and ``PutPath.note_appended``'s notes in line; anything
