@@ -167,6 +167,10 @@ def test_single_puts_read_back_under_either_flush_mode(
     assert all(r.status is PutStatus.PUT_OK for r in results)
     if flush_mode == "sync":
         assert store.commitlog.flushed_offset >= results[-1].phys_offset
+        # Under sync flush every record goes through the write-behind list: no append window.
+        assert (store.commitlog.window, store.commitlog.window_end) == (None, -1)
+    else:
+        assert store.commitlog.window_end >= store.commitlog.max_offset
     assert [m.body[0] for m in read_all(store, "Orders", 0)] == list(range(30))
 
 
