@@ -18,7 +18,7 @@ Invariants: units are appended in queue-offset order with increasing physical of
 The store's single put writes a unit that follows the last one in the last file, within its
 reserved blocks, itself: what :meth:`ConsumeQueue.append` does in that case (the unit, the
 file's ``wrote_position``, ``max_phys_offset``), without the call
-(:class:`localstore.single_put.QueuePutState`).
+(:meth:`localstore.single_put.SinglePut.put`).
 """
 
 from __future__ import annotations

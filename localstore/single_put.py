@@ -26,9 +26,9 @@ same bytes (a v1 record, or v2 for topics over 127 characters: :mod:`localstore.
 test compares them.
 
 Calls are the single put's main cost (a Python call costs hundreds of instructions, a put about
-26,500 in all), so where the common case allows, the put writes without them: the record into
+27,000 in all), so where the common case allows, the put writes without them: the record into
 the commitlog's append window (:mod:`localstore.commitlog`), the unit into the consume queue's
-last file (:attr:`QueuePutState.unit_file`), the offset index's count when no entry is due
+last file (:mod:`localstore.consume_queue`), the offset index's count when no entry is due
 (:mod:`localstore.offset_index`), and ``PutPath.note_appended``'s notes in line; anything
 these do not allow goes through the owners' methods.
 
@@ -61,7 +61,6 @@ from localstore.time_index import QueueTimeIndex
 if TYPE_CHECKING:
     from localstore.commitlog import CommitLog
     from localstore.flush import DurableWait, FlushService, FlushWaiter
-    from localstore.mapped_file import MappedFile
     from localstore.put_path import PutPath
 
 
@@ -90,7 +89,6 @@ class QueuePutState:
         "tails",
         "time_index",
         "topic_field",
-        "unit_file",
     )
 
     def __init__(self, queue: ConsumeQueue, time_index: QueueTimeIndex):
@@ -102,12 +100,6 @@ class QueuePutState:
         self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
         self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
         self.firsts = _FIRSTS[self.magic]  # record size -> TOTALSIZE and MAGICCODE, packed
-        # The consume queue's last file as the single put last saw it: a unit that follows its
-        # last one, within its reserved blocks, is written there directly (what
-        # ConsumeQueue.append's common case does, without the call); otherwise
-        # ConsumeQueue.append writes it and this is looked up again. A file the queue has moved
-        # past is full (or retired, and full), so it never passes that test.
-        self.unit_file: MappedFile | None = None
 
     def tail(self, properties_length: int) -> bytes:
         """The record's bytes between body and properties: topic field, properties length."""
@@ -254,7 +246,10 @@ class SinglePut:
             # arguments, cost about 3 % of a put's instructions.
             puts = self._puts
             queue = state.queue
-            units = state.unit_file  # the consume queue's unit window (see QueuePutState)
+            # A unit that follows the last one in the queue's last file, within its reserved
+            # blocks, is written there: ConsumeQueue.append's common case, without the call.
+            files = queue.segments.segments
+            units = files[-1] if files else None
             if (
                 units is not None
                 and units.start_offset + units.wrote_position == queue_offset * UNIT_SIZE
@@ -266,7 +261,6 @@ class SinglePut:
                 queue.max_phys_offset = end
             else:
                 queue.append(queue_offset, UNIT.pack(position, size, code), end)
-                state.unit_file = queue.segments.last
             state.next_offset = queue_offset + 1
             puts.checkpoint.logics_msg_timestamp = store_timestamp
             time_index = state.time_index

@@ -204,7 +204,7 @@ def test_single_puts_leave_the_files_batches_of_one_leave(
     """store.put (fast path where the shape allows), the same puts with every third one a batch
     of one, and store.put_batch([m]) for every message (always the general path) write the same
     commitlog, consume queues, index files and checkpoint. The batches between single puts move
-    the commitlog on behind the single put's append window and the consume queue's unit window;
+    the commitlog on behind the single put's append window and fill consume-queue files behind it;
     with warm segments the window also stops where the next segment is prepared."""
     geometry = {**TINY_GEOMETRY, "index_slots": 16, "index_entries": 64}
     options = StoreOptions(store_host="127.0.0.1:10911", warm_segments=warm_segments)
