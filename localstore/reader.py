@@ -130,7 +130,7 @@ def get_messages(
     if queue_offset > max_offset:
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
 
-    matches_all = tag_filter.tags is None
+    matches_all = tag_filter.matches_all
     limit = max_count if matches_all else max(FILTER_SCAN_UNITS, max_count)
     units = queue.read_units(queue_offset, min(limit, max_offset - queue_offset))
     if raw and matches_all:
@@ -173,8 +173,7 @@ def _contiguous_bytes(
     span = last + last_size - first
     if span > max_bytes or first < commitlog.min_offset:
         return None
-    sizes = _SIZES_STRUCTS.get(count) or _sizes_struct(count)
-    if sum(sizes.unpack_from(units, 0)) != span:  # others' records between
+    if sum(_sizes_struct(count).unpack_from(units, 0)) != span:  # others' records between
         return None
     located = commitlog.segment_view(first)
     if located is None:
