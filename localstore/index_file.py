@@ -42,6 +42,7 @@ SLOT = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
 _ENTRIES_PER_PACK = 128  # entries written by one pack_into; bounds the compiled layouts
 _ENTRIES_STRUCTS: dict[int, struct.Struct] = {}
+_RESERVE_CHUNK_BYTES = 1 << 20
 
 
 def _entries_struct(count: int) -> struct.Struct:
@@ -71,6 +72,8 @@ class IndexFile:
             length = os.fstat(fd).st_size
             if length == 0:
                 os.ftruncate(fd, self.size)
+                # The header and slots are written at random: their blocks are allocated now.
+                os.posix_fallocate(fd, 0, HEADER_SIZE + slots * SLOT_SIZE)
             elif length != self.size:
                 raise ValueError(
                     f"{path} is {length} bytes, expected {self.size} for an index "
@@ -96,6 +99,11 @@ class IndexFile:
         ) = HEADER.unpack_from(self._map, 0)
         self.index_count = max(self.index_count, 1)  # 0 on disk until the first key
         self._entries_at = HEADER_SIZE + slots * SLOT_SIZE
+        # Bytes from the start whose blocks are known allocated: entries are reserved ahead of
+        # their writes (_reserve), since a store into a hole of a full disk kills the process
+        # with SIGBUS. A file from an earlier run may have holes anywhere: its first write
+        # reserves the whole written part again (posix_fallocate skips what is allocated).
+        self._reserved = self._entries_at if length == 0 else 0
 
     @classmethod
     def create(
@@ -113,7 +121,12 @@ class IndexFile:
         name_ms = now_ms
         while (directory / index_file_name(name_ms)).exists():
             name_ms += 1  # two files in one millisecond (tiny test geometries)
-        index = cls(directory / index_file_name(name_ms), slots, entries)
+        path = directory / index_file_name(name_ms)
+        try:
+            index = cls(path, slots, entries)
+        except BaseException:
+            path.unlink(missing_ok=True)  # a file that could not be made leaves no trace
+            raise
         if previous_end_phy_offset or previous_end_timestamp:
             index.begin_phy_offset = index.end_phy_offset = previous_end_phy_offset
             index.begin_timestamp = index.end_timestamp = previous_end_timestamp
@@ -137,6 +150,9 @@ class IndexFile:
         stop = min(len(hashes), start + max(self.entries - count, 0))
         if stop <= start:
             return start
+        end = self._entries_at + (count + stop - start) * ENTRY_SIZE
+        if end > self._reserved:
+            self._reserve(end)
         begin = self.begin_timestamp
         # The diff of the file's first entry is taken before its begin time is set (RocketMQ).
         diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
@@ -151,6 +167,17 @@ class IndexFile:
         self.end_phy_offset = offsets[stop - 1]
         self.end_timestamp = store_timestamp
         return stop
+
+    def _reserve(self, end: int) -> None:
+        """Allocate the blocks of the first ``end`` bytes and a chunk beyond; raises OSError
+        (ENOSPC, EMFILE) before anything is written."""
+        target = min(self.size, max(end, self._reserved + _RESERVE_CHUNK_BYTES))
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, target)
+        finally:
+            os.close(fd)
+        self._reserved = target
 
     def _put_entries(
         self, hashes: list[int], offsets: list[int], start: int, stop: int, diff: int
