@@ -148,8 +148,20 @@ class CommitLog:
 
     # -- writing ---------------------------------------------------------------------------
     def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
-        """Write encoded runs: the first at ``max_offset``, each later one in a new segment."""
+        """Write encoded runs: the first at ``max_offset``, each later one in a new segment.
+
+        All or nothing: when a segment cannot be created or given disk blocks (ENOSPC, EMFILE),
+        what this call wrote is taken back (:meth:`_take_back`) and the OSError raised; the log
+        is as it was, and no segment this call created is left behind."""
         self._close_window()
+        start, count = self.max_offset, len(self.segments.segments)
+        try:
+            self._write_runs(runs, end_offset, store_timestamp)
+        except BaseException:
+            self._take_back(start, count)
+            raise
+
+    def _write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
         if end_offset >= self._prepare_next_at and self._allocator is not None:
             self._prepare_next_at = _NEVER
             self._allocator.prepare(end_offset - end_offset % self.segment_size + self.segment_size)
@@ -177,6 +189,23 @@ class CommitLog:
             self._pending.extend(writes)
             self.max_offset = end_offset
             self.last_store_timestamp = store_timestamp
+
+    def _take_back(self, end: int, segment_count: int) -> None:
+        """Undo a write that failed part-way, under the put lock: segments it added are deleted,
+        the last one's position goes back to ``end`` and whatever it copied past ``end`` is
+        zeroed, so that neither a later put nor a recovery sees a record whose put failed.
+        (Under sync flush nothing reached the write-behind list before the failure.)"""
+        segments = self.segments.segments
+        while len(segments) > segment_count:
+            segments.pop().destroy()
+        last = self.segments.last
+        if last is not None and last.start_offset <= end <= last.end_offset:
+            position = end - last.start_offset
+            last.wrote_position = position
+            last.flushed_position = min(last.flushed_position, position)
+            if position < last.size:
+                last.zero_from(position)
+        self.max_offset = end
 
     def append_record(
         self, first: bytes, rest: bytes, end_offset: int, store_timestamp: int

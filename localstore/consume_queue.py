@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from localstore.mapped_file import MappedFile
 from localstore.segments import SegmentQueue
 
 UNIT_SIZE = 20
@@ -40,9 +41,12 @@ class ConsumeQueue:
     def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
         self.topic = topic
         self.queue_id = queue_id
-        self.segments = SegmentQueue(directory, entries_per_file * UNIT_SIZE)
+        self.segments = SegmentQueue(
+            directory, entries_per_file * UNIT_SIZE, factory=self._take_prepared
+        )
         self.min_logic_offset = 0  # byte position of the first real unit
         self.max_phys_offset = 0  # end of the last unit's record in the commitlog
+        self._prepared: MappedFile | None = None  # the next file, made by reserve()
 
     # -- bounds ----------------------------------------------------------------------------
     @property
@@ -77,6 +81,50 @@ class ConsumeQueue:
                 self.max_phys_offset = phys + size
 
     # -- writing ---------------------------------------------------------------------------
+    def reserve(self, queue_offset: int, count: int) -> None:
+        """Make sure :meth:`append` of ``count`` units from ``queue_offset`` cannot fail: the
+        files they go to exist and have their disk blocks. The put path calls this before it
+        writes the records to the commitlog, so a full disk or a want of file descriptors
+        refuses the put before anything was written, instead of leaving records without
+        units. Raises OSError. A file made for units past the last one is held apart until
+        :meth:`append` reaches it (registered earlier, it would move ``max_offset``)."""
+        end = (queue_offset + count) * UNIT_SIZE
+        files = self.segments.segments
+        if files and files[-1].start_offset + files[-1].reserved >= end:
+            return  # the common case
+        size = self.segments.segment_size
+        position = queue_offset * UNIT_SIZE
+        while position < end:
+            segment = self.segments.find(position)
+            if segment is None:
+                segment = self._prepare(position - position % size)
+            segment.reserve(min(end, segment.end_offset) - segment.start_offset)
+            position = segment.end_offset
+
+    def _prepare(self, start: int) -> MappedFile:
+        """The file starting at ``start`` that the next :meth:`append` will register."""
+        prepared = self._prepared
+        if prepared is not None and prepared.start_offset == start:
+            return prepared
+        if prepared is not None:
+            prepared.destroy()
+            self._prepared = None
+        self.segments.directory.mkdir(parents=True, exist_ok=True)
+        self._prepared = MappedFile.create(
+            self.segments.directory, start, self.segments.segment_size
+        )
+        return self._prepared
+
+    def _take_prepared(self, start: int) -> MappedFile:
+        """The segment queue's factory: the file :meth:`reserve` prepared, else a new one."""
+        prepared = self._prepared
+        self._prepared = None
+        if prepared is not None and prepared.start_offset == start:
+            return prepared
+        if prepared is not None:
+            prepared.destroy()
+        return MappedFile.create(self.segments.directory, start, self.segments.segment_size)
+
     def append(self, queue_offset: int, units: bytes, phys_end: int) -> None:
         """Append ``units`` (whole 20-byte units) for queue offsets from ``queue_offset``.
 
@@ -180,6 +228,7 @@ class ConsumeQueue:
 
     def destroy(self) -> None:
         """Delete every file of this queue (it is rebuilt from the commitlog)."""
+        self._drop_prepared()
         for segment in self.segments.segments:
             segment.destroy()
         self.segments.segments.clear()
@@ -189,7 +238,14 @@ class ConsumeQueue:
         self.segments.flush()
 
     def close(self) -> None:
+        self._drop_prepared()
         self.segments.close()
+
+    def _drop_prepared(self) -> None:
+        """A file prepared for units that never came holds nothing: it goes."""
+        if self._prepared is not None:
+            self._prepared.destroy()
+            self._prepared = None
 
 
 def _valid_prefix_units(view: memoryview, count: int) -> int:

@@ -125,6 +125,12 @@ class MappedFile:
         self._map[position:end] = data
         self.wrote_position = end
 
+    def reserve(self, end: int) -> None:
+        """Allocate disk blocks for the first ``end`` bytes (if not yet): raises OSError
+        (ENOSPC) now rather than at a later append."""
+        if end > self.reserved:
+            self._reserve(end)
+
     def _reserve(self, end: int) -> None:
         """Allocate disk blocks up to ``end`` (and a chunk beyond) before storing into the
         mapping: a store into a mapped hole on a full disk kills the process with SIGBUS,

@@ -91,6 +91,7 @@ class PutPath:
         self.valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
         self.closed = False  # through close(), under the put lock
+        self.key_index_error: OSError | None = None  # why the key index stopped (stop_key_index)
         self.single = SinglePut(
             states=self.states,
             valid_topics=self.valid_topics,
@@ -162,10 +163,14 @@ class PutPath:
         topic, queue_id, sys_flag = batch_head(messages)
         state = self.states.get((topic, queue_id))
         if state is None:
-            rejection = self._check_queue(topic, queue_id, system)
-            if rejection is not None:
-                return rejection, 0
-            state = self._new_put_state(topic, queue_id)
+            try:
+                rejection = self._check_queue(topic, queue_id, system)
+                if rejection is not None:
+                    return rejection, 0
+                state = self._new_put_state(topic, queue_id)
+            except OSError as exc:
+                what = f"cannot create topic-queue {topic}/{queue_id}"
+                return _not_written(what, exc, topic, queue_id), 0
         queue_offset = state.next_offset
         commitlog = self.commitlog
         try:
@@ -183,15 +188,17 @@ class PutPath:
             )
         except RejectedMessageError as rejected:
             return PutResult(PutStatus[rejected.status], rejected.detail, topic, queue_id), 0
+        # Everything that can fail for want of a disk block or a file descriptor happens before
+        # the records are written, or takes itself back: a put is stored whole or not at all.
+        try:
+            state.queue.reserve(queue_offset, encoded.next_queue_offset - queue_offset)
+        except OSError as exc:
+            what = f"cannot grow consume queue {topic}/{queue_id}"
+            return _not_written(what, exc, topic, queue_id), 0
         try:
             commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
         except OSError as exc:
-            return PutResult(
-                PutStatus.CREATE_MAPPED_FILE_FAILED,
-                f"cannot write the commitlog: {exc}",
-                topic,
-                queue_id,
-            ), 0
+            return _not_written("cannot write the commitlog", exc, topic, queue_id), 0
         self.note_appended(
             state,
             messages,
@@ -237,9 +244,27 @@ class PutPath:
                 time_index.append(queue_offset, next_offset - queue_offset, store_timestamp)
         self.offset_index.append_batch(phys_offsets, end_offset)
         if self.index is not None:
-            self.index.on_appended(
-                state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
-            )
+            try:
+                self.index.on_appended(
+                    state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
+                )
+            except OSError as exc:
+                self.stop_key_index(exc)
+
+    def stop_key_index(self, error: OSError) -> None:
+        """Under the put lock: the key index could not take a stored put's keys (a full disk
+        or no file descriptor for a new index file). The put stands (the log and its consume
+        queue hold it); the key index, a derived file, stops taking keys, queries say why, and
+        the next open catches it up from the commitlog."""
+        log.error(
+            "the key index of %s stopped at commitlog offset %d (%s): queries fail until the "
+            "store is reopened, which rebuilds what it lacks",
+            self._root,
+            self.commitlog.max_offset,
+            error,
+        )
+        self.key_index_error = error
+        self.index = None
 
     def _durability_request(
         self,
@@ -294,6 +319,12 @@ class PutPath:
 
 def _queue_name(message: NewMessage) -> str:
     return f"{message.topic}/{message.queue_id}"
+
+
+def _not_written(what: str, error: OSError, topic: str, queue_id: int) -> PutResult:
+    """The answer to a put refused for want of a disk block or a file descriptor (nothing was
+    written; a retry may succeed once the disk has room or files were closed)."""
+    return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, f"{what}: {error}", topic, queue_id)
 
 
 def _append_failure(first: NewMessage, exc: Exception) -> PutResult:

@@ -16,7 +16,9 @@ in line: see below.) The common shape:
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
 * a body of 1 to ``max_message_size`` bytes, properties of at most 32,767 bytes;
 * room for the record in the last commitlog segment, with a blank record's 8 bytes behind it,
-  and no segment due to be prepared.
+  and no segment due to be prepared;
+* room for its unit in the consume queue's last file, within the blocks already reserved (the
+  general path reserves them before it writes, so a put never leaves a record without a unit).
 
 Anything else answers None and the caller takes the general path (``MessageStore.append`` with
 ``encode_batch``), which owns every other rule: rejections and their texts, blank records and
@@ -198,9 +200,22 @@ class SinglePut:
         try:
             if self.refusing:
                 return None
+            queue_offset = state.next_offset
+            # The unit must follow the last one in the queue's last file, within its reserved
+            # blocks (ConsumeQueue.append's common case, written below without the call), or
+            # the general path takes the put: it reserves the unit's room before the record
+            # is written, so that no record is left without its unit.
+            queue = state.queue
+            files = queue.segments.segments
+            units = files[-1] if files else None
+            if (
+                units is None
+                or units.start_offset + units.wrote_position != queue_offset * UNIT_SIZE
+                or units.wrote_position + UNIT_SIZE > units.reserved
+            ):
+                return None
             commitlog = self._commitlog
             position = commitlog.max_offset
-            queue_offset = state.next_offset
             store_timestamp = time.time_ns() // 1_000_000
             rest = b"".join(
                 (
@@ -245,22 +260,10 @@ class SinglePut:
             # PutPath.note_appended's notes for one record, made here: its call, with nine
             # arguments, cost about 3 % of a put's instructions.
             puts = self._puts
-            queue = state.queue
-            # A unit that follows the last one in the queue's last file, within its reserved
-            # blocks, is written there: ConsumeQueue.append's common case, without the call.
-            files = queue.segments.segments
-            units = files[-1] if files else None
-            if (
-                units is not None
-                and units.start_offset + units.wrote_position == queue_offset * UNIT_SIZE
-                and units.wrote_position + UNIT_SIZE <= units.reserved
-            ):
-                at = units.wrote_position
-                UNIT.pack_into(units.view, at, position, size, code)
-                units.wrote_position = at + UNIT_SIZE
-                queue.max_phys_offset = end
-            else:
-                queue.append(queue_offset, UNIT.pack(position, size, code), end)
+            at = units.wrote_position
+            UNIT.pack_into(units.view, at, position, size, code)
+            units.wrote_position = at + UNIT_SIZE
+            queue.max_phys_offset = end
             state.next_offset = queue_offset + 1
             puts.checkpoint.logics_msg_timestamp = store_timestamp
             time_index = state.time_index
@@ -274,7 +277,10 @@ class SinglePut:
                 offsets.append_batch((position,), end)
             index = puts.index
             if index is not None:
-                index.on_appended(topic, (message,), (position,), store_timestamp, end)
+                try:
+                    index.on_appended(topic, (message,), (position,), store_timestamp, end)
+                except OSError as exc:
+                    puts.stop_key_index(exc)
             durability = self._durability
             waiter = durability.request(end, None) if durability is not None else None
         finally:

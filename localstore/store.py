@@ -523,6 +523,7 @@ class MessageStore:
         self._ensure_open()
         if self.index is None:
             raise StoreError(f"store {self.root} was created without an index (--no-index)")
+        self._ensure_key_index_whole()
         return self.index.query(topic, key, max_count, begin_ms, end_ms, self._message_or_none)
 
     def query_by_id(self, message_id: str) -> list[StoredMessage]:
@@ -544,6 +545,7 @@ class MessageStore:
                 f"store {self.root} was created without an index (--no-index): only an "
                 f"offsetMsgId can be looked up, and {message_id} is none of its messages'"
             )
+        self._ensure_key_index_whole()
         found: list[StoredMessage] = []
         topics = set(self.topics.topics) | {t for t, _ in self.queues.queues}
         for topic in sorted(topics):
@@ -551,6 +553,14 @@ class MessageStore:
                 self.index.query(topic, message_id, 64, 0, 2**63 - 1, self._message_or_none)
             )
         return [m for m in found if m.msg_id == message_id]
+
+    def _ensure_key_index_whole(self) -> None:
+        error = self._puts.key_index_error
+        if error is not None:
+            raise StoreError(
+                f"the key index of {self.root} stopped taking keys ({error}): reopen the store "
+                "to rebuild it from the commitlog"
+            )
 
     def _message_or_none(self, phys_offset: int) -> StoredMessage | None:
         if phys_offset < self.commitlog.min_offset:

@@ -18,7 +18,6 @@ from localstore.validation import SYSTEM_TOPICS
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 
 ILLEGAL = PutStatus.MESSAGE_ILLEGAL
-UNKNOWN = PutStatus.UNKNOWN_ERROR
 
 
 def segment_files(directory: Path) -> list[Path]:
@@ -280,8 +279,8 @@ def test_append_batches_with_nothing_stored_has_no_waiter(open_store: StoreFacto
     assert [r.status for r in results] == [ILLEGAL] and waiter is None
 
 
-def test_a_batch_whose_append_raises_fails_alone(
-    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_batch_refused_for_want_of_a_disk_fails_alone(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = open_store(flush_mode="sync")
     store.put(message(queue_id=0))
@@ -296,15 +295,17 @@ def test_a_batch_whose_append_raises_fails_alone(
         ([message(body=b"after")], False),
     ]
     results, waiter = store.append_batches(batches)
-    assert [r.status for r in results] == [PutStatus.PUT_OK, UNKNOWN, PutStatus.PUT_OK]
-    assert results[1].detail.startswith("appending to NewTopic/0 failed: OSError(28,")
-    assert "appending a batch for NewTopic/0 failed" in caplog.text
+    refused = PutStatus.CREATE_MAPPED_FILE_FAILED
+    assert [r.status for r in results] == [PutStatus.PUT_OK, refused, PutStatus.PUT_OK]
+    assert results[1].detail == (
+        "cannot create topic-queue NewTopic/0: [Errno 28] No space left on device"
+    )
     assert isinstance(waiter, DurableWait) and waiter.end_offset == store.commitlog.max_offset
     assert waiter.wait(5)
     got = store.get_messages("TopicTest", 0, 0)
     assert [m.body for m in got.messages] == [b"hello", b"before", b"after"]
-    with pytest.raises(OSError, match="No space left"):  # a single append raises, as before
-        store.append([message(topic="NewTopic")])
+    result, _ = store.append([message(topic="NewTopic")])  # a status, never a raw OSError
+    assert result.status is refused
 
 
 def test_batch_put_is_consecutive(tiny_store: MessageStore) -> None:
