@@ -357,3 +357,27 @@ def test_a_batch_message_whose_properties_do_not_fit_is_refused(broker):
     with Producer(broker) as producer, pytest.raises(InvalidMessageError, match="over the limit"):
         producer.send_batch([Message("orders", b"fine"), big])
     assert broker.service.store.topics.get("orders") is None
+
+
+def test_a_store_out_of_file_descriptors_is_a_retriable_rejection_not_an_oserror(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's first consume-queue file for a new topic cannot be opened (EMFILE, injected
+    on the sending thread): the send fails with a typed, retriable error, nothing is stored, and the
+    producer's own retry, once descriptors are back, stores the message at queue offset 0."""
+    import errno
+
+    from tests.localstore.faults import OsFaults
+
+    with EmbeddedBroker(tmp_path / "broker") as embedded:
+        faults = OsFaults(monkeypatch)
+        with Producer(embedded, retries=0) as producer:
+            with (
+                faults.armed(0, errno.EMFILE, only="open"),
+                pytest.raises(SendRejectedError) as refused,
+            ):
+                producer.send(Message("fresh", b"m0"), queue_id=0)
+            assert refused.value.retriable and refused.value.status == "CREATE_MAPPED_FILE_FAILED"
+            assert "Too many open files" in refused.value.detail
+            receipt = producer.send(Message("fresh", b"m1"), queue_id=0)
+        assert receipt.queue_offset == 0
