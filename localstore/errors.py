@@ -27,6 +27,12 @@ class GeometryMismatchError(StoreError):
     """A store was opened with a geometry that contradicts the one recorded when it was created."""
 
 
+class GeometryError(StoreError, ValueError):
+    """A geometry value the store's format cannot hold, or one that makes no sense (a segment too
+    small for the largest message): the message names the field, the value and the allowed
+    range, on one line. Also a :class:`ValueError`, as a bad argument is."""
+
+
 class CorruptStoreError(StoreError):
     """Files of the store are damaged in a way the store will not guess its way around."""
 

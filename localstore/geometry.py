@@ -7,7 +7,28 @@ values is an error. A store written by RocketMQ itself has no such file: its geo
 from the files (segment lengths, index file length) or given explicitly, and then recorded.
 
 Defaults are RocketMQ's: 1 GiB commitlog segments, 300,000 consume-queue units per file, index
-files of 5,000,000 slots and 20,000,000 entries, 4 MiB maximum body, asynchronous flush.
+files of 5,000,000 slots and 20,000,000 entries, 4 MiB maximum body (or the largest body a
+segment holds, when segments are smaller than 4 MiB + 100 bytes), asynchronous flush.
+
+Bounds (:class:`~localstore.errors.GeometryError` names the field, the value and the range):
+
+* what the format can hold, checked on every geometry (created, recorded or inferred): every
+  file is at most 2^31 - 1 bytes, as RocketMQ maps each with a Java ``int`` size, and as the
+  store's own 4-byte fields need:
+  ``commitlog_file_size`` in [4096, 2^31 - 1] (a record's TOTALSIZE and the blank record's
+  length are 4-byte ints, the offset index's positions 4-byte); ``cq_entries_per_file`` in
+  [1, (2^31 - 1) // 20] (20-byte units; the time index's 4-byte relative queue offsets);
+  ``index_entries`` >= 2 (entry 0 is never used) and ``index_slots`` >= 1 with
+  ``40 + 4 * index_slots + 20 * index_entries`` <= 2^31 - 1 (the header's 4-byte slot and entry
+  counts); ``max_message_size`` in [1, 2^31 - 1 - 92] (the 4-byte body length and TOTALSIZE);
+* sanity, checked when a store is created (:func:`new_geometry`): a segment holds the largest
+  message plus the blank record that ends a segment, i.e. ``max_message_size`` <=
+  ``commitlog_file_size - 100`` (91 fixed bytes, a 1-byte topic, the body, 8 blank bytes).
+  A recorded geometry is not refused for it: such a store only rejects the larger messages.
+
+A recorded ``store.json`` is written with a ``store.json.bak`` beside it; a damaged one (not
+JSON, another shape, a value out of the bounds above) falls back to the ``.bak`` like every
+config file (:mod:`localstore.json_shape`).
 """
 
 from __future__ import annotations
@@ -21,8 +42,15 @@ from typing import Any, Literal
 import orjson
 
 from localstore.atomic_file import write_atomically
-from localstore.errors import CorruptStoreError, GeometryMismatchError
-from localstore.json_shape import json_kind
+from localstore.errors import GeometryError, GeometryMismatchError
+from localstore.json_shape import (
+    ShapeError,
+    backup_path,
+    decode_json_object,
+    is_json_int,
+    json_kind,
+    read_with_backup,
+)
 from localstore.mapped_file import NAME_DIGITS
 
 FlushMode = Literal["async", "sync"]
@@ -32,6 +60,12 @@ INDEX_SLOT_SIZE = 4
 INDEX_ENTRY_SIZE = 20
 GEOMETRY_FILE = Path("config") / "store.json"
 FORMAT_VERSION = 1
+MAX_FILE_SIZE = 2**31 - 1  # a Java int: the largest file RocketMQ maps, the 4-byte fields' limit
+MIN_COMMITLOG_FILE_SIZE = 4096
+# The smallest record around a body: 91 fixed bytes (IPv4 hosts) and a 1-byte topic.
+SMALLEST_RECORD_OVERHEAD = 92
+BLANK_RECORD_SIZE = 8  # the record that ends a segment (localstore.codec)
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,26 +76,19 @@ class StoreGeometry:
     cq_entries_per_file: int = 300_000
     index_slots: int = 5_000_000
     index_entries: int = 20_000_000
-    max_message_size: int = 4 * 1024 * 1024
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     flush_mode: FlushMode = "async"
     index_enabled: bool = True  # RocketMQ's messageIndexEnable: build index files on put
 
     def __post_init__(self) -> None:
-        for name in (
-            "commitlog_file_size",
-            "cq_entries_per_file",
-            "index_slots",
-            "index_entries",
-            "max_message_size",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        """Check every field against what the format can hold (see the module docstring)."""
+        _check_range("commitlog_file_size", self.commitlog_file_size, MIN_COMMITLOG_FILE_SIZE)
+        _check_range("cq_entries_per_file", self.cq_entries_per_file, 1)
+        _check_range("index_entries", self.index_entries, 2)
+        _check_range("index_slots", self.index_slots, 1, {"index_entries": self.index_entries})
+        _check_range("max_message_size", self.max_message_size, 1)
         if self.flush_mode not in ("async", "sync"):
-            raise ValueError(f"flush_mode must be 'async' or 'sync', got {self.flush_mode!r}")
-        if self.commitlog_file_size < 4096:
-            raise ValueError(
-                f"commitlog_file_size must be at least 4096, got {self.commitlog_file_size}"
-            )
+            raise GeometryError(f"flush_mode must be 'async' or 'sync', got {self.flush_mode!r}")
 
     @property
     def cq_file_size(self) -> int:
@@ -79,6 +106,34 @@ class StoreGeometry:
         return {"format_version": FORMAT_VERSION, **dataclasses.asdict(self)}
 
 
+def _largest(name: str, values: dict[str, int]) -> tuple[int, str]:
+    """The largest value of field ``name`` the format holds, given the other fields, and why."""
+    if name == "commitlog_file_size":
+        return MAX_FILE_SIZE, "a record's 4-byte TOTALSIZE and a segment mapped with an int size"
+    if name == "cq_entries_per_file":
+        return MAX_FILE_SIZE // CQ_UNIT_SIZE, f"20-byte units in a file of at most {MAX_FILE_SIZE}"
+    if name == "max_message_size":
+        return MAX_FILE_SIZE - SMALLEST_RECORD_OVERHEAD, "a record's 4-byte body length"
+    room = MAX_FILE_SIZE - INDEX_HEADER_SIZE
+    file = f"an index file of 40 + 4*slots + 20*entries bytes, at most {MAX_FILE_SIZE}"
+    if name == "index_entries":  # checked before index_slots: the least room slots leave
+        return (room - INDEX_SLOT_SIZE) // INDEX_ENTRY_SIZE, file
+    entries = values["index_entries"]
+    return (room - INDEX_ENTRY_SIZE * entries) // INDEX_SLOT_SIZE, f"{file}, {entries} entries"
+
+
+def _check_range(
+    name: str, value: Any, smallest: int, values: dict[str, int] | None = None
+) -> None:
+    if type(value) is not int:
+        raise GeometryError(f"{name} is not an integer (found {json_kind(value)})")
+    largest, why = _largest(name, values or {})
+    if not smallest <= value <= largest:
+        raise GeometryError(
+            f"{name}={value} is out of range: allowed [{smallest}, {largest}] ({why})"
+        )
+
+
 _FIELDS = tuple(f.name for f in dataclasses.fields(StoreGeometry))
 # The JSON type of each field: that of its default (every field has one).
 _FIELD_TYPES: dict[str, type] = {f.name: type(f.default) for f in dataclasses.fields(StoreGeometry)}
@@ -90,58 +145,99 @@ def resolve_geometry(root: Path, requested: dict[str, Any] | None = None) -> Sto
     defaults overridden by ``requested``. Records it when it was not recorded yet.
 
     ``requested`` holds only the values the caller asked for explicitly; one that contradicts the
-    recorded or inferred geometry raises :class:`GeometryMismatchError`.
+    recorded or inferred geometry raises :class:`GeometryMismatchError`, one the format cannot
+    hold (or a new store that makes no sense) :class:`GeometryError`.
     """
-    requested = {k: v for k, v in (requested or {}).items() if v is not None}
-    unknown = set(requested) - set(_FIELDS)
-    if unknown:
-        raise ValueError(f"unknown geometry settings: {', '.join(sorted(unknown))}")
+    requested = _requested_fields(requested)
     path = root / GEOMETRY_FILE
-    if path.exists():
-        recorded = load_geometry(path)
+    if path.exists() or backup_path(path).exists():
+        recorded = load_geometry(path, restore=True)
         _check_agrees(recorded, requested, f"recorded in {path}")
         return recorded
+    new_geometry(requested)  # the request alone: an error names the caller's value
     inferred = infer_geometry(root, requested)
     _check_agrees(inferred, requested, f"found in the files of {root}")
-    geometry = StoreGeometry(**{**dataclasses.asdict(inferred), **requested})
+    values = {**dataclasses.asdict(inferred), **requested}
+    values.pop("max_message_size")
+    geometry = new_geometry({**values, **_requested_fields(requested, ("max_message_size",))})
     save_geometry(path, geometry)
     return geometry
 
 
-def load_geometry(path: Path) -> StoreGeometry:
-    """The geometry recorded in ``path``. A file that is not valid JSON, is not an object of
-    Quiver's fields, or holds a value of the wrong type or out of range raises
-    :class:`CorruptStoreError` naming the file; another format version raises
-    :class:`GeometryMismatchError`. Unknown keys are ignored, and a field a file lacks (one
-    recorded before the field existed) takes its default."""
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise CorruptStoreError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CorruptStoreError(f"{path}: not a JSON object (found {json_kind(data)})")
-    version = data.pop("format_version", None)
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise GeometryMismatchError(
-            f"{path} has format version {version}, this Quiver reads {FORMAT_VERSION}"
+def _requested_fields(
+    requested: dict[str, Any] | None, names: tuple[str, ...] = _FIELDS
+) -> dict[str, Any]:
+    chosen = {k: v for k, v in (requested or {}).items() if v is not None}
+    unknown = set(chosen) - set(_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown geometry settings: {', '.join(sorted(unknown))}")
+    return {k: v for k, v in chosen.items() if k in names}
+
+
+def new_geometry(requested: dict[str, Any]) -> StoreGeometry:
+    """The geometry of a new store: the defaults overridden by ``requested``, each field checked
+    against what the format holds and the whole against sanity (a segment holds the largest
+    message and a blank record); :class:`GeometryError` names the field, value and range.
+    Without a requested ``max_message_size`` it is 4 MiB, or the largest body a segment
+    holds when that is less."""
+    requested = _requested_fields(requested)
+    asked = requested.pop("max_message_size", None)
+    geometry = StoreGeometry(**requested)
+    largest_body = geometry.commitlog_file_size - SMALLEST_RECORD_OVERHEAD - BLANK_RECORD_SIZE
+    if asked is None:
+        largest = min(DEFAULT_MAX_MESSAGE_SIZE, largest_body)
+        return dataclasses.replace(geometry, max_message_size=largest)
+    if type(asked) is not int:
+        raise GeometryError(f"max_message_size is not an integer (found {json_kind(asked)})")
+    if not 1 <= asked <= largest_body:
+        raise GeometryError(
+            f"max_message_size={asked} is out of range: allowed [1, {largest_body}] (a "
+            f"commitlog segment of {geometry.commitlog_file_size} bytes holds a record of "
+            f"{SMALLEST_RECORD_OVERHEAD} bytes + the body, then an {BLANK_RECORD_SIZE}-byte "
+            "blank record)"
         )
-    values = {k: v for k, v in data.items() if k in _FIELDS}
+    return dataclasses.replace(geometry, max_message_size=asked)
+
+
+def load_geometry(path: Path, *, restore: bool = False) -> StoreGeometry:
+    """The geometry recorded in ``path`` (or, when it is damaged, in its ``.bak``: a WARNING
+    names both). A file that is not valid JSON, is not an object of Quiver's fields, or holds a
+    value of the wrong type or out of range is damaged; when both are, :class:`CorruptStoreError`
+    names both files; with ``restore`` a geometry read from the ``.bak`` is recorded in ``path``
+    again. Another format version raises :class:`GeometryMismatchError`. Unknown keys
+    are ignored, and a field a file lacks (one recorded before the field existed) takes its
+    default."""
+    try:
+        loaded = read_with_backup(path, _decode_geometry)
+    except GeometryMismatchError as exc:
+        raise GeometryMismatchError(f"{path} (or its backup) records {exc}") from exc
+    if loaded is None:
+        raise GeometryMismatchError(f"{path} and its backup are both missing")
+    if restore and loaded.from_backup:  # the store records its geometry again
+        save_geometry(path, loaded.value)
+    return loaded.value
+
+
+def _decode_geometry(data: bytes) -> StoreGeometry:
+    values = decode_json_object(data)
+    version = values.pop("format_version", None)
+    if not is_json_int(version):
+        raise ShapeError(f"format_version is not an integer (found {json_kind(version)})")
+    if version != FORMAT_VERSION:
+        raise GeometryMismatchError(f"format version {version}, this Quiver reads {FORMAT_VERSION}")
+    values = {k: v for k, v in values.items() if k in _FIELDS}
     for name, value in values.items():
         expected = _FIELD_TYPES[name]
         if type(value) is not expected:  # exact: a JSON true is no integer here
-            raise CorruptStoreError(
-                f"{path}: {name} is not {_TYPE_NAMES[expected]} (found {json_kind(value)})"
-            )
-    try:
-        return StoreGeometry(**values)
-    except ValueError as exc:
-        raise CorruptStoreError(f"{path}: {exc}") from exc
+            raise ShapeError(f"{name} is not {_TYPE_NAMES[expected]} (found {json_kind(value)})")
+    return StoreGeometry(**values)  # GeometryError (a ValueError) for a value out of range
 
 
 def save_geometry(path: Path, geometry: StoreGeometry) -> None:
-    write_atomically(
-        path, orjson.dumps(geometry.to_json(), option=orjson.OPT_INDENT_2), keep_backup=False
-    )
+    """Record ``geometry`` in ``path`` and in its ``.bak`` (written once, at creation)."""
+    data = orjson.dumps(geometry.to_json(), option=orjson.OPT_INDENT_2)
+    write_atomically(backup_path(path), data, keep_backup=False)
+    write_atomically(path, data, keep_backup=False)
 
 
 def _check_agrees(geometry: StoreGeometry, requested: dict[str, Any], where: str) -> None:

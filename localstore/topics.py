@@ -8,6 +8,9 @@
 so a RocketMQ broker pointed at a Quiver store finds its topics. A store without the file (one
 RocketMQ's store code wrote without a broker) gets its topics from its consume-queue directories.
 Topics are created on first put with the store's default queue count.
+
+A damaged ``topics.json`` (unreadable, not JSON, or JSON of another shape) is replaced by its
+``topics.json.bak`` at load, as every config file is (:mod:`localstore.json_shape`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,16 @@ from typing import Any
 import orjson
 
 from localstore.atomic_file import write_atomically
-from localstore.errors import CorruptStoreError
-from localstore.json_shape import is_json_int, json_kind
+from localstore.json_shape import (
+    ShapeError,
+    decode_json_object,
+    is_json_int,
+    json_kind,
+    read_with_backup,
+)
 
 PERM_READ_WRITE = 6
+MAX_QUEUE_NUMS = 2**31 - 1  # Java ints in RocketMQ's TopicConfig
 TOPICS_FILE = Path("config") / "topics.json"
 
 
@@ -58,19 +67,20 @@ class TopicTable:
         self._counter = 0
         self._extra: dict[str, Any] = {}  # RocketMQ fields we keep as they were
         self._document_extra: dict[str, Any] = {}  # top-level fields we keep (RocketMQ 5's maps)
+        self._main_damaged = False  # loaded from topics.json.bak
 
     def load(self, consume_queue_dir: Path) -> None:
         """Read ``config/topics.json`` (if any), then add the topics found on disk.
 
-        A file that is not valid JSON, or valid JSON of another shape than RocketMQ's, raises
-        :class:`CorruptStoreError` naming the file and what is wrong with it.
+        A file that cannot be read, is not valid JSON, or is valid JSON of another shape than
+        RocketMQ's is damaged: ``topics.json.bak`` is used instead (logged at WARNING naming both
+        files, and the next save leaves that good backup as it is); when both are damaged,
+        :class:`CorruptStoreError` names both files and what is wrong with each.
         """
-        if self.path.exists():
-            try:
-                data = orjson.loads(self.path.read_bytes())
-            except orjson.JSONDecodeError as exc:
-                raise CorruptStoreError(f"{self.path} is not valid JSON: {exc}") from exc
-            self._counter, table = _parse_topics_document(self.path, data)
+        loaded = read_with_backup(self.path, _decode_topics)
+        if loaded is not None:
+            data, self._counter, table = loaded.value
+            self._main_damaged = loaded.from_backup
             self._document_extra = {
                 key: value
                 for key, value in data.items()
@@ -122,7 +132,10 @@ class TopicTable:
             },
             "topicConfigTable": table,
         }
-        write_atomically(self.path, orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+        # Loaded from .bak: the damaged main file must not be rotated over that good backup.
+        write_atomically(self.path, data, keep_backup=not self._main_damaged)
+        self._main_damaged = False
 
 
 def _owned_fields(config: TopicConfig) -> dict[str, Any]:
@@ -136,41 +149,39 @@ def _owned_fields(config: TopicConfig) -> dict[str, Any]:
     }
 
 
-def _parse_topics_document(path: Path, data: Any) -> tuple[int, dict[str, dict[str, Any]]]:
-    """``(dataVersion.counter, topicConfigTable)`` of a parsed ``topics.json``, checked field by
-    field against the shape RocketMQ's broker writes (fields it writes that Quiver does not use
-    are left alone); anything else raises :class:`CorruptStoreError`."""
-    if not isinstance(data, dict):
-        raise CorruptStoreError(f"{path}: not a JSON object (found {json_kind(data)})")
-    version = data.get("dataVersion", {})
+def _decode_topics(data: bytes) -> tuple[dict[str, Any], int, dict[str, dict[str, Any]]]:
+    """``(document, dataVersion.counter, topicConfigTable)`` of a ``topics.json``, checked field
+    by field against the shape RocketMQ's broker writes (fields it writes that Quiver does not
+    use are left alone); anything else raises :class:`ValueError` (:class:`ShapeError` naming
+    the field)."""
+    document = decode_json_object(data)
+    version = document.get("dataVersion", {})
     if not isinstance(version, dict):
-        raise CorruptStoreError(
-            f"{path}: dataVersion is not an object (found {json_kind(version)})"
-        )
+        raise ShapeError(f"dataVersion is not an object (found {json_kind(version)})")
     counter = version.get("counter", 0)
     if not is_json_int(counter):
-        raise CorruptStoreError(
-            f"{path}: dataVersion.counter is not an integer (found {json_kind(counter)})"
-        )
-    table = data.get("topicConfigTable", {})
+        raise ShapeError(f"dataVersion.counter is not an integer (found {json_kind(counter)})")
+    table = document.get("topicConfigTable", {})
     if not isinstance(table, dict):
-        raise CorruptStoreError(
-            f"{path}: topicConfigTable is not an object (found {json_kind(table)})"
-        )
+        raise ShapeError(f"topicConfigTable is not an object (found {json_kind(table)})")
     for name, config in table.items():
-        where = f"{path}: topicConfigTable[{name!r}]"
-        if not isinstance(config, dict):
-            raise CorruptStoreError(f"{where} is not an object (found {json_kind(config)})")
-        for field in ("readQueueNums", "writeQueueNums", "perm"):
-            value = config.get(field, 0)
-            if not is_json_int(value) or value < 0:
-                raise CorruptStoreError(
-                    f"{where}.{field} is not a non-negative integer (found {json_kind(value)})"
-                )
-        order = config.get("order", False)
-        if not isinstance(order, bool):
-            raise CorruptStoreError(f"{where}.order is not a boolean (found {json_kind(order)})")
-    return counter, table
+        _check_topic_entry(f"topicConfigTable[{name!r}]", config)
+    return document, counter, table
+
+
+def _check_topic_entry(where: str, config: Any) -> None:
+    if not isinstance(config, dict):
+        raise ShapeError(f"{where} is not an object (found {json_kind(config)})")
+    for field in ("readQueueNums", "writeQueueNums", "perm"):
+        value = config.get(field, 0)
+        if not is_json_int(value) or not 0 <= value <= MAX_QUEUE_NUMS:
+            raise ShapeError(
+                f"{where}.{field} is not an integer in [0, {MAX_QUEUE_NUMS}] "
+                f"(found {json_kind(value)})"
+            )
+    order = config.get("order", False)
+    if not isinstance(order, bool):
+        raise ShapeError(f"{where}.order is not a boolean (found {json_kind(order)})")
 
 
 def _queues_on_disk(consume_queue_dir: Path) -> dict[str, int]:

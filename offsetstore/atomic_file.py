@@ -28,19 +28,41 @@ the lock that serialises all writers of ``path``, or it could delete a live writ
 Errors: any :class:`OSError` (read-only folder, full disk, file too large, ...) becomes an
 :class:`~offsetstore.base.OffsetWriteError` naming the file; temporary files are removed, and
 ``path`` and ``name.bak`` keep their last good content.
+
+Reading back (:func:`read_with_backup`, used for every JSON file written here: the offsets
+files and the broker's config files): a file that cannot be read, is not valid JSON, or is
+valid JSON of the wrong shape (the decoder raises :class:`ValueError`, see
+:mod:`offsetstore.json_shape`) is damaged; the ``.bak`` is used instead, with a WARNING naming
+both files. When both are damaged (or one is and the other missing)
+:class:`~offsetstore.base.OffsetFileError` names both files and what is wrong with each; only
+when neither exists is there nothing to load. A writer that loaded from ``.bak`` must not rotate
+the damaged file over it: see ``keep_backup`` of :func:`write_atomically`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
-from offsetstore.base import OffsetWriteError
+from offsetstore.base import OffsetFileError, OffsetWriteError
 
-__all__ = ["backup_path", "remove_stale_temp_files", "write_atomically"]
+__all__ = [
+    "Loaded",
+    "backup_path",
+    "read_with_backup",
+    "remove_stale_temp_files",
+    "write_atomically",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def backup_path(path: str | os.PathLike[str]) -> Path:
@@ -49,8 +71,12 @@ def backup_path(path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + ".bak")
 
 
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path``'s content with ``data`` crash-safely, keeping the old file as ``.bak``.
+def write_atomically(
+    path: str | os.PathLike[str], data: bytes, *, keep_backup: bool = True
+) -> None:
+    """Replace ``path``'s content with ``data`` crash-safely, keeping the old file as ``.bak``
+    (with ``keep_backup=False`` the old file is dropped and ``.bak`` left as it is: for a file
+    found damaged and loaded from ``.bak``).
 
     Raises :class:`~offsetstore.base.OffsetWriteError` (an ``OSError``) naming ``path``.
     """
@@ -61,7 +87,8 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     bak_tmp = folder / f".{target.name}.{token}.baktmp"
     try:
         _write_file(tmp, data)
-        _refresh_backup(target, bak_tmp)
+        if keep_backup:
+            _refresh_backup(target, bak_tmp)
         os.replace(tmp, target)
         _fsync_dir(folder)
     except OSError as exc:
@@ -72,6 +99,60 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
         raise OffsetWriteError(
             exc.errno or errno.EIO, f"cannot write offsets file {target}: {reason}", str(target)
         ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded(Generic[T]):
+    """What :func:`read_with_backup` decoded, and from which file."""
+
+    value: T
+    path: Path
+    from_backup: bool
+
+
+def read_with_backup(
+    path: str | os.PathLike[str], decode: Callable[[bytes], T], what: str
+) -> Loaded[T] | None:
+    """``decode`` of ``path``'s bytes, else of its ``.bak``'s (logged at WARNING naming both
+    files); None when neither file exists. ``decode`` raises :class:`ValueError` (JSON errors,
+    :class:`~offsetstore.json_shape.ShapeError`) for a damaged file; ``what`` names the content
+    in messages ("consumer offsets"). Raises :class:`~offsetstore.base.OffsetFileError` naming
+    both files when neither is usable."""
+    target = Path(path)
+    backup = backup_path(target)
+    problems: list[str] = []
+    for candidate in (target, backup):
+        try:
+            data = candidate.read_bytes()
+        except FileNotFoundError:
+            problems.append(f"{candidate}: missing")
+            continue
+        except OSError as exc:
+            problems.append(f"{candidate}: cannot be read ({exc.strerror or exc})")
+            continue
+        try:
+            value = decode(data)
+        except ValueError as exc:
+            problems.append(f"{candidate}: {_one_line(exc)}")
+            continue
+        if candidate == backup:
+            log.warning(
+                "%s: %s is damaged or missing (%s); using its backup %s",
+                what,
+                target,
+                problems[0],
+                backup,
+            )
+        return Loaded(value, candidate, candidate == backup)
+    if all(problem.endswith(": missing") for problem in problems):
+        return None
+    raise OffsetFileError(
+        f"cannot read {what} from {target} nor from its backup {backup}: {'; '.join(problems)}"
+    )
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def remove_stale_temp_files(path: str | os.PathLike[str]) -> list[Path]:

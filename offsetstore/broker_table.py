@@ -21,9 +21,12 @@ Invariants:
 
 * Writes are atomic (see :mod:`offsetstore.atomic_file`): the file is always a complete old or a
   complete new table, and ``.bak`` holds the table before the last write.
-* Loading never silently restarts from nothing: a missing, empty or unparsable main file falls
-  back to ``.bak``; when both exist and are unreadable, :class:`OffsetFileError` names both.
-  Only when neither file exists does the table start empty.
+* Loading never silently restarts from nothing: a missing, empty or unparsable main file, or one
+  of another shape than above (offsets that are not integers in [0, 2^63 - 1], queue ids that
+  are not integers in [0, 2^31 - 1], a key that is not ``topic@group``, ...), falls back to
+  ``.bak`` with a WARNING naming both (:func:`offsetstore.atomic_file.read_with_backup`); when
+  neither is usable, :class:`~offsetstore.base.OffsetFileError` names both files and what is
+  wrong with each. Only when neither file exists does the table start empty.
 * The table is thread-safe: one lock guards memory, a second serializes file writes (the write
   happens outside the memory lock, from a snapshot).
 * Persisted every ``interval_s`` seconds by :meth:`start_auto_persist` (RocketMQ's
@@ -46,8 +49,16 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from offsetstore import fastjson
-from offsetstore.atomic_file import backup_path, write_atomically
-from offsetstore.base import NOT_FOUND, OffsetFileError, ReadResult
+from offsetstore.atomic_file import backup_path, read_with_backup, write_atomically
+from offsetstore.base import NOT_FOUND, ReadResult
+from offsetstore.json_shape import (
+    ShapeError,
+    data_version,
+    expect_int,
+    expect_int_key,
+    expect_object,
+    json_kind,
+)
 from offsetstore.memory import PeriodicPersister
 
 __all__ = [
@@ -102,31 +113,39 @@ class QueueLag:
         return max(self.max_offset - start, 0)
 
 
-def parse_offset_file(text: str) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+def parse_offset_file(
+    text: str | bytes,
+) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
     """``(offset table, data version)`` of a consumerOffset.json text (strict JSON or
-    RocketMQ's fastjson dialect). Raises ValueError when it is not such a file."""
+    RocketMQ's fastjson dialect). Raises ValueError when it is not such a file: not JSON, or
+    JSON of another shape (:class:`~offsetstore.json_shape.ShapeError` naming the field)."""
     if not text.strip():
         raise ValueError("the file is empty")
     document = fastjson.loads(text)
-    if not isinstance(document, dict) or not isinstance(document.get("offsetTable", {}), dict):
-        raise ValueError("not an object with an offsetTable")
+    if not isinstance(document, dict):
+        raise ShapeError(f"not a JSON object (found {json_kind(document)})")
     table: dict[str, dict[int, int]] = {}
-    for key, queues in document.get("offsetTable", {}).items():
+    for key, queues in expect_object("offsetTable", document.get("offsetTable", {})).items():
+        table[_table_key(key)] = _queue_offsets(f"offsetTable[{json_kind(key)}]", queues)
+    version = data_version(document["dataVersion"]) if "dataVersion" in document else {}
+    return table, version
+
+
+def _table_key(key: Any) -> str:
+    """A key of ``offsetTable``: ``topic@group``, both parts non-empty."""
+    if isinstance(key, str):
         topic, at, group = key.partition("@")
-        if not (topic and at and group) or not isinstance(queues, dict):
-            raise ValueError(f"bad offsetTable entry {key!r}")
-        table[key] = {int(q): _offset(value) for q, value in queues.items()}
-    version = document.get("dataVersion") or {}
-    if not isinstance(version, dict):
-        raise ValueError("bad dataVersion")
-    data_version = {k: int(v) for k, v in version.items() if isinstance(v, int)}
-    return table, data_version
+        if topic and at and group:
+            return key
+    raise ShapeError(f"offsetTable key {json_kind(key)} is not TOPIC@GROUP")
 
 
-def _offset(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"not an offset: {value!r}")
-    return value
+def _queue_offsets(where: str, queues: Any) -> dict[int, int]:
+    """``{queue id: offset}`` of one ``topic@group`` entry (queue ids as keys, quoted or not)."""
+    return {
+        expect_int_key(where, queue_id): expect_int(f"{where}[{queue_id!r}]", offset)
+        for queue_id, offset in expect_object(where, queues).items()
+    }
 
 
 class ConsumerOffsetTable:
@@ -252,30 +271,15 @@ class ConsumerOffsetTable:
 
     def load(self) -> None:
         """Replace memory with the file's table (or the backup's); see the module docstring."""
-        errors: list[str] = []
-        for path in (self.path, self.backup_path):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                continue
-            except (OSError, UnicodeDecodeError) as exc:
-                errors.append(f"{path}: {exc}")
-                continue
-            try:
-                table, version = parse_offset_file(text)
-            except ValueError as exc:
-                errors.append(f"{path}: {exc}")
-                continue
-            if errors:
-                log.warning("offsets loaded from %s (%s)", path, errors[0])
-            with self._lock:
-                self._table = table
-                self._version.update(version)
-                self._dirty = False
-                self._keep_backup = path == self.path
+        loaded = read_with_backup(self.path, parse_offset_file, "consumer offsets")
+        if loaded is None:
             return
-        if errors:
-            raise OffsetFileError("cannot read consumer offsets: " + "; ".join(errors))
+        table, version = loaded.value
+        with self._lock:
+            self._table = table
+            self._version.update(version)
+            self._dirty = False
+            self._keep_backup = not loaded.from_backup
 
     def persist(self) -> None:
         """Write the table to the file atomically (keeping the previous one as ``.bak``)."""
@@ -292,10 +296,9 @@ class ConsumerOffsetTable:
                 keep_backup = self._keep_backup
             data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
             try:
-                if not keep_backup:  # the main file is garbage: never rotate it over .bak
-                    self.path.unlink(missing_ok=True)
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                write_atomically(self.path, data)
+                # After loading from .bak the main file is damaged: never rotate it over .bak.
+                write_atomically(self.path, data, keep_backup=keep_backup)
             except BaseException:
                 with self._lock:
                     self._dirty = True

@@ -21,9 +21,12 @@ So offsets of a RocketMQ broadcasting consumer can be taken over by copying its 
 
 Invariants:
 
-* Reading never silently restarts from 0: a missing, empty or unparsable main file falls back to
-  ``.bak`` with a logged warning; if both are unusable :class:`OffsetFileError` names both files.
-  Only when neither file exists is the table empty (a new consumer).
+* Reading never silently restarts from 0: a missing, empty or unparsable main file, or one of
+  another shape (an offset that is not a non-negative integer, a queue that is not an object of
+  ``topic``, ``brokerName`` and ``queueId``, ...), falls back to ``.bak`` with a logged warning
+  (:func:`offsetstore.atomic_file.read_with_backup`); if both are unusable
+  :class:`OffsetFileError` names both files. Only when neither file exists is the table empty
+  (a new consumer). A write after loading from ``.bak`` leaves ``.bak`` as it is.
 * Writers merge: :meth:`persist_all` reads the file under the file lock, overlays the in-memory
   offsets of the given queues and writes the result atomically, so processes of one group that
   persist different queues never erase each other's queues.
@@ -39,21 +42,28 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeGuard
+from typing import Any
 
 import orjson
 from filelock import FileLock
 
 from offsetstore import fastjson
-from offsetstore.atomic_file import backup_path, remove_stale_temp_files, write_atomically
+from offsetstore.atomic_file import read_with_backup, remove_stale_temp_files, write_atomically
 from offsetstore.base import (
     NOT_FOUND,
     READ_FAILED,
     MessageQueue,
-    OffsetFileError,
     OffsetStoreError,
     ReadOffsetType,
     ReadResult,
+)
+from offsetstore.json_shape import (
+    INT32_MAX,
+    ShapeError,
+    expect_int,
+    expect_object,
+    expect_str,
+    json_kind,
 )
 from offsetstore.memory import MAX_OFFSET, MemoryOffsets, PeriodicPersister
 
@@ -87,74 +97,59 @@ def encode_offsets(table: Mapping[MessageQueue, int]) -> bytes:
 
 
 def decode_offsets(data: bytes) -> dict[MessageQueue, int]:
-    """Parse an offsets file in Quiver's or RocketMQ's format; :class:`ValueError` if unusable."""
+    """Parse an offsets file in Quiver's or RocketMQ's format; :class:`ValueError` if unusable
+    (not JSON, or JSON of another shape: :class:`~offsetstore.json_shape.ShapeError`)."""
     if not data.strip():
         raise ValueError("empty file")
     try:
         document: Any = orjson.loads(data)
     except orjson.JSONDecodeError:
         document = fastjson.loads(data)  # RocketMQ's dialect; raises ValueError on garbage
-    if not isinstance(document, dict) or "offsetTable" not in document:
-        raise ValueError("no 'offsetTable' at the top level")
+    if not isinstance(document, Mapping) or "offsetTable" not in document:
+        raise ShapeError(f"not an object with an offsetTable (found {json_kind(document)})")
     table = document["offsetTable"]
     if isinstance(table, list):
-        return dict(_queue_and_offset(entry, entry.get("offset")) for entry in _objects(table))
-    if isinstance(table, dict):
-        return dict(_queue_and_offset(key, value) for key, value in table.items())
-    raise ValueError("'offsetTable' is neither a list nor an object")
+        return dict(
+            _queue_and_offset(f"offsetTable[{index}]", entry, "offset")
+            for index, entry in enumerate(table)
+        )
+    if isinstance(table, Mapping):
+        return dict(
+            _queue_and_offset(f"offsetTable key {json_kind(key)}", key, offset)
+            for key, offset in table.items()
+        )
+    raise ShapeError(f"offsetTable is neither an array nor an object (found {json_kind(table)})")
 
 
-def _objects(items: list[Any]) -> Iterable[Mapping[str, Any]]:
-    for item in items:
-        if not isinstance(item, Mapping):
-            raise ValueError(f"offsetTable entry is not an object: {item!r}")
-        yield item
-
-
-def _queue_and_offset(key: Any, offset: Any) -> tuple[MessageQueue, int]:
-    if not isinstance(key, Mapping):
-        raise ValueError(f"offsetTable key is not a queue object: {key!r}")
-    topic, broker, queue_id = key.get("topic"), key.get("brokerName"), key.get("queueId")
-    if not isinstance(topic, str) or not isinstance(broker, str) or not _is_int(queue_id):
-        raise ValueError(f"not a message queue: {dict(key)!r}")
-    if not _is_int(offset) or not 0 <= offset <= MAX_OFFSET:
-        raise ValueError(f"bad offset {offset!r} for {dict(key)!r}")
-    return MessageQueue(topic, broker, queue_id), offset
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _queue_and_offset(where: str, queue: Any, offset: Any) -> tuple[MessageQueue, int]:
+    """A queue object (``topic``, ``brokerName``, ``queueId``) and its offset; ``offset`` is the
+    value itself, or the string ``"offset"``: the field of ``queue`` that holds it."""
+    fields = expect_object(where, queue)
+    if offset == "offset":
+        offset = fields.get("offset")
+    return (
+        MessageQueue(
+            expect_str(f"{where}.topic", fields.get("topic"), non_empty=True),
+            expect_str(f"{where}.brokerName", fields.get("brokerName")),
+            expect_int(f"{where}.queueId", fields.get("queueId"), 0, INT32_MAX),
+        ),
+        expect_int(f"{where} offset", offset, 0, MAX_OFFSET),
+    )
 
 
 def read_offsets_file(path: Path) -> dict[MessageQueue, int]:
     """The offsets in ``path``, else in its ``.bak`` (logged); ``{}`` if neither exists.
 
     Raises :class:`OffsetFileError` naming both files when neither is usable."""
-    bak = backup_path(path)
-    problems: list[str] = []
-    for candidate in (path, bak):
-        try:
-            data = candidate.read_bytes()
-        except FileNotFoundError:
-            problems.append(f"{candidate}: missing")
-            continue
-        except OSError as exc:
-            problems.append(f"{candidate}: {exc.strerror or exc}")
-            continue
-        try:
-            table = decode_offsets(data)
-        except ValueError as exc:
-            problems.append(f"{candidate}: {exc}")
-            continue
-        if candidate is bak:
-            logger.warning("offsets file unusable (%s); using its backup %s", problems[0], bak)
-        return table
-    if all(problem.endswith(": missing") for problem in problems):
-        return {}
-    raise OffsetFileError(
-        f"cannot read consumer offsets from {path} nor from its backup {bak} "
-        f"({'; '.join(problems)}); refusing to restart the queues from a guessed offset"
-    )
+    return _read_offsets(path)[0]
+
+
+def _read_offsets(path: Path) -> tuple[dict[MessageQueue, int], bool]:
+    """The offsets and whether they came from the ``.bak`` (the main file is damaged)."""
+    loaded = read_with_backup(path, decode_offsets, "consumer offsets")
+    if loaded is None:
+        return {}, False
+    return loaded.value, loaded.from_backup
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -243,9 +238,11 @@ class LocalFileOffsetStore:
             with self._file_lock:
                 for leftover in remove_stale_temp_files(self.path):
                     logger.info("removed %s, left by a writer killed mid-write", leftover)
-                on_disk = read_offsets_file(self.path)
+                on_disk, main_damaged = _read_offsets(self.path)
                 on_disk.update(snapshot)
-                write_atomically(self.path, encode_offsets(on_disk))
+                # Loaded from .bak: the damaged main file must not replace that good backup.
+                data = encode_offsets(on_disk)
+                write_atomically(self.path, data, keep_backup=not main_damaged)
 
     def _persist_everything(self) -> None:
         self.persist_all(self._memory.queues())

@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
-from localstore.json_shape import json_kind
 from offsetstore import MessageQueue
-from offsetstore.atomic_file import write_atomically
+from offsetstore.atomic_file import read_with_backup, write_atomically
 from offsetstore.broker_table import ConsumerOffsetTable, QueueBounds
+from offsetstore.json_shape import ShapeError, json_kind
 from sdk.transport.models import GroupView
 
 __all__ = [
@@ -193,17 +193,22 @@ def read_snapshot(
     root: Path, group: str, broker_name: str
 ) -> tuple[GroupView, dict[str, str], int]:
     """The recorded view of ``group`` (empty when none), its members' message models, and the
-    snapshot's time (0 when there is no snapshot). Raises ValueError naming the file for a
-    damaged one: not valid JSON, or not of the layout above (the whole file is checked, not
-    only ``group``'s entry)."""
-    path = root / SNAPSHOT_FILE
-    if not path.exists():
+    snapshot's time (0 when there is no snapshot). A damaged file (not valid JSON, or not of the
+    layout above: the whole file is checked, not only ``group``'s entry) falls back to its
+    ``.bak`` with a WARNING; when both are damaged
+    :class:`~offsetstore.base.OffsetFileError` names both files."""
+
+    def decode(data: bytes) -> tuple[int, dict[str, tuple[GroupView, dict[str, str]]]]:
+        try:
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"is not valid JSON: {exc}") from exc
+        return _parse_snapshot(document, broker_name)
+
+    loaded = read_with_backup(root / SNAPSHOT_FILE, decode, "consumer group records")
+    if loaded is None:
         return GroupView(0, ()), {}, 0
-    try:
-        document = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
-    timestamp, groups = _parse_snapshot(path, document, broker_name)
+    timestamp, groups = loaded.value
     recorded = groups.get(group)
     if recorded is None:
         return GroupView(0, ()), {}, timestamp
@@ -212,13 +217,13 @@ def read_snapshot(
 
 
 def _parse_snapshot(
-    path: Path, document: Any, broker_name: str
+    document: Any, broker_name: str
 ) -> tuple[int, dict[str, tuple[GroupView, dict[str, str]]]]:
-    """``(timestamp, group -> (view, models))`` of a parsed snapshot; ValueError naming ``path``
-    and the first entry that is not of the layout :func:`snapshot_document` writes."""
+    """``(timestamp, group -> (view, models))`` of a parsed snapshot; :class:`ShapeError`
+    naming the first entry that is not of the layout :func:`snapshot_document` writes."""
 
-    def fail(where: str, expected: str, value: Any) -> ValueError:
-        return ValueError(f"{path}: {where} is not {expected} (found {json_kind(value)})")
+    def fail(where: str, expected: str, value: Any) -> ShapeError:
+        return ShapeError(f"{where} is not {expected} (found {json_kind(value)})")
 
     def mapping(where: str, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -236,7 +241,7 @@ def _parse_snapshot(
         return value
 
     if not isinstance(document, dict):
-        raise ValueError(f"{path}: not a JSON object (found {json_kind(document)})")
+        raise ShapeError(f"not a JSON object (found {json_kind(document)})")
     timestamp = integer("timestamp", document.get("timestamp", 0))
     groups: dict[str, tuple[GroupView, dict[str, str]]] = {}
     for group, entry in mapping("groups", document.get("groups", {})).items():
@@ -259,7 +264,7 @@ def _parse_snapshot(
         for key, cid in mapping(f"{where}.owners", recorded.get("owners", {})).items():
             topic, _, queue_id = key.rpartition("@")
             if not topic or not (queue_id.isascii() and queue_id.isdigit()):
-                raise ValueError(f"{path}: {where}.owners key {key!r} is not TOPIC@QUEUE_ID")
+                raise ShapeError(f"{where}.owners key {key!r} is not TOPIC@QUEUE_ID")
             owner = string(f"{where}.owners[{key!r}]", cid)
             owners[MessageQueue(topic, broker_name, int(queue_id))] = owner
         view = GroupView(generation, tuple(sorted(members)), subscriptions, owners)

@@ -17,9 +17,11 @@ level's offset.
 Progress file: exactly RocketMQ's ``ScheduleMessageService`` persisted form, ``offsetTable`` keyed
 by the delay level (queue id + 1) with the next queue offset to examine, written by fastjson with
 bare integer keys, plus a ``dataVersion``. RocketMQ's own file loads (fastjson dialect or plain
-JSON); unknown keys are ignored; a damaged file falls back to ``delayOffset.json.bak`` kept by
-:func:`offsetstore.atomic_file.write_atomically`. Offsets outside a queue's ``[min, max]`` are
-corrected into it at start (as RocketMQ's ``correctDelayOffset``).
+JSON); unknown keys are ignored; a damaged file (unparsable, or of another shape: a level that
+is not an integer in [1, 2^31 - 1], an offset that is not an integer, ...) falls back
+to ``delayOffset.json.bak`` kept by :func:`offsetstore.atomic_file.write_atomically`, and when
+both are damaged the service refuses to start, naming both files. Offsets outside a queue's
+``[min, max]`` are corrected into it at start (as RocketMQ's ``correctDelayOffset``).
 
 Invariants:
 
@@ -74,8 +76,18 @@ from localstore.codec import (
     pack_host,
 )
 from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, parse_delay_levels
-from offsetstore.atomic_file import backup_path, write_atomically
+from offsetstore.atomic_file import read_with_backup, write_atomically
 from offsetstore.fastjson import dumps, loads
+from offsetstore.json_shape import (
+    INT32_MAX,
+    INT64_MAX,
+    ShapeError,
+    data_version,
+    expect_int,
+    expect_int_key,
+    expect_object,
+    json_kind,
+)
 from sdk.message import PROPERTY_DELIVER_AT
 
 __all__ = [
@@ -86,6 +98,7 @@ __all__ = [
     "delayed_message",
     "original_message",
     "packed_host",
+    "parse_delay_offsets",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,6 +211,27 @@ def original_message(stored: StoredMessage) -> NewMessage | None:
     )
 
 
+def parse_delay_offsets(data: bytes) -> tuple[dict[int, int], dict[str, int]]:
+    """``(level -> next queue offset, dataVersion)`` of a ``delayOffset.json`` (fastjson's
+    dialect or strict JSON); ValueError (:class:`~offsetstore.json_shape.ShapeError` for
+    valid JSON of another shape) when it is not such a file."""
+    if not data.strip():
+        raise ValueError("the file is empty")
+    document = loads(data)
+    if not isinstance(document, dict):
+        raise ShapeError(f"not a JSON object (found {json_kind(document)})")
+    raw_table = expect_object("offsetTable", document.get("offsetTable", {}))
+    table = {
+        # Any long: an offset outside its queue is corrected at start (correctDelayOffset).
+        expect_int_key("offsetTable", level, 1, INT32_MAX): expect_int(
+            f"offsetTable[{json_kind(level)}]", offset, -INT64_MAX - 1
+        )
+        for level, offset in raw_table.items()
+    }
+    version = data_version(document["dataVersion"]) if "dataVersion" in document else {}
+    return table, version
+
+
 class ScheduleService:
     """Re-puts delayed messages into their real topic/queue once due (a background thread).
 
@@ -232,29 +266,21 @@ class ScheduleService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dirty = False
+        self._keep_backup = True  # False after loading from .bak: the main file is damaged
         self.load()
 
     # -- progress ------------------------------------------------------------------------------
     def load(self) -> None:
-        """Read the progress file (RocketMQ's or ours; the ``.bak`` if the file is damaged) and
-        correct each offset into its queue's ``[min, max]``."""
+        """Read the progress file (RocketMQ's or ours; the ``.bak`` if the file is damaged:
+        unparsable or of another shape) and correct each offset into its queue's ``[min,
+        max]``. Raises :class:`~offsetstore.base.OffsetFileError` naming both files when
+        neither is usable (never a silent restart of every level from its queue's start)."""
+        loaded = read_with_backup(self.path, parse_delay_offsets, "delay-level progress")
         table: dict[int, int] = {}
-        for candidate in (self.path, backup_path(self.path)):
-            try:
-                document = loads(candidate.read_bytes())
-                raw_table = document.get("offsetTable") or {}
-                table = {int(k): int(v) for k, v in raw_table.items()}
-                version = document.get("dataVersion")
-                if version is not None:
-                    self._data_version = {
-                        key: int(version.get(key, 0))
-                        for key in ("counter", "stateVersion", "timestamp")
-                    }
-                break
-            except FileNotFoundError:
-                continue
-            except (ValueError, TypeError, AttributeError) as error:
-                log.warning("ignoring damaged delay offset file %s: %s", candidate, error)
+        if loaded is not None:
+            table, version = loaded.value
+            self._data_version.update(version)
+            self._keep_backup = not loaded.from_backup
         self.offsets = table
         self._correct_offsets()
 
@@ -281,7 +307,10 @@ class ScheduleService:
             "offsetTable": dict(sorted(self.offsets.items())),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, dumps(document, pretty=True).encode())
+        data = dumps(document, pretty=True).encode()
+        # After loading from .bak the main file is damaged: never rotate it over .bak.
+        write_atomically(self.path, data, keep_backup=self._keep_backup)
+        self._keep_backup = True
         self._dirty = False
 
     # -- delivery ------------------------------------------------------------------------------

@@ -133,9 +133,9 @@ def _expected_status(exc: Exception) -> int | None:
     """The exit status of an expected error, None for a bug (which keeps its traceback)."""
     if isinstance(exc, CliError):
         return exc.status
-    from localstore.errors import GeometryMismatchError, StoreError
+    from localstore.errors import GeometryError, GeometryMismatchError, StoreError
 
-    if isinstance(exc, GeometryMismatchError):
+    if isinstance(exc, (GeometryError, GeometryMismatchError)):
         return EXIT_USAGE
     if isinstance(exc, (StoreError, OSError)):
         return EXIT_FAILED

@@ -128,15 +128,16 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run_init(args: argparse.Namespace) -> int:
     """Create the store at DIR with the requested geometry; print the geometry."""
-    from localstore.geometry import StoreGeometry
+    from localstore.errors import GeometryError
+    from localstore.geometry import new_geometry
     from localstore.store import MessageStore
 
     requested = {
         name: getattr(args, name) for name in _geometry_fields() if getattr(args, name) is not None
     }
     try:
-        StoreGeometry(**requested)
-    except ValueError as exc:
+        new_geometry(requested)  # refused before anything is created
+    except GeometryError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
     path = Path(args.directory)
     if path.exists() and not path.is_dir():

@@ -85,7 +85,7 @@ def test_init_refuses_a_conflicting_or_invalid_geometry(store):
     one_line_error(
         quiver("store", "init", store.parent / "x", "--commitlog-file-size", "100"),
         2,
-        "at least 4096",
+        "commitlog_file_size=100 is out of range: allowed [4096, 2147483647]",
     )
     one_line_error(
         quiver("store", "init", store, "--cq-entries-per-file", "many"), 2, "not an integer"
