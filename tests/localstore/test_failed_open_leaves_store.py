@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore
-from localstore.errors import StoreError
 
 from .conftest import message
 
