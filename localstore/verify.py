@@ -10,8 +10,9 @@ length, and the walk resynchronises on the next valid record
 (:func:`localstore.log_scan.next_record_start`, as recovery does), so every damaged record is
 listed, not only the first; a bad CRC or offset field is reported and stepped over. Pass 2
 checks every consume-queue unit: it points inside ``[commitlog min, max)`` at a record that
-starts there, with the unit's size, the queue's topic, id and queue offset, and the tagsCode (Java hash of TAGS, or
-the delivery time under ``SCHEDULE_TOPIC_XXXX``); physical offsets increase along a queue.
+starts there, with the unit's size, the queue's topic, id and queue offset, and the tagsCode
+(Java hash of TAGS, or the delivery time under ``SCHEDULE_TOPIC_XXXX``); physical offsets
+increase along a queue.
 
 Roughly 70,000 records a second; run it on a quiescent store (concurrent puts look like problems).
 """
