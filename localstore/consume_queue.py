@@ -227,12 +227,18 @@ class ConsumeQueue:
         return cut
 
     def destroy(self) -> None:
-        """Delete every file of this queue (it is rebuilt from the commitlog)."""
+        """Delete every file of this queue, those that did not load included (it is rebuilt
+        from the commitlog)."""
         self._drop_prepared()
         for segment in self.segments.segments:
             segment.destroy()
         self.segments.segments.clear()
         self.min_logic_offset = self.max_phys_offset = 0
+        directory = self.segments.directory
+        if directory.is_dir():
+            for path in directory.iterdir():
+                if path.name.isdigit():
+                    path.unlink()
 
     def flush(self) -> None:
         self.segments.flush()

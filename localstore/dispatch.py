@@ -6,6 +6,14 @@ idempotent: a record whose end is not past its queue's ``max_phys_offset``, or w
 offset the queue already holds, gets no second unit, and the index skips what it already
 indexed. PREPARED and ROLLBACK transaction records get no unit (ROLLBACK ones no index entry
 either).
+
+Damaged records (:mod:`localstore.damaged`): a record whose header was destroyed cannot be
+dispatched, so its queue offset would be missing from its queue. When a queue's next record
+skips queue offsets and a damaged range lies between the queue's last record and it, the
+missing units are written pointing into that range (physical offsets ``start, start + 1, ...``
+so they still increase): queue offsets stay contiguous, no put reuses them, and readers skip
+units that point into a damaged range. A skip with no damaged range to explain it is still a
+:class:`CorruptStoreError`.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from localstore.codec import (
     StoredMessage,
 )
 from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.damaged import DamagedRanges
 from localstore.errors import CorruptStoreError
 from localstore.index_service import IndexService
 from localstore.queue_registry import QueueRegistry
@@ -42,9 +51,14 @@ class Dispatcher:
     FLUSH_EVERY = 8192  # records between flushes: bounds memory on a long tail
 
     def __init__(
-        self, queues: QueueRegistry, index: IndexService | None, delay_levels: tuple[int, ...]
+        self,
+        queues: QueueRegistry,
+        index: IndexService | None,
+        delay_levels: tuple[int, ...],
+        damaged: DamagedRanges | None = None,
     ):
         self._queues = queues
+        self._damaged = damaged
         self._index = index
         self._delay_levels = delay_levels
         self._pending: dict[tuple[str, int], _PendingUnits] = {}
@@ -84,12 +98,14 @@ class Dispatcher:
             if end <= queue.max_phys_offset or message.queue_offset < queue.max_offset:
                 return  # already there
             if queue.segments.segments and message.queue_offset > queue.max_offset:
-                raise _gap(message, queue.max_offset)
-            pending = self._pending[key] = _PendingUnits(queue, message.queue_offset)
+                pending = self._pending[key] = _PendingUnits(queue, queue.max_offset)
+                self._fill_damaged(pending, message, queue.max_phys_offset)
+            else:
+                pending = self._pending[key] = _PendingUnits(queue, message.queue_offset)
         elif message.queue_offset != pending.next_offset:
             if message.queue_offset < pending.next_offset:
                 return
-            raise _gap(message, pending.next_offset)
+            self._fill_damaged(pending, message, pending.phys_end)
         pending.units.append(
             UNIT.pack(
                 message.phys_offset,
@@ -101,6 +117,19 @@ class Dispatcher:
         )
         pending.next_offset += 1
         pending.phys_end = message.phys_offset + message.store_size
+
+    def _fill_damaged(self, pending: _PendingUnits, message: StoredMessage, after: int) -> None:
+        """Units for the queue offsets between ``pending``'s next one and ``message``'s, whose
+        records lie in a damaged range after commitlog offset ``after`` (module docstring)."""
+        missing = message.queue_offset - pending.next_offset
+        between = self._damaged.between(after, message.phys_offset) if self._damaged else []
+        if not between or between[-1].length < missing:
+            raise _gap(message, pending.next_offset)
+        damaged = between[-1]
+        for i in range(missing):
+            pending.units.append(UNIT.pack(damaged.phys_offset + i, damaged.length - i, 0))
+        pending.next_offset += missing
+        pending.phys_end = damaged.end
 
     def _flush_index(self) -> None:
         run = self._index_run

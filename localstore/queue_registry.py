@@ -3,10 +3,14 @@ created on demand by puts and by recovery's dispatch."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from localstore.consume_queue import ConsumeQueue
+from localstore.errors import CorruptStoreError
+
+log = logging.getLogger(__name__)
 
 
 class QueueRegistry:
@@ -16,6 +20,8 @@ class QueueRegistry:
         self.directory = directory
         self.entries_per_file = entries_per_file
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # "topic/queue" of queues whose files did not load (recovery rebuilds them)
+        self.unloadable: list[str] = []
 
     def load(self) -> None:
         if not self.directory.is_dir():
@@ -26,8 +32,25 @@ class QueueRegistry:
                 continue
             for name in sorted(os.listdir(topic_dir)):
                 if name.isdigit():
-                    queue = self._make(topic, int(name))
-                    queue.load()
+                    self._load_queue(topic, int(name))
+
+    def _load_queue(self, topic: str, queue_id: int) -> None:
+        """Load one queue; one whose files are damaged (a missing file, a wrong length) is
+        kept empty and named in ``unloadable``, for recovery to rebuild from the commitlog."""
+        queue = self._make(topic, queue_id)
+        try:
+            queue.load()
+        except CorruptStoreError as exc:
+            log.warning(
+                "consume queue %s/%d cannot be loaded (%s): rebuilding it from the commitlog",
+                topic,
+                queue_id,
+                exc,
+            )
+            queue.close()
+            queue.segments.segments.clear()
+            queue.min_logic_offset = queue.max_phys_offset = 0
+            self.unloadable.append(f"{topic}/{queue_id}")
 
     def _make(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(

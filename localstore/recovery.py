@@ -9,9 +9,22 @@ is treated as crashed.
 Abnormal recovery (``abort`` present). As RocketMQ does: walk back from the newest commitlog
 segment to the first one whose first record is valid and was stored no later than the
 checkpoint's ``min_timestamp`` (everything before it was flushed), or the first segment when
-none qualifies, and walk forward from there checking body CRCs. A torn or corrupt record ends
-the log. A long walk is cut at the record starts the sparse offset index names and its pieces
-walked by worker processes (:mod:`localstore.parallel_scan`), with the same answer.
+none qualifies, and walk forward from there checking body CRCs. A long walk is cut at the record
+starts the sparse offset index names and its pieces walked by worker processes
+(:mod:`localstore.parallel_scan`), with the same answer.
+
+Recovery cuts only a torn tail (both paths). A damaged record that valid records follow is not a
+torn tail (:func:`localstore.log_scan.scan_log` resynchronises on the next valid record): its
+bytes stay on disk, its range is recorded in :mod:`localstore.damaged` (``damaged.json``) and
+logged at ERROR with file, offset and length, and readers skip it. Damage with nothing valid
+after it is the torn tail: cut, and logged at WARNING with its byte range when it held bytes.
+
+Consume queues are checked against the log, cheaply: each queue's first and last units must
+point at their own records, a queue must not miss its first files (when the log still starts at
+offset 0) nor its last ones (when its last file is full, or its time index names a later file,
+the log after its last record is searched for a later record of it), and a queue whose files do
+not load is rebuilt. Unsound queues are deleted and rebuilt from the whole log (walked first, so
+its damage is known and stepped over), logged at WARNING.
 
 Both then: cut the commitlog at the valid end (later segments deleted, a trailing all-zero
 preallocated segment included), cut consume-queue units that point past it (with sync flush a
@@ -22,19 +35,26 @@ the index loaded after a crash, and are rebuilt here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from localstore.checkpoint import Checkpoint
 from localstore.codec import RecordError, body_crc, decode_record
 from localstore.commitlog import CommitLog
-from localstore.consume_queue import ConsumeQueue
+from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.damaged import DamagedRange, DamagedRanges
 from localstore.dispatch import Dispatcher
-from localstore.errors import StoreError
 from localstore.index_service import IndexService
-from localstore.log_scan import SplitHints, first_record_ok, iter_records, scan_valid_end
+from localstore.log_scan import LogScan, SplitHints, first_record_ok, iter_records, scan_log
 from localstore.offset_index import stored_record_starts
 from localstore.queue_registry import QueueRegistry
+from localstore.record_walk import walk_segment
+
+log = logging.getLogger(__name__)
+
+_PAGE = 4096
 
 
 @dataclass(slots=True)
@@ -48,6 +68,8 @@ class RecoveryReport:
     records_dispatched: int
     units_truncated: int  # consume-queue units cut because they pointed past the end
     rebuilt_queues: list[str]  # queues whose files were unsound and were rebuilt
+    damaged: list[DamagedRange] = field(default_factory=list)  # found by this recovery, kept
+    cut_tail: tuple[int, int] | None = None  # [start, end) of the torn bytes cut, if any
 
 
 def recover(
@@ -58,32 +80,180 @@ def recover(
     crashed: bool,
     delay_levels: tuple[int, ...],
     index: IndexService | None = None,
+    damaged: DamagedRanges | None = None,
 ) -> RecoveryReport:
     """Recover the store's commitlog, consume queues and index in place."""
+    damaged = damaged if damaged is not None else DamagedRanges(commitlog.directory.parent)
     start = None if crashed else _normal_start(commitlog, queues, index)
     abnormal = start is None
     if start is None:
         start = _abnormal_start(commitlog, checkpoint)
-    end, scanned = scan_valid_end(
-        commitlog, start, check_crc=True, split_hints=split_hints(commitlog)
-    )
-    unsound = _unsound_queues(commitlog, queues, end)
-    if unsound:  # they are rebuilt from the whole log: it must read, or nothing is touched
-        _check_rebuildable(commitlog, end, unsound)
-    commitlog.set_end(end)
-    truncated = sum(queue.truncate_beyond(end) for queue in list(queues.queues.values()))
+    scan = _scan(commitlog, start)
+    unsound = _unsound_queues(commitlog, queues, scan.end) + queues.unloadable
+    if unsound and start > commitlog.min_offset:  # rebuilt from the whole log: walk it all
+        scan = _scan(commitlog, commitlog.min_offset)
+    _forget_mended(commitlog, damaged)
+    found = _record_damage(commitlog, damaged, scan.damaged)
+    cut_tail = _cut_tail(commitlog, scan.end)
+    commitlog.set_end(scan.end)
+    damaged.drop_from(scan.end)
+    truncated = sum(queue.truncate_beyond(scan.end) for queue in list(queues.queues.values()))
+    old_ends = {name: _old_end(queues, name) for name in unsound}
     rebuilt = _drop_queues(queues, unsound)
-    redispatch_from = min(queues.dispatch_from(), end)
+    redispatch_from = min(queues.dispatch_from(), scan.end)
     if index is not None:
         redispatch_from = min(redispatch_from, index.end_phy_offset)
     if rebuilt:
         redispatch_from = commitlog.min_offset
     redispatch_from = max(redispatch_from, commitlog.min_offset)
-    dispatcher = Dispatcher(queues, index, delay_levels)
-    for message in iter_records(commitlog.segment_view, redispatch_from, end, body=False):
+    dispatcher = Dispatcher(queues, index, delay_levels, damaged)
+
+    def undecodable(start: int, stop: int) -> None:  # frame valid, fields not (properties)
+        found.extend(_record_damage(commitlog, damaged, [(start, stop)]))
+
+    records = iter_records(
+        commitlog.segment_view, redispatch_from, scan.end, body=False, on_skip=undecodable
+    )
+    for message in records:
         dispatcher.add(message)
     dispatcher.flush()
-    return RecoveryReport(abnormal, start, end, scanned, dispatcher.units_added, truncated, rebuilt)
+    _keep_damaged_offsets(queues, damaged, old_ends)
+    return RecoveryReport(
+        abnormal,
+        start,
+        scan.end,
+        scan.records,
+        dispatcher.units_added,
+        truncated,
+        rebuilt,
+        found,
+        cut_tail,
+    )
+
+
+def _forget_mended(commitlog: CommitLog, damaged: DamagedRanges) -> None:
+    """Forget recorded ranges that now hold valid records end to end (mended from a copy)."""
+    mended = []
+    for damage in damaged:
+        segment = commitlog.segments.find(damage.phys_offset)
+        if segment is None:
+            continue
+        base = segment.start_offset
+        pos, count, _ = walk_segment(
+            segment.view, base, segment.size, damage.phys_offset - base, damage.end - base, True
+        )
+        if count and base + pos == damage.end:
+            mended.append(damage)
+    if mended:
+        log.warning(
+            "commitlog ranges %s hold valid records again: no longer damaged",
+            ", ".join(map(str, mended)),
+        )
+        damaged.remove(mended)
+
+
+def _old_end(queues: QueueRegistry, name: str) -> tuple[int, int] | None:
+    """(max offset, last unit's phys offset) of a queue about to be rebuilt, or None."""
+    topic, _, queue_id = name.rpartition("/")
+    queue = queues.get(topic, int(queue_id))
+    if queue is None or queue.max_offset <= queue.min_offset:
+        return None
+    return queue.max_offset, queue.unit_head(queue.max_offset - 1)[0]
+
+
+def _keep_damaged_offsets(
+    queues: QueueRegistry, damaged: DamagedRanges, old_ends: dict[str, tuple[int, int] | None]
+) -> None:
+    """A rebuilt queue whose old last units pointed into a damaged range gets them back
+    (pointing into that range), so that no put reuses their queue offsets."""
+    for name, old in old_ends.items():
+        if old is None:
+            continue
+        old_max, old_phys = old
+        damage = damaged.containing(old_phys)
+        topic, _, queue_id = name.rpartition("/")
+        queue = queues.get(topic, int(queue_id))
+        if damage is None or queue is None or queue.max_offset >= old_max:
+            continue
+        start = queue.max_offset
+        missing = min(old_max - start, damage.length)
+        if start == 0 and not queue.segments.segments:
+            continue  # nothing of it was rebuilt: it starts where the log says
+        units = b"".join(
+            UNIT.pack(damage.phys_offset + i, damage.length - i, 0) for i in range(missing)
+        )
+        queue.append(start, units, damage.end)
+        log.warning(
+            "consume queue %s: queue offsets [%d, %d) point into damaged %s, kept so that no put "
+            "reuses them",
+            name,
+            start,
+            start + missing,
+            damage,
+        )
+
+
+def _scan(commitlog: CommitLog, start: int) -> LogScan:
+    return scan_log(commitlog, start, check_crc=True, split_hints=split_hints(commitlog))
+
+
+def _record_damage(
+    commitlog: CommitLog, damaged: DamagedRanges, spans: list[tuple[int, int]]
+) -> list[DamagedRange]:
+    """Record damaged ``spans`` that valid records follow; log the new ones at ERROR."""
+    root = commitlog.directory.parent
+    ranges = []
+    for start, stop in spans:
+        segment = commitlog.segments.find(start)
+        name = str(segment.path.relative_to(root)) if segment is not None else "commitlog"
+        ranges.append(DamagedRange(start, stop - start, name))
+    fresh = damaged.add(ranges)
+    for damage in fresh:
+        log.error(
+            "damaged commitlog record(s) in %s kept on disk: valid records follow, so nothing "
+            "was cut; readers skip them and `quiver store verify` lists them",
+            damage,
+        )
+    return fresh
+
+
+def _cut_tail(commitlog: CommitLog, end: int) -> tuple[int, int] | None:
+    """The byte range of the torn tail past ``end`` that :meth:`CommitLog.set_end` is about to
+    cut (non-zero bytes up to the first all-zero page, and later segments), logged at WARNING;
+    None when only zeros follow ``end``."""
+    stop = end
+    segment = commitlog.segments.find(end)
+    if segment is not None:
+        stop = segment.start_offset + _nonzero_extent(segment.view, end - segment.start_offset)
+    later = [s for s in commitlog.segments.segments if s.start_offset > end]
+    later_data = [s for s in later if _nonzero_extent(s.view, 0)]
+    if later_data:
+        stop = later_data[-1].start_offset + _nonzero_extent(later_data[-1].view, 0)
+    if stop <= end and not later:
+        return None
+    names = ", ".join(Path(s.path).name for s in later)
+    log.warning(
+        "commitlog of %s: cut the torn tail [%d, %d) (%d bytes)%s",
+        commitlog.directory.parent,
+        end,
+        max(stop, end),
+        max(stop - end, 0),
+        f", deleting later segment(s) {names}" if later else "",
+    )
+    return end, max(stop, end)
+
+
+def _nonzero_extent(view: memoryview, pos: int) -> int:
+    """Position of the first all-zero page boundary at or after ``pos`` (``pos`` itself when
+    the bytes from ``pos`` to its page's end are all zero)."""
+    end = pos
+    size = len(view)
+    while end < size:
+        stop = min(size, (end // _PAGE + 1) * _PAGE)
+        if not view[end:stop].tobytes().strip(b"\x00"):
+            break
+        end = stop
+    return end
 
 
 def _normal_start(
@@ -145,44 +315,81 @@ def _unit_sound(commitlog: CommitLog, queue: ConsumeQueue, last: int, *, check_c
 
 
 def _unsound_queues(commitlog: CommitLog, queues: QueueRegistry, end: int) -> list[str]:
-    """Consume queues whose last unit, once the log ends at ``end``, does not point at their
-    own record: damaged files, to be rebuilt from the commitlog. Found without changing
+    """Consume queues that disagree with the log once it ends at ``end``: damaged or missing
+    files, to be rebuilt from the commitlog (module docstring). Found without changing
     anything (a unit past ``end`` is about to be cut, not a sign of damage)."""
     unsound = []
     for queue in queues.queues.values():
-        last = queue.last_unit_within(end)
-        if last is not None and not _unit_sound(commitlog, queue, last, check_crc=False):
+        why = _queue_problem(commitlog, queue, end)
+        if why is not None:
+            log.warning(
+                "consume queue %s disagrees with the commitlog (%s): rebuilding it from the "
+                "commitlog",
+                _queue_name(queue),
+                why,
+            )
             unsound.append(_queue_name(queue))
     return unsound
+
+
+def _queue_problem(commitlog: CommitLog, queue: ConsumeQueue, end: int) -> str | None:
+    """Why ``queue`` must be rebuilt, or None."""
+    last = queue.last_unit_within(end)
+    if last is None:
+        return None
+    if not _unit_sound(commitlog, queue, last, check_crc=False):
+        return f"its last unit, queue offset {last}, does not point at its record"
+    first = queue.min_offset
+    if not _unit_sound(commitlog, queue, first, check_crc=False):
+        return f"its first unit, queue offset {first}, does not point at its record"
+    if (
+        first > 0
+        and commitlog.min_offset == 0
+        and queue.min_logic_offset == (queue.segments.segments[0].start_offset)
+    ):
+        return f"it starts at queue offset {first} without filler, but the log starts at 0"
+    if last == queue.max_offset - 1 and _tail_may_be_lost(commitlog, queue):
+        later = _later_record_of(commitlog, queue, end)
+        if later is not None:
+            return f"the commitlog holds its queue offset {later} past its end {queue.max_offset}"
+    return None
+
+
+def _tail_may_be_lost(commitlog: CommitLog, queue: ConsumeQueue) -> bool:
+    """Whether the queue's end may be missing files: its last file is full (a deleted next
+    file leaves it so), or its time index names a later file."""
+    last_file = queue.segments.segments[-1]
+    if last_file.wrote_position >= last_file.size:
+        return True
+    timeindex = commitlog.directory.parent / "timeindex" / queue.topic / str(queue.queue_id)
+    base = last_file.start_offset // 20
+    try:
+        names = [p.name.split(".")[0] for p in timeindex.iterdir()]
+    except OSError:
+        return False
+    return any(n.isdigit() and int(n) > base for n in names)
+
+
+def _later_record_of(commitlog: CommitLog, queue: ConsumeQueue, end: int) -> int | None:
+    """The queue offset of a record of ``queue`` past its last unit, between its last record
+    and ``end``, or None."""
+    key = (queue.topic, queue.queue_id)
+    start = max(queue.max_phys_offset, commitlog.min_offset)
+    for message in iter_records(commitlog.segment_view, start, end, body=False):
+        if (message.topic, message.queue_id) == key and message.queue_offset >= queue.max_offset:
+            return message.queue_offset
+    return None
 
 
 def _queue_name(queue: ConsumeQueue) -> str:
     return f"{queue.topic}/{queue.queue_id}"
 
 
-def _check_rebuildable(commitlog: CommitLog, end: int, unsound: list[str]) -> None:
-    """Raise :class:`StoreError`, before any file changes, if a damaged record between the
-    log's start and ``end`` would stop the rebuild of the ``unsound`` queues half-way (their
-    files deleted, the next open showing them empty)."""
-    position = commitlog.min_offset
-    try:
-        for message in iter_records(commitlog.segment_view, position, end, body=False):
-            position = message.phys_offset + message.store_size
-    except RecordError as exc:
-        raise StoreError(
-            f"consume queue(s) {', '.join(unsound)} of {commitlog.directory.parent} point at "
-            f"records they do not hold and must be rebuilt from the commitlog, but the record "
-            f"at commitlog offset {position} cannot be read ({exc}); nothing was changed. "
-            f"RocketMQ's own tools, or a copy of the damaged segment from a backup, can repair "
-            f"it"
-        ) from exc
-
-
 def _drop_queues(queues: QueueRegistry, names: list[str]) -> list[str]:
     """Delete the consume queues ``names`` (:func:`_unsound_queues`); recovery's dispatch
     rebuilds them from the commitlog. Answers the names."""
     for key, queue in list(queues.queues.items()):
-        if _queue_name(queue) in names:
+        if f"{key[0]}/{key[1]}" in names:
             queue.destroy()
             del queues.queues[key]
     return names

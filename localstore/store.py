@@ -41,6 +41,7 @@ from localstore.codec import (
 )
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import ConsumeQueue
+from localstore.damaged import DamagedRanges
 from localstore.dir_lock import acquire_directory_lock
 from localstore.errors import StoreClosedError, StoreError
 from localstore.flush import (
@@ -115,6 +116,9 @@ class MessageStore:
             warm_segments=options.warm_segments,
         )
         self.commitlog.segments.load()
+        # Damaged commitlog ranges kept on disk (readers skip units that point into them).
+        self.damaged = DamagedRanges(self.root)
+        self.damaged.load(self.commitlog.segments.min_offset)
         self.queues = QueueRegistry(self.root / "consumequeue", self.geometry.cq_entries_per_file)
         self.queues.load()
         self.topics = TopicTable(self.root)
@@ -135,6 +139,7 @@ class MessageStore:
             crashed=self.crashed_last_time,
             delay_levels=self._delay_levels,
             index=in_process_index,
+            damaged=self.damaged,
         )
         if self.geometry.index_enabled and options.index_process:
             # The child loads the files itself and catches up from the commitlog.

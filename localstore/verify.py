@@ -5,11 +5,14 @@ record may already be cut off). Pass 1 walks the commitlog from its min to its m
 record needs a v1/v2 magic code, a TOTALSIZE that fits its segment and its fields, a
 PHYSICALOFFSET equal to its position, a matching body CRC and (unless it is a prepared or
 rolled-back transaction) a consume-queue unit at its queue offset pointing at it. A blank record
-must declare the rest of its segment. A broken frame stops the walk (a problem when it is before
-the max offset); a bad CRC or offset field is reported and stepped over. Pass 2 checks every
-consume-queue unit: it points inside ``[commitlog min, max)`` at a record that starts there, with
-the unit's size, the queue's topic, id and queue offset, and the tagsCode (Java hash of TAGS, or
-the delivery time under ``SCHEDULE_TOPIC_XXXX``); physical offsets increase along a queue.
+must declare the rest of its segment. A broken frame is reported with its file, offset and
+length, and the walk resynchronises on the next valid record
+(:func:`localstore.log_scan.next_record_start`, as recovery does), so every damaged record is
+listed, not only the first; a bad CRC or offset field is reported and stepped over. Pass 2
+checks every consume-queue unit: it points inside ``[commitlog min, max)`` at a record that
+starts there, with the unit's size, the queue's topic, id and queue offset, and the tagsCode
+(Java hash of TAGS, or the delivery time under ``SCHEDULE_TOPIC_XXXX``); physical offsets
+increase along a queue.
 
 Roughly 70,000 records a second; run it on a quiescent store (concurrent puts look like problems).
 """
@@ -22,6 +25,7 @@ from typing import Any
 
 from localstore import codec
 from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.log_scan import next_record_start
 from localstore.store import MessageStore
 from localstore.tags import SCHEDULE_TOPIC, parse_delay_levels, unit_tag_code
 
@@ -183,8 +187,17 @@ class _Verifier:
             try:
                 record = _record_at(view, pos)
             except _MalformedError as exc:
-                problem(str(exc), stop=True)
-                break
+                resume = next_record_start(self.commitlog, position + 1, check_crc=True)
+                if resume is None or resume >= end:
+                    problem(str(exc), stop=True)
+                    break
+                stop_at = min(resume, segment.end_offset)
+                problem(
+                    f"{exc}: damaged bytes [{position}, {stop_at}) ({stop_at - position} bytes) "
+                    f"of {name}; the walk goes on at the next valid record, {resume}"
+                )
+                position = resume
+                continue
             report.records += 1
             if position + record.store_size > end:
                 problem(f"a record of {record.store_size} bytes runs past the max offset", True)

@@ -259,15 +259,30 @@ def _recovery_json(store: MessageStore) -> dict[str, Any]:
         "records_dispatched": recovery.records_dispatched,
         "units_truncated": recovery.units_truncated,
         "rebuilt_queues": recovery.rebuilt_queues,
+        "damaged": [
+            {"file": d.file, "phys_offset": d.phys_offset, "length": d.length}
+            for d in recovery.damaged
+        ],
+        "cut_tail": list(recovery.cut_tail) if recovery.cut_tail else None,
     }
 
 
 def _recovery_cut(recovery: RecoveryReport) -> str | None:
     """A line on what recovery at open removed from the queues, or None when it removed
     nothing: verify checks the files as recovery left them, so this is said beside it."""
-    if not recovery.units_truncated and not recovery.rebuilt_queues:
+    if not (
+        recovery.units_truncated or recovery.rebuilt_queues or recovery.damaged or recovery.cut_tail
+    ):
         return None
     parts = []
+    if recovery.damaged:
+        ranges = ", ".join(str(d) for d in recovery.damaged)
+        parts.append(
+            f"kept {len(recovery.damaged)} damaged range(s) that valid records follow: {ranges}"
+        )
+    if recovery.cut_tail:
+        start, end = recovery.cut_tail
+        parts.append(f"cut the torn tail [{start}, {end}) of the commitlog")
     if recovery.units_truncated:
         parts.append(
             f"cut {recovery.units_truncated} consume-queue unit(s) pointing past the "

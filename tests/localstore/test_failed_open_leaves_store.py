@@ -1,6 +1,7 @@
 """A cleanly closed store whose commitlog was damaged under a queue's last unit: that queue must
-be rebuilt from the log, and the damaged record stops the rebuild. The open must then refuse
-without changing a file, every time, and never go on to show the queue empty."""
+be rebuilt from the log. The damaged record no longer stops the rebuild (the open once refused):
+it is kept on disk and recorded, the rebuild steps over it, the queue keeps its queue offsets
+(none reused), and once the record is mended it reads again."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore
-from localstore.errors import StoreError
 
 from .conftest import message
 
@@ -43,25 +43,38 @@ def damaged(tmp_path: Path) -> tuple[Path, int]:
     return root, last_of_queue_1.phys_offset
 
 
-def test_an_open_that_cannot_rebuild_a_queue_refuses_and_changes_nothing(damaged):
+def test_the_open_rebuilds_the_queue_around_the_damaged_record(damaged):
     root, offset = damaged
-    before = _files(root)
-    for _ in range(2):  # the second open meets exactly what the first did
-        with pytest.raises(StoreError, match=rf"TopicTest/1 .* offset {offset} cannot be read"):
-            MessageStore(root, **GEOMETRY)
-        assert _files(root) == before
+    segment = root / "commitlog" / "00000000000000000000"
+    log_before = segment.read_bytes()
+    for _ in range(2):  # the second open meets what the first left
+        with MessageStore(root, **GEOMETRY) as store:
+            assert [(d.phys_offset, d.file) for d in store.damaged] == [
+                (offset, "commitlog/00000000000000000000")
+            ]
+            assert store.max_offset("TopicTest", 0) == 4
+            assert store.max_offset("TopicTest", 1) == 3  # the damaged one's offset is kept
+            bodies = [m.body for m in store.get_messages("TopicTest", 1, 0, max_count=2).messages]
+            assert bodies == [b"one 0", b"one 1"]
+        assert segment.read_bytes() == log_before  # nothing of the log was cut
+
+
+def test_a_put_after_the_damage_gets_a_new_queue_offset(damaged):
+    root, _ = damaged
+    with MessageStore(root, **GEOMETRY) as store:
+        assert store.put(message(body=b"one 3", queue_id=1)).queue_offset == 3
+        assert store.get_messages("TopicTest", 1, 3).messages[0].body == b"one 3"
 
 
 def test_once_the_record_is_mended_the_store_opens_whole(damaged):
     root, offset = damaged
-    with pytest.raises(StoreError):
-        MessageStore(root, **GEOMETRY)
+    MessageStore(root, **GEOMETRY).close()
     segment = root / "commitlog" / "00000000000000000000"
     data = bytearray(segment.read_bytes())
     data[offset + 1] ^= 0xFF
     segment.write_bytes(data)
+    (root / "abort").touch()  # a walk over the mended record: as after a crash
     with MessageStore(root, **GEOMETRY) as store:
+        assert not store.damaged
         assert store.max_offset("TopicTest", 0) == 4
         assert store.max_offset("TopicTest", 1) == 3
-        bodies = [m.body for m in store.get_messages("TopicTest", 1, 0).messages]
-        assert bodies == [b"one 0", b"one 1", b"one 2"]

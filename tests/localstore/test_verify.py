@@ -134,27 +134,39 @@ def test_an_overwritten_unit_size_is_found_in_its_queue(built):
     assert str(problem).startswith(f"consume queue {TOPIC}/{queue_id} offset {queue_offset}: ")
 
 
-def test_a_bad_magic_code_stops_the_walk_before_the_end(built):
+def test_a_bad_magic_code_is_listed_and_the_walk_goes_on(built):
     root, placed = built
-    phys = placed[30][0]
+    phys, after = placed[30][0], placed[31][0]
     patch_commitlog(root, phys + 4, b"\x12\x34\x56\x78")
     report = verify(root)
-    assert report.stopped_at == phys
-    assert report.records == 30
+    assert report.stopped_at is None  # the walk once stopped here, hiding what followed
+    assert report.records == COUNT - 1
     first = report.problems[0]
-    assert first.phys_offset == phys and "bad magic code 0x12345678" in first.message
-    assert "before the max offset" in first.message
+    assert first.phys_offset == phys and "bad magic code" in first.message
+    assert f"damaged bytes [{phys}, {after}) ({after - phys} bytes)" in first.message
     unit_problems = [p for p in report.problems if p.area == "consumequeue"]
     assert any("no record starts" in p.message for p in unit_problems)
 
 
-def test_a_size_beyond_the_segment_stops_the_walk(built):
+def test_a_size_beyond_the_segment_is_listed_and_the_walk_goes_on(built):
     root, placed = built
     phys = placed[10][0]
     patch_commitlog(root, phys, struct.pack(">i", SEGMENT * 2))
     report = verify(root)
-    assert report.stopped_at == phys
+    assert report.stopped_at is None and report.records == COUNT - 1
     assert "does not fit the" in report.problems[0].message
+
+
+def test_every_malformed_record_is_listed_not_only_the_first(built):
+    root, placed = built
+    damaged = [placed[i][0] for i in (5, 40, 80)]
+    for phys in damaged:
+        patch_commitlog(root, phys, struct.pack(">i", SEGMENT * 2))
+    report = verify(root)
+    frames = [p for p in report.problems if p.area == "commitlog"]
+    assert [p.phys_offset for p in frames] == damaged
+    assert all("damaged bytes" in p.message for p in frames)
+    assert report.records == COUNT - 3
 
 
 def test_a_wrong_physical_offset_field_is_found(built):

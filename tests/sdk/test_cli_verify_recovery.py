@@ -1,6 +1,6 @@
 """'quiver store verify' checks the files as recovery at open left them, so it must say what
-that recovery removed: a crashed store whose log was cut at a damaged record lost the messages
-after it, and 'OK' alone would hide that."""
+that recovery did: a damaged record that valid records follow is kept (not cut, as recovery once
+did, losing the messages after it), and verify names it."""
 
 from __future__ import annotations
 
@@ -31,13 +31,14 @@ def _crashed_store_with_a_damaged_body(root: Path) -> int:
     return damaged
 
 
-def test_verify_says_what_recovery_cut(tmp_path):
+def test_verify_names_the_damaged_record_recovery_kept(tmp_path):
     root = tmp_path / "store"
     damaged = _crashed_store_with_a_damaged_body(root)
     text = quiver("store", "verify", root)
-    assert f"cut 4 consume-queue unit(s) pointing past the commitlog's valid end {damaged}" in (
-        text.stdout
-    ), text.stdout
+    assert text.returncode == 1
+    assert "kept 1 damaged range(s) that valid records follow" in text.stdout, text.stdout
+    assert f"commitlog offset {damaged}" in text.stdout
+    assert "cut" not in text.stdout.replace("kept", "")
 
 
 def test_verify_json_carries_the_recovery(tmp_path):
@@ -48,7 +49,9 @@ def test_verify_json_carries_the_recovery(tmp_path):
     ]
     recovery = document["recovery"]
     assert recovery["crashed_last_time"] and recovery["abnormal"]
-    assert (recovery["end_offset"], recovery["units_truncated"]) == (damaged, 4)
+    assert recovery["units_truncated"] == 0 and recovery["end_offset"] > damaged
+    ((kept,),) = [recovery["damaged"]]
+    assert kept["phys_offset"] == damaged and kept["file"].startswith("commitlog/")
 
 
 def test_a_clean_store_reports_no_cut(tmp_path):
