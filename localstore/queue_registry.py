@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from localstore.closing import close_all
 from localstore.consume_queue import ConsumeQueue
 
 
@@ -52,6 +53,6 @@ class QueueRegistry:
             queue.flush()
 
     def close(self) -> None:
-        for queue in self.queues.values():
-            queue.close()
+        """Close every queue, whatever one of them raised (then raised)."""
+        close_all(queue.close for queue in self.queues.values())  # each close may run again
         self.queues.clear()
