@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import subprocess
 import threading
@@ -15,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from offsetstore.base import OffsetWriteError
-from sdk import CloseError, EmbeddedBroker, Message, Producer, QuiverError
+from sdk import (
+    CloseError,
+    ConsumeFrom,
+    EmbeddedBroker,
+    Message,
+    Producer,
+    PullConsumer,
+    QuiverError,
+)
 
 # every thread a broker and its store run (the store's index runs in process by default)
 BROKER_THREADS = {
@@ -108,3 +117,52 @@ def test_a_full_disk_at_close_stops_nothing_else(tmp_path: Path) -> None:
             broker.close()
         filler.unlink()
         assert_closed_and_released(broker, caught.value, root)
+
+
+def test_a_consumer_read_error_kept_by_the_application_does_not_fail_the_close(
+    tmp_path: Path,
+) -> None:
+    """A tag-filtered pull over a record whose properties are damaged raises; the application
+    keeps the exception (its traceback holds slices of the store's mappings) and closes: the
+    close used to raise BufferError and leave the abort marker and open files."""
+    root = tmp_path / "broker"
+    with EmbeddedBroker(root, commitlog_file_size=1 << 20) as broker, Producer(broker) as producer:
+        for number in range(5):
+            sent = Message("orders", b"m%d" % number, keys=[f"key{number}"], tags="A")
+            producer.send(sent, queue_id=0)
+    segment = min((root / "commitlog").iterdir())
+    at = segment.read_bytes().index(b"key2")
+    with segment.open("r+b") as file:
+        file.seek(at)
+        file.write(b"\xff\xfe")  # invalid UTF-8 in the third record's properties
+    broker = EmbeddedBroker(root, commitlog_file_size=1 << 20)
+    consumer = PullConsumer(broker, "g", consume_from=ConsumeFrom.FIRST_OFFSET)
+    kept: Exception | None = None
+    try:
+        consumer.subscribe({"orders": "A"})
+        for _ in range(3):
+            consumer.poll(1.0)
+    except Exception as exc:
+        kept = exc
+    finally:
+        consumer.close()
+    if kept is None:
+        broker.close()
+        pytest.skip("the consumer no longer raises on a damaged record")
+    broker.close()  # raised BufferError
+    assert not (root / "abort").exists()
+    del kept
+    gc.collect()
+    assert open_files_under(root) == []
+    with EmbeddedBroker(root, commitlog_file_size=1 << 20) as again:
+        assert not again.service.store.crashed_last_time
+
+
+def open_files_under(directory: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(directory)):
+                found.append(target)
+    return found
