@@ -379,13 +379,15 @@ class PushConsumer:
             self._pool.shutdown(cancel_futures=True)
         pull_idle = self._wait_for_listeners(deadline, timeout_s)
         core = self._core
-        if core is not None:
-            core.shutdown()  # persist, then leave the group: this also wakes the parked pull
-        if self._lease_keeper is not None:
-            self._lease_keeper.close()
-        thread = self._thread
-        if thread is not None and pull_idle and thread is not current_thread():
-            thread.join()
+        try:
+            if core is not None:
+                core.shutdown()  # persist, then leave the group: this also wakes the parked pull
+        finally:  # offsets that could not be persisted stop no thread
+            if self._lease_keeper is not None:
+                self._lease_keeper.close()
+            thread = self._thread
+            if thread is not None and pull_idle and thread is not current_thread():
+                thread.join()
 
     def _wait_for_listeners(self, deadline: float, timeout_s: float) -> bool:
         """Wait until no listener call runs (none starts any more: ``_stop`` is set and the pool

@@ -9,9 +9,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import pytest
+
 from sdk import ConsumeFrom, EmbeddedBroker, PushConsumer
+from sdk.consumer.daemon_pool import DaemonThreadPool
 
 from .waiting import wait_until
 
@@ -78,3 +82,18 @@ def test_a_listener_that_never_returns_does_not_keep_the_process_alive(tmp_path:
     ):
         wait_until(lambda: b"stuck" in got)
     assert got == [b"stuck"]
+
+
+def test_the_listener_pool_runs_on_daemon_threads_and_cancels_what_waits_at_shutdown():
+    pool = DaemonThreadPool(1, thread_name_prefix="test-pool")
+    release = threading.Event()
+    running = pool.submit(release.wait)
+    waiting = pool.submit(lambda: None)  # behind the only thread
+    wait_until(running.running)
+    assert [t.daemon for t in threading.enumerate() if t.name.startswith("test-pool")] == [True]
+    pool.shutdown(cancel_futures=True)
+    assert waiting.cancelled()
+    with pytest.raises(RuntimeError):
+        pool.submit(lambda: None)
+    release.set()
+    assert running.result(timeout=10) is True
