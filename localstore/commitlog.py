@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from localstore.atomic_file import fsync_directory
+from localstore.closing import close_all
 from localstore.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
 from localstore.mapped_file import MappedFile, segment_name, warm_file
 from localstore.segments import SegmentQueue
@@ -456,14 +457,27 @@ class CommitLog:
         self.window_end = -1
 
     def close(self) -> None:
+        """Stop the allocator, drop an empty last segment, close every segment: each step
+        whatever an earlier one raised (the first error is raised after)."""
         self._close_window()
-        if self._allocator is not None:
-            self._allocator.close()
+        allocator = self._allocator
+        close_all(
+            (
+                allocator.close if allocator is not None else _nothing,
+                self._drop_empty_last_segment,
+                self.segments.close,
+            )
+        )
+
+    def _drop_empty_last_segment(self) -> None:
+        """A clean shutdown leaves no empty preallocated segment behind (as RocketMQ)."""
         last = self.segments.last
-        # A clean shutdown leaves no empty preallocated segment behind (as RocketMQ).
         if last is not None and last.wrote_position == 0 and len(self.segments.segments) > 1:
             self.segments.segments.pop().destroy()
-        self.segments.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 _NEVER = 1 << 62

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import filelock
 
+from localstore.closing import close_all
 from localstore.codec import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -530,12 +531,14 @@ class IndexService:
             index.sync()
 
     def close(self) -> None:
-        for index in self.files:
-            index.close()
-        self.files.clear()
-        if self._writer_lock is not None:
-            self._writer_lock.release()
-            self._writer_lock = None
+        """Close every file and release the writer lock, whatever one of them raised."""
+        try:
+            close_all(index.close for index in self.files)
+        finally:
+            self.files.clear()
+            if self._writer_lock is not None:
+                self._writer_lock.release()
+                self._writer_lock = None
 
     def abandon(self) -> None:
         self.close()

@@ -232,15 +232,28 @@ class MappedFile:
             self.flushed_position = position
         return position
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Release the view, unmap, close the fd (idempotent). Never fails because a reader
+        still holds a slice of the mapping (an exception's traceback may keep one for long):
+        the mapping is then left for the garbage collector to unmap once the last slice goes
+        (False is returned; a later close tries again), and the fd is closed all the same."""
         self.view.release()
-        self._map.close()
-        os.close(self._fd)
+        try:
+            self._map.close()
+            unmapped = True
+        except BufferError:  # exported slices: unmapped when the last one is collected
+            unmapped = False
+        finally:
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                os.close(fd)
+        return unmapped
 
-    def destroy(self) -> None:
-        """Close and delete the file."""
-        self.close()
+    def destroy(self) -> bool:
+        """Close and delete the file; whether the mapping is unmapped (see :meth:`close`)."""
+        unmapped = self.close()
         self.path.unlink(missing_ok=True)
+        return unmapped
 
 
 def _within_one_page(position: int, length: int) -> bool:

@@ -7,6 +7,7 @@ import logging
 import os
 from pathlib import Path
 
+from localstore.closing import close_all
 from localstore.consume_queue import ConsumeQueue
 from localstore.errors import CorruptStoreError
 
@@ -75,6 +76,6 @@ class QueueRegistry:
             queue.flush()
 
     def close(self) -> None:
-        for queue in self.queues.values():
-            queue.close()
+        """Close every queue, whatever one of them raised (then raised)."""
+        close_all(queue.close for queue in self.queues.values())  # each close may run again
         self.queues.clear()

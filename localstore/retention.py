@@ -177,8 +177,9 @@ class RetiredFiles:
     """Deleted files whose mappings are closed once no reader can still be using them.
 
     ``grace_s`` is how long after retirement a file stays mapped (0: close at the first
-    :meth:`reap`). A close that raises BufferError (a slice of the mapping is still exported)
-    is retried by the next reap. Not thread-safe: one cleaner calls it (under the put lock).
+    :meth:`reap`). A close that could not unmap (it raises BufferError or, as
+    :meth:`MappedFile.close`, answers False: a slice of the mapping is still exported) is
+    retried by the next reap. Not thread-safe: one cleaner calls it (under the put lock).
     """
 
     def __init__(
@@ -186,7 +187,7 @@ class RetiredFiles:
     ):
         self.grace_s = grace_s
         self._clock = clock
-        self._pending: list[tuple[float, Path, Callable[[], None]]] = []
+        self._pending: list[tuple[float, Path, Callable[[], object]]] = []
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -195,7 +196,7 @@ class RetiredFiles:
     def paths(self) -> list[Path]:
         return [path for _, path, _ in self._pending]
 
-    def retire(self, path: Path, close: Callable[[], None]) -> None:
+    def retire(self, path: Path, close: Callable[[], object]) -> None:
         """Unlink ``path`` now; ``close`` releases its mapping later."""
         path.unlink(missing_ok=True)
         self._pending.append((self._clock(), path, close))
@@ -204,15 +205,17 @@ class RetiredFiles:
         """Close what is past its grace period (``force``: everything); returns how many are
         still open."""
         now = self._clock()
-        still: list[tuple[float, Path, Callable[[], None]]] = []
+        still: list[tuple[float, Path, Callable[[], object]]] = []
         for entry in self._pending:
             retired_at, _, close = entry
             if not force and now - retired_at < self.grace_s:
                 still.append(entry)
                 continue
             try:
-                close()
+                unmapped = close()
             except BufferError:
+                unmapped = False
+            if unmapped is False:  # a reader holds a slice still (a MappedFile says so)
                 still.append(entry)
         self._pending = still
         return len(still)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from localstore.closing import close_all
 from localstore.errors import CorruptStoreError
 from localstore.mapped_file import NAME_DIGITS, MappedFile
 
@@ -123,6 +124,6 @@ class SegmentQueue:
                 break
 
     def close(self) -> None:
-        for segment in self.segments:
-            segment.close()
+        """Close every segment, whatever one of them raised (then raised)."""
+        close_all(segment.close for segment in self.segments)  # each close may run again
         self.segments.clear()

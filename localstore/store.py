@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from localstore.checkpoint import AbortMarker, Checkpoint
+from localstore.closing import CloseSteps
 from localstore.codec import (
     NewMessage,
     RecordError,
@@ -91,6 +92,7 @@ class MessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_file = acquire_directory_lock(self.root)
         self._index: KeyIndex | None = None
+        self._closing: CloseSteps | None = None  # the steps of close(), once it began
         try:
             self._open(geometry)
         except BaseException:
@@ -204,59 +206,76 @@ class MessageStore:
     def close(self) -> None:
         """Flush everything, remove the abort marker, release the directory. Idempotent.
 
-        Raises :class:`StoreError` when the commitlog's final flush failed,
-        :class:`~localstore.errors.IndexProcessError` when the index process had failed, or the
-        first error of any other closing step, once every step has run: the store is closed and
-        its directory released whatever failed, and the abort marker stays so that the next
-        open recovers. The marker also stays after any commitlog flush of this run failed, even
-        one retried with success (see :attr:`FlushService.failed_once`)."""
-        if self._puts.closed:
+        Total: every closing step runs whatever an earlier one raised (see
+        :mod:`localstore.closing`); the flush and clean threads stop, every file is closed and
+        the directory lock released, and only then is the first failure raised, as a
+        :class:`StoreError` (each one is logged at ERROR): the commitlog's final flush,
+        :class:`~localstore.errors.IndexProcessError` when the index process had failed, or
+        any other step's error wrapped (``__cause__`` keeps it). After any failure the abort
+        marker stays, so that the next open recovers; it also stays after any commitlog flush
+        of this run failed, even one retried with success (see :attr:`FlushService.failed_once`).
+
+        A second close is a no-op once every step ran; one after a close interrupted part-way
+        (``KeyboardInterrupt``) runs the steps left and reports as the first would have."""
+        if self._closing is None:
+            with self._put_lock:
+                self._puts.close()
+            self._closing = CloseSteps(f"store {self.root}", self._close_steps())
+        elif self._closing.done:
             return
-        with self._put_lock:
-            self._puts.close()
-        problems: list[Exception] = []  # the first is raised once everything is closed
-
-        def attempt(step: Callable[[], object]) -> None:
-            try:
-                step()
-            except Exception as exc:
-                problems.append(exc)
-
+        steps = self._closing
         try:
-            attempt(self._cleaner.close)
-            attempt(self.flusher.close)
-            if self.flusher.error is not None:
-                problems.append(
-                    StoreError(
-                        f"the commitlog's final flush in {self.root} failed "
-                        f"({self.flusher.error}): the abort marker stays, so the next open "
-                        "recovers what reached the disk"
-                    )
-                )
-            try:
-                self._flush_others()
-            except Exception as exc:
-                problems.append(
-                    StoreError(
-                        f"flushing the consume queues and checkpoint of {self.root} failed "
-                        f"({exc}): the abort marker stays, so the next open recovers them"
-                    )
-                )
-            for time_index in self.time_indexes.values():
-                attempt(time_index.close)
-            attempt(self.offset_index.close)
-            attempt(self.queues.close)
-            if self.index is not None:  # a failed index process: the next open rebuilds it
-                attempt(self.index.close)
-            attempt(self.commitlog.close)
-            attempt(self._retired.close)
-            attempt(self.checkpoint.close)
-            if not problems and not self.flusher.failed_once:
-                attempt(self._abort.remove)
+            steps.run()
         finally:  # whatever failed, the directory is released
-            self._lock_file.release()
-        if problems:
-            raise problems[0]
+            if steps.done:
+                self._lock_file.release()
+        error = steps.first_error()
+        if error is not None:
+            raise error
+
+    def _close_steps(self) -> list[tuple[str, Callable[[], object]]]:
+        """Every step of :meth:`close`, in order (each run once, whatever the others did)."""
+        return [
+            ("stopping the retention thread", self._cleaner.close),
+            ("stopping the flush thread", self._stop_flusher),
+            ("flushing the consume queues and checkpoint", self._final_flush_others),
+            *((f"closing the time index of {key[0]}/{key[1]}", index.close)
+              for key, index in self.time_indexes.items()),
+            ("closing the offset index", self.offset_index.close),
+            ("closing the consume queues", self.queues.close),
+            ("closing the key index", self._close_key_index),
+            ("closing the commitlog", self.commitlog.close),
+            ("closing the mappings of deleted files", self._retired.close),
+            ("closing the checkpoint", self.checkpoint.close),
+            ("removing the abort marker", self._remove_abort_marker),
+        ]  # fmt: skip
+
+    def _stop_flusher(self) -> None:
+        self.flusher.close()
+        if self.flusher.error is not None:
+            raise StoreError(
+                f"the commitlog's final flush in {self.root} failed ({self.flusher.error}): "
+                "the abort marker stays, so the next open recovers what reached the disk"
+            )
+
+    def _final_flush_others(self) -> None:
+        try:
+            self._flush_others()
+        except Exception as exc:
+            raise StoreError(
+                f"flushing the consume queues and checkpoint of {self.root} failed ({exc}): "
+                "the abort marker stays, so the next open recovers them"
+            ) from exc
+
+    def _close_key_index(self) -> None:
+        if self.index is not None:  # a failed index process: the next open rebuilds it
+            self.index.close()
+
+    def _remove_abort_marker(self) -> None:
+        """Only after a close that failed nowhere, and a run whose flushes never failed."""
+        assert self._closing is not None
+        if not self._closing.errors and not self.flusher.failed_once:
+            self._abort.remove()
 
     def __enter__(self) -> MessageStore:
         return self

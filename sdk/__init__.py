@@ -20,6 +20,7 @@ from sdk.consumer.push_core import RebalanceListener
 from sdk.errors import (
     BrokerUnavailableError,
     ClientClosedError,
+    CloseError,
     InvalidMessageError,
     QuiverError,
     SendRejectedError,
@@ -42,6 +43,7 @@ __all__ = [
     "BrokerOptions",
     "BrokerUnavailableError",
     "ClientClosedError",
+    "CloseError",
     "ConsumeFrom",
     "ConsumeResult",
     "EmbeddedBroker",

@@ -43,3 +43,15 @@ class BrokerUnavailableError(QuiverError):
 
 class ClientClosedError(QuiverError):
     """A producer or consumer was used after ``close()``."""
+
+
+class CloseError(QuiverError):
+    """Closing failed part-way (a config file that could not be written, a store flush that
+    failed, ...). Every other step was still tried: threads stopped, the store closed and its
+    directory released. ``errors`` lists every failure as ``(step, exception)``, in order;
+    the first is also the ``__cause__``. What failed to be written is lost to this process
+    (offsets: their messages are delivered again, at-least-once)."""
+
+    def __init__(self, message: str, errors: list[tuple[str, Exception]]):
+        super().__init__(message)
+        self.errors = errors

@@ -38,11 +38,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from localstore import MessageStore, NewMessage, PutResult, StoreOptions, UniformBatch
+from localstore.closing import CloseSteps
 from localstore.codec import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -72,6 +73,7 @@ from sdk.broker.transactions import (
     DEFAULT_TIMEOUT_MS,
     TransactionService,
 )
+from sdk.errors import CloseError
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import (
     GroupView,
@@ -203,21 +205,42 @@ class BrokerService:
         self._groups_changed = threading.Event()
         self._snapshots = PeriodicTask("quiver-group-snapshot", self._snapshot_if_changed, 1.0, 1.0)
         self._closed = False
+        self._closing: CloseSteps | None = None  # the steps of close(), once it began
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Answer parked pulls, stop the schedule, persist offsets, close the store."""
-        if self._closed:
+        """Answer parked pulls, stop the schedule, persist offsets, close the store.
+
+        Total: every step runs whatever an earlier one raised (a config file that cannot be
+        written stops neither the threads nor the store's close, which releases the directory);
+        each failure is logged at ERROR, then the first is raised as a :class:`CloseError`
+        (``errors`` holds them all). A second close is a no-op once every step ran; one after
+        a close interrupted part-way (``KeyboardInterrupt``) runs the steps left."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = CloseSteps(f"broker {self.root}", self._close_steps())
+        elif self._closing.done:
             return
-        self._closed = True
-        self.notifier.notify_all()
-        self._expiry.close()
-        self._snapshots.close()
-        self._write_group_snapshot()
-        self.transactions.stop()
-        self.schedule.stop()
-        self.offsets.close()
-        self.store.close()
+        self._closing.run()
+        if self._closing.errors:
+            step, first = self._closing.errors[0]
+            raise CloseError(
+                f"closing broker {self.root}: {step}: {first} (every other step was still "
+                "tried, the store directory is released)",
+                list(self._closing.errors),
+            ) from first
+
+    def _close_steps(self) -> list[tuple[str, Callable[[], object]]]:
+        return [
+            ("answering parked pulls", self.notifier.notify_all),
+            ("stopping the group expiry", self._expiry.close),
+            ("stopping the group snapshots", self._snapshots.close),
+            ("recording the consumer groups", self._write_group_snapshot),
+            ("stopping the transaction checks", self.transactions.stop),
+            ("stopping the schedule and persisting its progress", self.schedule.stop),
+            ("persisting the consumer offsets", self.offsets.close),
+            ("closing the store", self.store.close),
+        ]
 
     @property
     def closed(self) -> bool:

@@ -17,8 +17,11 @@ consumer is built: :class:`PushConsumer` takes a plain callable, :class:`AsyncPu
 ``async def`` one (see :func:`check_listener`).
 
 Closing hands every queue over as a rebalance does: pulling stops, the listener calls already
-running finish (at most ``release_timeout_s``), their results are committed and persisted, and
-only then are the queues' leases given back and the group left.
+running finish (at most ``close(timeout_s)``, by default ``release_timeout_s``), their results
+are committed and persisted, and only then are the queues' leases given back and the group left.
+A call still running then commits nothing (its messages are delivered again) and never keeps
+the process from exiting: :class:`PushConsumer`'s listener threads are daemon threads
+(:mod:`sdk.consumer.daemon_pool`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from threading import current_thread
 from types import TracebackType
 from typing import Self
@@ -38,6 +41,7 @@ from typing import Self
 from localstore.codec import StoredMessage
 from localstore.periodic import PeriodicTask
 from offsetstore import MessageQueue
+from sdk.consumer.daemon_pool import DaemonThreadPool
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
@@ -58,6 +62,9 @@ _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally 
 # A lone batch runs on the pull thread when the pool is idle and listener calls lately took
 # less than this (pulling pauses meanwhile, so only for listeners this quick).
 _INLINE_LISTENER_S = 0.0005
+# What a listener call in flight holds: its queue and its batch (None: an orderly runner's,
+# whose current batch it takes itself).
+_InFlight = tuple[MessageQueue, list[StoredMessage] | None]
 
 
 def _start_lease_keeper(core: PushCore, group: str) -> PeriodicTask:
@@ -104,9 +111,9 @@ class PushConsumer:
     setting is a :class:`PushSettings` field (message model, ``consume_from``, batch sizes,
     flow control, max reconsume times, consume timeout, allocation strategy, ...), given as a
     keyword. Starts on :meth:`start` or entering ``with``; :meth:`close` (or leaving ``with``)
-    waits for running listeners (at most ``release_timeout_s``), persists offsets and leaves the
-    group. ``listener`` must be a plain callable (TypeError for an ``async def`` one: use
-    :class:`AsyncPushConsumer`).
+    waits for running listeners (at most its ``timeout_s``, by default ``release_timeout_s``),
+    persists offsets and leaves the group. ``listener`` must be a plain callable (TypeError for
+    an ``async def`` one: use :class:`AsyncPushConsumer`).
     """
 
     def __init__(
@@ -131,15 +138,17 @@ class PushConsumer:
         self._subscription = dict(subscription)
         self._consume_threads = consume_threads
         self._core: PushCore | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DaemonThreadPool | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
         self._lease_keeper: PeriodicTask | None = None
-        # What runs on the pool (listener batches, orderly runners), submitted and not finished;
+        # What runs on the pool (listener batches, orderly runners), submitted and not finished,
+        # with the work each holds (a batch's queue and messages, an orderly runner's queue);
         # close() waits for these. The lock also orders submitting against closing the pool.
-        self._on_pool: set[Future[None]] = set()
+        self._on_pool: dict[Future[None], _InFlight] = {}
+        self._inline: _InFlight | None = None  # the batch the pull thread runs itself
         self._on_pool_lock = threading.Lock()
         self._pool_open = False
         # Held by the pull thread while it hands a pull's batches out, which includes running a
@@ -175,7 +184,7 @@ class PushConsumer:
             raise
         self._core = core
         self._lease_keeper = _start_lease_keeper(core, self.group)
-        self._pool = ThreadPoolExecutor(
+        self._pool = DaemonThreadPool(  # a call that never returns must not block exit
             self._consume_threads, thread_name_prefix=f"quiver-consume-{self.group}"
         )
         self._pool_open = True
@@ -209,7 +218,11 @@ class PushConsumer:
                         for queue in {work[0] for work in works}:
                             self._kick_orderly(queue)
                     elif len(works) == 1 and not self._on_pool and self._quick_listener():
-                        self._consume(*works[0])  # nothing else runs: spare a thread hand-off
+                        self._inline = works[0][0], works[0][2]
+                        try:  # nothing else runs: spare a thread hand-off
+                            self._consume(*works[0])
+                        finally:
+                            self._inline = None
                     else:
                         for work in works:
                             self._submit(work)
@@ -225,9 +238,10 @@ class PushConsumer:
                 )
                 self._stop.wait(_ERROR_PAUSE_S)
 
-    def _run_on_pool(self, task: Callable[..., None], *args: object) -> bool:
-        """Submit ``task(*args)`` to the pool, tracked until it finishes; False once the
-        consumer is closing (the batch's offsets stay put: it is consumed again later)."""
+    def _run_on_pool(self, task: Callable[..., None], holds: _InFlight, *args: object) -> bool:
+        """Submit ``task(*args)`` to the pool, tracked (with the work it ``holds``) until it
+        finishes; False once the consumer is closing (the batch's offsets stay put: it is
+        consumed again later)."""
         with self._on_pool_lock:
             pool = self._pool
             if pool is None or not self._pool_open:
@@ -236,16 +250,16 @@ class PushConsumer:
                 future = pool.submit(task, *args)
             except RuntimeError:  # the interpreter is shutting down
                 return False
-            self._on_pool.add(future)
+            self._on_pool[future] = holds
         future.add_done_callback(self._off_pool)  # outside the lock: it may run at once
         return True
 
     def _off_pool(self, future: Future[None]) -> None:
         with self._on_pool_lock:
-            self._on_pool.discard(future)
+            self._on_pool.pop(future, None)
 
     def _submit(self, work: Work) -> None:
-        self._run_on_pool(self._consume, *work)
+        self._run_on_pool(self._consume, (work[0], work[2]), *work)
 
     def _quick_listener(self) -> bool:
         """Whether recent listener calls were short enough to run one on the pull thread (a
@@ -279,7 +293,7 @@ class PushConsumer:
             if queue in self._orderly_running:
                 return
             self._orderly_running.add(queue)
-        if not self._run_on_pool(self._run_orderly, queue):  # shutting down
+        if not self._run_on_pool(self._run_orderly, (queue, None), queue):  # shutting down
             with self._orderly_lock:
                 self._orderly_running.discard(queue)
 
@@ -329,26 +343,32 @@ class PushConsumer:
             self._submit(work)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def close(self) -> None:
-        """Hand every queue over, as a rebalance does:
+    def close(self, timeout_s: float | None = None) -> None:
+        """Hand every queue over, as a rebalance does, waiting for running listener calls at
+        most ``timeout_s`` (None: the ``release_timeout_s`` setting, 10 s by default):
 
         1. stop pulling: no listener call starts any more, batches waiting for a pool thread
            are dropped and local retries cancelled (those messages are consumed again later);
         2. wait for the listener calls already running, on the pool and the one the pull thread
-           may be running itself, at most ``release_timeout_s`` (as long as a revoked queue's
-           calls may take); each one's result is committed as it finishes, and the leases are
-           renewed meanwhile;
+           may be running itself, at most ``timeout_s`` (by default as long as a revoked
+           queue's calls may take); each one's result is committed as it finishes, and the
+           leases are renewed meanwhile;
         3. persist the committed offsets, then leave the group, which gives the queues' leases
            back (and wakes the parked pull); then stop the lease keeper and the pull thread.
 
         So no other member gets a queue while a listener call of this one still runs on it, and
         what those calls finished is not delivered again. A call still running after
-        ``release_timeout_s`` is left to finish on its own: it commits nothing (its messages go
-        to the queue's next owner, at-least-once)."""
+        ``timeout_s`` is left to finish on its own: it commits nothing (its messages go to the
+        queue's next owner, at-least-once), a WARNING names its queue and offsets, and it does
+        not keep the process from exiting (the listener threads are daemons)."""
+        if timeout_s is None:
+            timeout_s = self.settings.release_timeout_s
+        elif not timeout_s >= 0:
+            raise ValueError(f"timeout_s must be a number >= 0, got {timeout_s!r}")
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + self.settings.release_timeout_s
+        deadline = time.monotonic() + timeout_s
         self._stop.set()
         with self._timers_lock:
             for timer in self._timers:
@@ -356,18 +376,20 @@ class PushConsumer:
         with self._on_pool_lock:
             self._pool_open = False  # nothing is submitted after this
         if self._pool is not None:  # cancel what waits for a thread; let the running finish
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        pull_idle = self._wait_for_listeners(deadline)
+            self._pool.shutdown(cancel_futures=True)
+        pull_idle = self._wait_for_listeners(deadline, timeout_s)
         core = self._core
-        if core is not None:
-            core.shutdown()  # persist, then leave the group: this also wakes the parked pull
-        if self._lease_keeper is not None:
-            self._lease_keeper.close()
-        thread = self._thread
-        if thread is not None and pull_idle and thread is not current_thread():
-            thread.join()
+        try:
+            if core is not None:
+                core.shutdown()  # persist, then leave the group: this also wakes the parked pull
+        finally:  # offsets that could not be persisted stop no thread
+            if self._lease_keeper is not None:
+                self._lease_keeper.close()
+            thread = self._thread
+            if thread is not None and pull_idle and thread is not current_thread():
+                thread.join()
 
-    def _wait_for_listeners(self, deadline: float) -> bool:
+    def _wait_for_listeners(self, deadline: float, timeout_s: float) -> bool:
         """Wait until no listener call runs (none starts any more: ``_stop`` is set and the pool
         closed), at most until ``deadline``; whether the pull thread is done handing out."""
         on_pull_thread = current_thread() is self._thread  # closed by an inline listener call
@@ -379,14 +401,20 @@ class PushConsumer:
         with self._on_pool_lock:
             running = set(self._on_pool)
         _, late = concurrent.futures.wait(running, timeout=max(0.0, deadline - time.monotonic()))
-        if late or not pull_idle:
+        with self._on_pool_lock:
+            left = [self._on_pool[f] for f in late if f in self._on_pool]
+        inline = self._inline
+        if not pull_idle and inline is not None:
+            left.append(inline)
+        if left or not pull_idle:
             log.warning(
                 "closing the push consumer of %s: %d listener call(s) still running after "
-                "release_timeout_s (%.1f s); their messages are not committed and will be "
+                "%.1f s, left in flight: %s; their messages are not committed and will be "
                 "delivered again",
                 self.group,
-                len(late) + (not pull_idle),
-                self.settings.release_timeout_s,
+                len(left) or 1,
+                timeout_s,
+                "; ".join(_describe(work) for work in left) or "a call on the pull thread",
             )
         return pull_idle
 
@@ -401,6 +429,17 @@ class PushConsumer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _describe(work: _InFlight) -> str:
+    """``{queue} offset(s) ...`` of a listener call left in flight."""
+    queue, messages = work
+    if messages is None:
+        return f"{queue} (its orderly batch)"
+    offsets = sorted(m.queue_offset for m in messages)
+    if len(offsets) == 1:
+        return f"{queue} offset {offsets[0]}"
+    return f"{queue} offsets {', '.join(map(str, offsets))}"
 
 
 class AsyncPushConsumer:

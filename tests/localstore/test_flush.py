@@ -182,8 +182,9 @@ def test_a_close_step_that_raises_still_releases_the_directory(
         raise ValueError("a bug in closing the consume queues")
 
     monkeypatch.setattr(store.queues, "close", broken_close)
-    with pytest.raises(ValueError, match="a bug in closing"):
+    with pytest.raises(StoreError, match=r"consume queues .*a bug in closing") as caught:
         store.close()
+    assert isinstance(caught.value.__cause__, ValueError)
     assert store.closed
     assert (store_dir / "abort").exists()
     reopened = open_store(store_dir)  # the same process opens it again: the lock was released
