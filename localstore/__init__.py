@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from localstore.codec import NewMessage, StoredMessage, pack_host, unpack_host
     from localstore.errors import (
         CorruptStoreError,
+        DamagedRecordError,
         GeometryMismatchError,
         StoreClosedError,
         StoreError,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 # table, ``__all__`` and the modules in step.
 _EXPORTS = {
     "CorruptStoreError": "localstore.errors",
+    "DamagedRecordError": "localstore.errors",
     "GeometryMismatchError": "localstore.errors",
     "GetResult": "localstore.results",
     "GetStatus": "localstore.results",
@@ -72,6 +74,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CorruptStoreError",
+    "DamagedRecordError",
     "GeometryMismatchError",
     "GetResult",
     "GetStatus",
