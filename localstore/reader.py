@@ -127,7 +127,6 @@ def get_messages(
     max_bytes: int,
     tag_filter: TagFilter,
     raw: bool = False,
-    *,
     check: bool = False,
     check_crc: bool = False,
 ) -> GetResult:

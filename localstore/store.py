@@ -460,8 +460,8 @@ class MessageStore:
             max_bytes,
             tag_filter,
             raw,
-            check=check,
-            check_crc=self.options.check_crc_on_read,
+            check,
+            self.options.check_crc_on_read,
         )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
