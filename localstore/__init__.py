@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from localstore.codec import NewMessage, StoredMessage, pack_host, unpack_host
     from localstore.errors import (
         CorruptStoreError,
+        DamagedRecordError,
         GeometryError,
         GeometryMismatchError,
         StoreClosedError,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 # table, ``__all__`` and the modules in step.
 _EXPORTS = {
     "CorruptStoreError": "localstore.errors",
+    "DamagedRecordError": "localstore.errors",
     "GeometryError": "localstore.errors",
     "GeometryMismatchError": "localstore.errors",
     "GetResult": "localstore.results",
@@ -74,6 +76,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CorruptStoreError",
+    "DamagedRecordError",
     "GeometryError",
     "GeometryMismatchError",
     "GetResult",

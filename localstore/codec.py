@@ -351,7 +351,10 @@ def format_offset_msg_id(store_host_hex: str, phys_offset: int) -> str:
 
 
 class RecordError(ValueError):
-    """Bytes at a position are not a valid record (bad magic, size, length or CRC)."""
+    """Bytes at a position are not a valid record (bad magic, size, length or CRC). Every
+    decoder here raises it, never the ``struct.error``, ``IndexError`` or
+    ``UnicodeDecodeError`` the bytes provoke; the store's reads turn it into a
+    :class:`~localstore.errors.DamagedRecordError` that names the queue and offsets."""
 
 
 def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> StoredMessage:
@@ -486,14 +489,20 @@ def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:
 
 
 def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
-    """The properties of the record at ``pos``, skipping over its body without copying it."""
-    (magic,) = INT.unpack_from(buf, pos + OFFSET_MAGIC)
-    (sys_flag,) = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)
-    cursor = pos + HEADER_STRUCTS[(sys_flag >> 4) & 3].size
-    cursor += INT.unpack_from(buf, cursor - 4)[0]
-    if magic == MAGIC_V1:
-        cursor += 1 + buf[cursor]
-    else:
-        cursor += 2 + SHORT.unpack_from(buf, cursor)[0]
-    (props_len,) = SHORT.unpack_from(buf, cursor)
-    return decode_properties(str(buf[cursor + 2 : cursor + 2 + props_len], "utf-8"))
+    """The properties of the record at ``pos``, skipping over its body without copying it.
+
+    Raises :class:`RecordError` for bytes that do not read as a record's properties (damage
+    that still reads, such as a length pointing elsewhere, is left to a full decode)."""
+    try:
+        (magic,) = INT.unpack_from(buf, pos + OFFSET_MAGIC)
+        (sys_flag,) = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)
+        cursor = pos + HEADER_STRUCTS[(sys_flag >> 4) & 3].size
+        cursor += INT.unpack_from(buf, cursor - 4)[0]
+        if magic == MAGIC_V1:
+            cursor += 1 + buf[cursor]
+        else:
+            cursor += 2 + SHORT.unpack_from(buf, cursor)[0]
+        (props_len,) = SHORT.unpack_from(buf, cursor)
+        return decode_properties(str(buf[cursor + 2 : cursor + 2 + props_len], "utf-8"))
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc

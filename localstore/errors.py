@@ -45,3 +45,24 @@ class IndexProcessError(StoreError):
     """The key-index process (``StoreOptions.index_process``) could not start or answer: it
     stopped indexing on a record it could not read, it exited, or a request to it was cut
     short. Reopening the store rebuilds what the index lacks."""
+
+
+class DamagedRecordError(CorruptStoreError):
+    """A read met a record it cannot hand out: its bytes do not decode, it is not the record its
+    consume-queue unit points at, or (``StoreOptions.check_crc_on_read``) its body fails its CRC.
+
+    Names where it is: ``topic``, ``queue_id``, ``queue_offset`` (of the unit), ``phys_offset``
+    (the commitlog offset the unit points at) and ``reason``. A reader steps over it by going
+    on from ``queue_offset + 1``; the record stays on disk (``quiver store verify`` lists it).
+    """
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, phys_offset: int, reason: str):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phys_offset = phys_offset
+        self.reason = reason
+        super().__init__(
+            f"damaged record: {topic}/{queue_id} queue offset {queue_offset}, commitlog offset "
+            f"{phys_offset}: {reason}; `quiver store verify` lists every problem"
+        )

@@ -24,3 +24,7 @@ class StoreOptions:
     delay_levels: str = DEFAULT_DELAY_LEVELS
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     clean_interval_ms: int = 10_000  # periodic retention check (0: only on request)
+    # Check every record's body CRC on gets (RocketMQ never does): a mismatch is a damaged
+    # record (localstore.errors.DamagedRecordError), as one that does not decode. Off, gets
+    # never read the CRC; on, a get decodes every record it answers, the raw get included.
+    check_crc_on_read: bool = False

@@ -23,6 +23,16 @@ to re-check its tag string.
 
 ``raw=True`` answers with the stored records' bytes instead of decoded messages: adjacent
 records are copied as one slice, so a batch of one queue's consecutive records costs one copy.
+
+Damaged records: a unit whose record does not decode (or is not stored where the unit says)
+stops the get before it. The records before it are answered with ``GetResult.damaged`` naming
+it (a :class:`~localstore.errors.DamagedRecordError`: topic, queue id, queue offset, commitlog
+offset) and ``next_offset`` at it; a get that meets it before any record to answer raises that
+error. The store never steps over it itself: the reader decides (a consumer logs it, counts it
+and goes on at ``queue_offset + 1``). An unfiltered raw get copies records without decoding
+them, so it sees no damage unless asked to ``check`` (or ``check_crc``): it then decodes every
+record it answers, as a decoded get does. ``check_crc`` (``StoreOptions.check_crc_on_read``)
+also treats a record whose body fails its CRC as damaged; off, no get reads the CRC.
 """
 
 from __future__ import annotations
@@ -34,12 +44,13 @@ from localstore.codec import (
     PROPERTY_TAGS,
     RecordError,
     StoredMessage,
+    body_crc,
     decode_record,
     read_properties,
 )
 from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from localstore.errors import CorruptStoreError
+from localstore.errors import DamagedRecordError
 from localstore.results import FOUND, GetResult, GetStatus
 from localstore.run_decoder import MISPLACED, RunDecodeError, decode_run
 from localstore.tags import TagFilter
@@ -116,7 +127,12 @@ def get_messages(
     max_bytes: int,
     tag_filter: TagFilter,
     raw: bool = False,
+    check: bool = False,
+    check_crc: bool = False,
 ) -> GetResult:
+    """The get (see the module docstring). ``check``: decode every record even for a raw get;
+    ``check_crc``: also check each record's body CRC. Raises :class:`DamagedRecordError` for
+    a damaged record met before any record to answer."""
     if queue is None:
         return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
     min_offset = queue.min_offset
@@ -133,14 +149,24 @@ def get_messages(
     matches_all = tag_filter.matches_all
     limit = max_count if matches_all else max(FILTER_SCAN_UNITS, max_count)
     units = queue.read_units(queue_offset, min(limit, max_offset - queue_offset))
-    if raw and matches_all:
+    copy_only = raw and not (check or check_crc)
+    if copy_only and matches_all:
         run = _contiguous_bytes(commitlog, units, max_count, max_bytes)
         if run is not None:
             data, count = run
             return GetResult(FOUND, queue_offset + count, min_offset, max_offset, [], data, count)
     scan = _Scan(commitlog, queue, queue_offset, tag_filter, max_count, max_bytes)
-    examined = scan.collect_ranges(units) if raw else scan.decode(units)
+    if copy_only:
+        examined = scan.collect_ranges(units)
+    else:
+        examined = scan.decode(units)
+        if check_crc:
+            examined = scan.check_crcs(units, examined)
+        if raw:
+            scan.ranges_of_messages()
     del units
+    if scan.damaged is not None and not scan.count:
+        raise scan.damaged
     status = (
         FOUND
         if scan.count
@@ -154,6 +180,7 @@ def get_messages(
         scan.messages,
         scan.raw_bytes() if raw else b"",
         scan.count,
+        scan.damaged,
     )
     return result
 
@@ -212,6 +239,7 @@ class _Scan:
         self.ranges: list[list[Any]] = []
         self.count = 0
         self.removed = False
+        self.damaged: DamagedRecordError | None = None  # where the scan stopped, if it did
 
     def decode(self, units: memoryview) -> int:
         """Decode matching records; returns how many units were examined."""
@@ -244,9 +272,9 @@ class _Scan:
             try:
                 message = decode_record(view, phys - seg_start)  # type: ignore[arg-type]
             except RecordError as exc:
-                raise self._corrupt(examined - 1, phys, str(exc)) from exc
+                return self._stop_at(examined - 1, phys, str(exc), count)
             if message.phys_offset != phys:
-                raise self._corrupt(examined - 1, phys, MISPLACED)
+                return self._stop_at(examined - 1, phys, MISPLACED, count)
             if not tag_matches(message.properties.get(PROPERTY_TAGS)):
                 continue
             messages.append(message)
@@ -276,7 +304,8 @@ class _Scan:
             examined += 1
             if not seg_start <= phys < seg_end:
                 if positions:
-                    self._decode_run(view, positions, seg_start, run_first)
+                    if not self._decode_run(view, positions, seg_start, run_first):
+                        return self._stopped()
                     positions = []
                 located = commitlog.segment_view(phys) if phys >= min_phys else None
                 if located is None:
@@ -292,20 +321,70 @@ class _Scan:
             total += size
             if count >= max_count:
                 break
-        if positions:
-            self._decode_run(view, positions, seg_start, run_first)
+        if positions and not self._decode_run(view, positions, seg_start, run_first):
+            return self._stopped()
         del view
         self.count = count
         return examined
 
     def _decode_run(
         self, view: memoryview, positions: list[int], seg_start: int, run_first: int
-    ) -> None:
+    ) -> bool:
+        """Decode a segment's run of records into :attr:`messages`; False when one is damaged
+        (the records before it are kept, it is noted in :attr:`damaged`)."""
+        topic = self.queue.topic
         try:
-            self.messages += decode_run(view, positions, seg_start, self.queue.topic)
+            self.messages += decode_run(view, positions, seg_start, topic)
         except RunDecodeError as exc:
+            self.messages += decode_run(view, positions[: exc.index], seg_start, topic)
             phys = seg_start + positions[exc.index]
-            raise self._corrupt(run_first + exc.index, phys, str(exc)) from exc
+            self.damaged = self._damaged(run_first + exc.index, phys, str(exc))
+            return False
+        return True
+
+    def _stop_at(self, index: int, phys: int, why: str, count: int) -> int:
+        """Note unit ``index`` (at ``phys``) as damaged, ``count`` records taken before it;
+        the units examined: those before it."""
+        self.damaged = self._damaged(index, phys, why)
+        self.count = count
+        return index
+
+    def _stopped(self) -> int:
+        """After :meth:`_decode_run` found damage: the units examined, those before it."""
+        self.count = len(self.messages)
+        assert self.damaged is not None
+        return self.damaged.queue_offset - self.first
+
+    def check_crcs(self, units: memoryview, examined: int) -> int:
+        """``check_crc_on_read``: cut the decoded messages before the first whose body fails
+        its CRC, noting it as damaged. Returns the units examined (those before it)."""
+        messages = self.messages
+        index = next(
+            (i for i, message in enumerate(messages) if body_crc(message.body) != message.body_crc),
+            None,
+        )
+        if index is None:
+            return examined
+        message = messages[index]
+        phys = message.phys_offset
+        unit_index = next(i for i, unit in enumerate(UNIT.iter_unpack(units)) if unit[0] == phys)
+        del self.messages[index:]
+        why = f"body CRC {message.body_crc:#x} stored, {body_crc(message.body):#x} computed"
+        return self._stop_at(unit_index, phys, why, index)
+
+    def ranges_of_messages(self) -> None:
+        """Note the stored bytes of the decoded messages for :meth:`raw_bytes` (a checked raw
+        get: each record was decoded first), in place of the messages."""
+        ranges = self.ranges
+        for message in self.messages:
+            located = self.commitlog.segment_view(message.phys_offset)
+            if located is None:  # deleted by retention since it was decoded
+                self.removed = True
+                break
+            view, start = located
+            ranges.append([view, start, start + message.store_size])
+        self.messages = []
+        self.count = len(ranges)
 
     def collect_ranges(self, units: memoryview) -> int:
         """Note the byte ranges of matching records; returns how many units were examined."""
@@ -326,8 +405,12 @@ class _Scan:
             if phys < min_phys:
                 self.removed = True
                 continue
-            if codes is not None and not self._tag_matches(phys):
-                continue
+            if codes is not None:
+                try:
+                    if not self._tag_matches(phys):
+                        continue
+                except RecordError as exc:
+                    return self._stop_at(examined - 1, phys, str(exc), count)
             if phys == last_end:  # continues the previous record: same segment, one slice
                 ranges[-1][2] += size
                 last_end += size
@@ -345,12 +428,10 @@ class _Scan:
         self.count = count
         return examined
 
-    def _corrupt(self, index: int, phys: int, why: str) -> CorruptStoreError:
-        where = f"{self.queue.topic}/{self.queue.queue_id} queue offset {self.first + index}"
-        return CorruptStoreError(
-            f"consume queue {where} points at commitlog offset {phys}, where no record of it "
-            f"starts ({why}); `quiver store verify` lists every problem"
-        )
+    def _damaged(self, index: int, phys: int, why: str) -> DamagedRecordError:
+        """The error naming unit ``index`` of the scan, which points at ``phys``."""
+        queue = self.queue
+        return DamagedRecordError(queue.topic, queue.queue_id, self.first + index, phys, why)
 
     def _tag_matches(self, phys: int) -> bool:
         located = self.commitlog.segment_view(phys)

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from localstore.codec import StoredMessage, format_offset_msg_id
+from localstore.errors import DamagedRecordError
 
 
 class PutStatus(enum.Enum):
@@ -112,7 +113,12 @@ def stored_result(
 @dataclass(slots=True)
 class GetResult:
     """The answer to a get: messages (decoded) or their stored bytes (``raw``), and where to go
-    next. ``next_offset`` is RocketMQ's nextBeginOffset."""
+    next. ``next_offset`` is RocketMQ's nextBeginOffset.
+
+    ``damaged``: a get that met a record it cannot hand out stops before it, answering the
+    records before it (``next_offset`` is then the damaged record's queue offset) and naming
+    it here; a reader that moves on goes to ``damaged.queue_offset + 1``. (A get whose first
+    record is damaged has nothing to answer: it raises the same error.)"""
 
     status: GetStatus
     next_offset: int
@@ -121,6 +127,7 @@ class GetResult:
     messages: list[StoredMessage] = field(default_factory=list)
     raw: bytes = b""
     count: int = 0
+    damaged: DamagedRecordError | None = None
 
     @property
     def found(self) -> bool:

@@ -438,8 +438,12 @@ class MessageStore:
         """Messages of ``topic``/``queue_id`` from ``queue_offset``, decoded.
 
         ``tags`` is a tag expression (``"A || B"``, ``"*"``) or a parsed :class:`TagFilter`.
+        A damaged record stops the get: the messages before it come back with
+        ``result.damaged`` naming it; with none before it the get raises
+        :class:`~localstore.errors.DamagedRecordError` (topic, queue, queue offset, commitlog
+        offset). Step over it at ``queue_offset + 1``.
         """
-        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=False)
+        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, False, False)
 
     def get_message_bytes(
         self,
@@ -450,9 +454,14 @@ class MessageStore:
         max_count: int = 32,
         max_bytes: int = DEFAULT_MAX_BYTES,
         tags: str | TagFilter | None = None,
+        check: bool = False,
     ) -> GetResult:
-        """As :meth:`get_messages`, but ``result.raw`` holds the stored records' bytes."""
-        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=True)
+        """As :meth:`get_messages`, but ``result.raw`` holds the stored records' bytes.
+
+        Without a tag filter the records are copied, not decoded, so a damaged one is not seen
+        here (its reader's decode fails) unless ``check`` (or ``check_crc_on_read``) asks
+        that every record be decoded first, as :meth:`get_messages` does."""
+        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, True, check)
 
     def _get(
         self,
@@ -463,6 +472,7 @@ class MessageStore:
         max_bytes: int,
         tags: str | TagFilter | None,
         raw: bool,
+        check: bool,
     ) -> GetResult:
         self._ensure_open()
         tag_filter = read_filter(max_count, tags)
@@ -474,6 +484,8 @@ class MessageStore:
             max_bytes,
             tag_filter,
             raw,
+            check,
+            self.options.check_crc_on_read,
         )
 
     def min_offset(self, topic: str, queue_id: int) -> int:

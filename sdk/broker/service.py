@@ -52,6 +52,7 @@ from localstore.codec import (
     RecordError,
     StoredMessage,
 )
+from localstore.errors import DamagedRecordError
 from localstore.periodic import PeriodicTask
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
 from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
@@ -76,6 +77,8 @@ from sdk.broker.transactions import (
 from sdk.errors import CloseError
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import (
+    RECORD_DAMAGED,
+    DamagedRecord,
     GroupView,
     PullBatch,
     PullBatchResult,
@@ -156,6 +159,11 @@ def _any_delayed(messages: Sequence[NewMessage]) -> bool:
         if PROPERTY_DELAY in properties or PROPERTY_DELIVER_AT in properties:
             return True
     return False
+
+
+def _damaged_record(error: DamagedRecordError) -> DamagedRecord:
+    """What a pull's answer says of a damaged record (the client needs no store error)."""
+    return DamagedRecord(error.queue_offset, error.phys_offset, error.reason)
 
 
 def _rejected(status: str, detail: str, topic: str = "", queue_id: int = 0) -> SendResult:
@@ -410,18 +418,26 @@ class BrokerService:
         return self._read(batch, batch.pulls)
 
     def _read(self, batch: PullBatch, pulls: Sequence[QueuePull]) -> PullBatchResult:
-        """Read ``pulls`` (all or some of ``batch``'s) with ``batch``'s limits."""
+        """Read ``pulls`` (all or some of ``batch``'s) with ``batch``'s limits. Each queue is
+        answered on its own: a damaged record is named in its queue's answer, and the other
+        queues' answers are the same as without it."""
         store = self.store
         results = []
         for pull in pulls:
-            got = store.get_message_bytes(
-                pull.topic,
-                pull.queue_id,
-                pull.queue_offset,
-                max_count=batch.max_count,
-                max_bytes=batch.max_bytes,
-                tags=pull.tags,
-            )
+            try:
+                got = store.get_message_bytes(
+                    pull.topic,
+                    pull.queue_id,
+                    pull.queue_offset,
+                    max_count=batch.max_count,
+                    max_bytes=batch.max_bytes,
+                    tags=pull.tags,
+                    check=pull.check,
+                )
+            except DamagedRecordError as exc:
+                results.append(self._damaged_answer(pull, exc))
+                continue
+            damaged = got.damaged
             results.append(
                 QueuePullResult(
                     pull.topic,
@@ -432,9 +448,23 @@ class BrokerService:
                     got.max_offset,
                     got.raw,
                     got.count,
+                    None if damaged is None else _damaged_record(damaged),
                 )
             )
         return PullBatchResult(results, self.groups.generation(batch.group))
+
+    def _damaged_answer(self, pull: QueuePull, error: DamagedRecordError) -> QueuePullResult:
+        """A queue's answer when the first record its pull met is damaged."""
+        store = self.store
+        return QueuePullResult(
+            pull.topic,
+            pull.queue_id,
+            RECORD_DAMAGED,
+            error.queue_offset,
+            store.min_offset(pull.topic, pull.queue_id),
+            store.max_offset(pull.topic, pull.queue_id),
+            damaged=_damaged_record(error),
+        )
 
     def pull_wait(self, batch: PullBatch) -> PullBatchResult:
         """As :meth:`pull`, holding the request up to ``batch.wait_ms`` while no queue has

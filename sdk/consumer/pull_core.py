@@ -66,6 +66,7 @@ from collections.abc import Iterable, Mapping
 from localstore.validation import topic_error
 from offsetstore import MessageQueue
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
+from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
@@ -234,6 +235,13 @@ class PullCore(ABC):
                 raise ValueError(f"cannot assign {queue}: {problem}")
         self._manual = True
         self._queues.set_assignment(set(wanted), {}, commit_released=self.auto_commit)
+
+    @property
+    def stats(self) -> ConsumerStats:
+        """What the consumer counts: ``stats.damaged_skipped`` is the number of damaged records
+        it stepped over (each logged at ERROR with topic, queue, queue offset and commitlog
+        offset; the messages before and after it are handed out as usual)."""
+        return self._queues.stats
 
     def assignment(self) -> list[MessageQueue]:
         """The queues this consumer consumes now, sorted."""

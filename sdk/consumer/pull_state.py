@@ -26,7 +26,9 @@ Invariants:
   out ignores it, so a buffer never mixes two reads and a ``seek`` always wins. Found messages
   are re-checked against the queue's tag expression (the store filters by tag hash; a collision
   stops here); an offset out of range (``OFFSET_TOO_SMALL``, ``OFFSET_OVERFLOW_BADLY``, ...)
-  moves the fetch offset to the one the broker names, with a logged warning.
+  moves the fetch offset to the one the broker names, with a logged warning. A damaged record
+  is stepped over, logged at ERROR and counted in ``stats.damaged_skipped``; the messages
+  before and after it are buffered as usual (:mod:`sdk.consumer.damaged`).
 * Handing out empties the buffers of unpaused queues, each in queue order, at most
   ``max_records`` per call; the queue served first rotates from call to call, so none starves.
   A paused queue is neither pulled nor handed out: what it fetched stays buffered.
@@ -43,13 +45,13 @@ from dataclasses import dataclass, field
 from localstore.codec import StoredMessage
 from localstore.tags import TagFilter
 from offsetstore import MessageQueue
+from sdk.consumer.damaged import ConsumerStats, read_queue_answer
 from sdk.message import ReceivedMessage
 from sdk.transport.models import (
     OFFSET_MOVED,
     PullBatch,
     PullBatchResult,
     QueuePull,
-    decode_records,
 )
 
 __all__ = ["Offsets", "QueueState", "QueueTable", "check_offset"]
@@ -76,6 +78,7 @@ class QueueState:
     tags: str | None
     tag_filter: TagFilter
     buffer: deque[StoredMessage] = field(default_factory=deque)
+    check: bool = False  # the next pull asks the broker to decode (a record did not, here)
 
     @property
     def position(self) -> int | None:
@@ -84,6 +87,7 @@ class QueueState:
     def seek(self, offset: int | None) -> None:
         self.buffer.clear()
         self.fetch_offset = offset
+        self.check = False
 
 
 class QueueTable:
@@ -95,6 +99,7 @@ class QueueTable:
 
     def __init__(self, group: str) -> None:
         self._group = group
+        self.stats = ConsumerStats()
         self._states: dict[MessageQueue, QueueState] = {}
         self._paused: set[MessageQueue] = set()
         self._to_release: dict[MessageQueue, int | None] = {}
@@ -215,7 +220,7 @@ class QueueTable:
     def pulls(self) -> tuple[QueuePull, ...]:
         """One pull per unpaused queue with a known start, in queue order."""
         return tuple(
-            QueuePull(q.topic, q.queue_id, s.fetch_offset, s.tags)
+            QueuePull(q.topic, q.queue_id, s.fetch_offset, s.tags, s.check)
             for q, s in sorted(self._states.items())
             if s.fetch_offset is not None and q not in self._paused
         )
@@ -227,19 +232,17 @@ class QueueTable:
         for answer in result.results:
             queue = MessageQueue(answer.topic, broker, answer.queue_id)
             state = self._states.get(queue)
-            if (
-                state is None
-                or state.buffer
-                or state.fetch_offset != asked.get((answer.topic, answer.queue_id))
-            ):
+            pulled = asked.get((answer.topic, answer.queue_id))
+            if state is None or state.buffer or pulled is None or state.fetch_offset != pulled:
                 continue
-            if answer.found:
-                messages = decode_records(answer.raw)
+            if answer.found or answer.damaged is not None:
+                messages, state.fetch_offset, state.check = read_queue_answer(
+                    queue, pulled, answer, self.stats
+                )
                 tag_filter = state.tag_filter
                 if not tag_filter.matches_all:
                     messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
                 state.buffer.extend(messages)
-                state.fetch_offset = answer.next_offset
             elif answer.status == "NO_MATCHED_MESSAGE":
                 state.fetch_offset = answer.next_offset
             elif answer.status in OFFSET_MOVED:

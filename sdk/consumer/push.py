@@ -42,6 +42,7 @@ from localstore.codec import StoredMessage
 from localstore.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from sdk.consumer.daemon_pool import DaemonThreadPool
+from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
@@ -114,6 +115,10 @@ class PushConsumer:
     waits for running listeners (at most its ``timeout_s``, by default ``release_timeout_s``),
     persists offsets and leaves the group. ``listener`` must be a plain callable (TypeError for
     an ``async def`` one: use :class:`AsyncPushConsumer`).
+
+    ``stats`` (:class:`~sdk.consumer.damaged.ConsumerStats`) counts what the consumer met:
+    ``stats.damaged_skipped`` is the number of damaged records it stepped over (each logged at
+    ERROR with topic, queue, queue offset and commitlog offset; the queue goes on after it).
     """
 
     def __init__(
@@ -138,6 +143,8 @@ class PushConsumer:
         self._subscription = dict(subscription)
         self._consume_threads = consume_threads
         self._core: PushCore | None = None
+        # What the consumer counts (damaged records it stepped over), kept across restarts.
+        self.stats = ConsumerStats()
         self._pool: DaemonThreadPool | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -174,7 +181,12 @@ class PushConsumer:
         if self._thread is not None:
             return
         core = PushCore(
-            self._transport, self.group, self.client_id, self._subscription, self.settings
+            self._transport,
+            self.group,
+            self.client_id,
+            self._subscription,
+            self.settings,
+            self.stats,
         )
         core.retry_later = self._retry_later
         try:
@@ -473,6 +485,8 @@ class AsyncPushConsumer:
         self._subscription = dict(subscription)
         self._max_concurrency = max_concurrency
         self._core: PushCore | None = None
+        # What the consumer counts (damaged records it stepped over), kept across restarts.
+        self.stats = ConsumerStats()
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # listener batches and orderly runners
@@ -500,6 +514,7 @@ class AsyncPushConsumer:
             self.client_id,
             self._subscription,
             self.settings,
+            self.stats,
         )
         loop = asyncio.get_running_loop()
 

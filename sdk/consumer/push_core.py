@@ -10,6 +10,9 @@
   from each queue's next offset; answers are decoded, re-checked against the subscription's tag
   set (the store filters by tag hash; a hash collision stops here), buffered in the queue's
   :class:`ProcessQueue` and cut into listener batches of ``consume_batch_size``.
+* **damaged records**: a record that cannot be read is logged at ERROR, counted in
+  ``stats.damaged_skipped`` and stepped over; the rest of its queue, and every other queue, is
+  consumed as usual (:mod:`sdk.consumer.damaged`).
 * **finishing**: a failed batch (RECONSUME_LATER or an exception) is sent back to the broker,
   which re-delivers it through the retry topic later or dead-letters it; a message whose
   send-back fails is retried locally instead and kept in flight. Then the finished messages
@@ -35,6 +38,7 @@ from localstore.codec import PROPERTY_RETRY_TOPIC, StoredMessage
 from localstore.tags import TagFilter
 from offsetstore import MessageQueue, OffsetStore
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
+from sdk.consumer.damaged import ConsumerStats, read_queue_answer
 from sdk.consumer.membership import (
     ConsumeFrom,
     MessageModel,
@@ -53,7 +57,6 @@ from sdk.transport.models import (
     PullBatch,
     PullBatchResult,
     QueuePull,
-    decode_records,
 )
 
 __all__ = ["PushCore", "PushSettings", "RebalanceListener"]
@@ -146,6 +149,7 @@ class QueueState:
     tags: str | None
     tag_filter: TagFilter
     commit_lock: threading.Lock = field(default_factory=threading.Lock)
+    check: bool = False  # the next pull asks the broker to decode (a record did not, here)
 
 
 # A listener batch, with the process queue it was cut from (a queue taken back later gets a
@@ -165,8 +169,10 @@ class PushCore:
         client_id: str,
         subscription: Mapping[str, str | None],
         settings: PushSettings,
+        stats: ConsumerStats | None = None,
     ) -> None:
         self.transport = transport
+        self.stats = stats or ConsumerStats()
         self.group = group
         self.client_id = client_id
         self.settings = settings
@@ -382,7 +388,7 @@ class PushCore:
         orderly = self.settings.orderly
         releasing = self.ownership.releasing
         pulls = tuple(
-            QueuePull(q.topic, q.queue_id, s.next_offset, s.tags)
+            QueuePull(q.topic, q.queue_id, s.next_offset, s.tags, s.check)
             for q, s in list(self.states.items())  # a snapshot: the lease keeper may drop one
             if not (releasing and q in releasing)  # (hashing a queue is a Python call)
             and not s.process_queue.should_throttle(limits, orderly=orderly)
@@ -410,8 +416,10 @@ class PushCore:
             if state is None:
                 continue  # released while the pull was out
             status = answer.status
-            if answer.found:
-                messages = decode_records(answer.raw)
+            if answer.found or answer.damaged is not None:
+                messages, next_offset, state.check = read_queue_answer(
+                    queue, state.next_offset, answer, self.stats
+                )
                 tag_filter = state.tag_filter
                 if not tag_filter.matches_all:
                     messages = [m for m in messages if tag_filter.tag_matches(m.tags)]
@@ -422,9 +430,9 @@ class PushCore:
                         (queue, process_queue, messages[i : i + size])
                         for i in range(0, len(messages), size)
                     )
-                    state.next_offset = answer.next_offset
+                    state.next_offset = next_offset
                 else:
-                    state.next_offset = answer.next_offset
+                    state.next_offset = next_offset
                     self._advance_idle(queue, state)
             elif status == "OFFSET_OVERFLOW_ONE":  # caught up: commit past filtered messages
                 self._advance_idle(queue, state)

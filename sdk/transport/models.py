@@ -10,6 +10,12 @@ messages from, and the broker answers as soon as *any* of them has something (lo
 or when ``wait_ms`` runs out. So a consumer holds one request open, however many queues it owns.
 A queue's answer carries the stored records' bytes (``raw``), which the client decodes with the
 store's codec (:func:`decode_records`): nothing is re-encoded on the way.
+
+Each queue is answered on its own: a damaged record (one that does not decode, or fails its CRC
+under ``check_crc_on_read``) is named in its queue's answer (:class:`DamagedRecord`, after the
+records before it) and fails no other queue. The broker copies records without decoding them,
+so a consumer whose decode fails asks again with ``QueuePull.check``: the broker then decodes
+each record before answering, and names the damaged one.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage, decode_record, format_offset_msg_id
+from localstore.codec import RecordError, StoredMessage, decode_record, format_offset_msg_id
 from offsetstore import MessageQueue
 
 __all__ = [
     "BROADCASTING",
     "CLUSTERING",
+    "RECORD_DAMAGED",
+    "DamagedRecord",
     "GroupView",
     "PullBatch",
     "PullBatchResult",
@@ -30,6 +38,7 @@ __all__ = [
     "QueuePullResult",
     "SendResult",
     "decode_records",
+    "decode_records_before_damage",
 ]
 
 CLUSTERING = "CLUSTERING"
@@ -37,6 +46,9 @@ BROADCASTING = "BROADCASTING"
 
 # Statuses of a queue's pull that mean "nothing new yet" (the request may be parked).
 NOTHING_NEW = frozenset({"OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE"})
+# A queue's status when the first record its pull met is damaged (the answer's ``damaged``
+# names it; the store raised DamagedRecordError, it has no GetStatus for this).
+RECORD_DAMAGED = "RECORD_DAMAGED"
 
 
 @dataclass(slots=True)
@@ -72,12 +84,15 @@ class SendResult:
 
 @dataclass(frozen=True, slots=True)
 class QueuePull:
-    """Pull ``topic``/``queue_id`` from ``queue_offset``; ``tags`` is a tag expression."""
+    """Pull ``topic``/``queue_id`` from ``queue_offset``; ``tags`` is a tag expression.
+    ``check``: decode every record before answering, so that a damaged one is named (a
+    consumer asks this after its own decode of the queue's records failed)."""
 
     topic: str
     queue_id: int
     queue_offset: int
     tags: str | None = None
+    check: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +120,23 @@ OFFSET_MOVED = frozenset(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class DamagedRecord:
+    """A record of the pulled queue that cannot be handed out: its queue offset, its commitlog
+    offset and what is wrong with it. The queue goes on at ``queue_offset + 1``."""
+
+    queue_offset: int
+    phys_offset: int
+    reason: str
+
+
 @dataclass(slots=True)
 class QueuePullResult:
-    """One queue's answer: its status (the store's ``GetStatus`` name), where to pull next
-    (``next_offset``), the queue's bounds, and the stored records' bytes (``count`` of them)."""
+    """One queue's answer: its status (the store's ``GetStatus`` name, or
+    :data:`RECORD_DAMAGED`), where to pull next (``next_offset``), the queue's bounds, the stored
+    records' bytes (``count`` of them) and, when the read stopped at a damaged record,
+    ``damaged`` (``next_offset`` is then that record's queue offset: the answer does not step
+    over it, its reader does)."""
 
     topic: str
     queue_id: int
@@ -118,6 +146,7 @@ class QueuePullResult:
     max_offset: int
     raw: bytes = b""
     count: int = 0
+    damaged: DamagedRecord | None = None
 
     @property
     def found(self) -> bool:
@@ -154,3 +183,20 @@ def decode_records(raw: bytes | memoryview) -> list[StoredMessage]:
         messages.append(message)
         position += message.store_size
     return messages
+
+
+def decode_records_before_damage(
+    raw: bytes | memoryview,
+) -> tuple[list[StoredMessage], RecordError | None]:
+    """:func:`decode_records`, stopping at the first record that does not decode: the records
+    before it, and the error (None when every record decoded)."""
+    messages: list[StoredMessage] = []
+    position, end = 0, len(raw)
+    while position < end:
+        try:
+            message = decode_record(raw, position)
+        except RecordError as exc:
+            return messages, exc
+        messages.append(message)
+        position += message.store_size
+    return messages, None

@@ -155,7 +155,18 @@ def test_a_get_names_the_queue_offset_of_a_damaged_or_misplaced_record(tmp_path:
             handle.write(struct.pack(">q", 5))
         got = store.get_messages(TOPIC, 0, 0, max_count=7)
         assert [m.queue_offset for m in got.messages] == list(range(7))
-        with pytest.raises(CorruptStoreError, match=rf"{TOPIC}/0 queue offset 7 .*bad magic"):
-            store.get_messages(TOPIC, 0, 0, max_count=32)
-        with pytest.raises(CorruptStoreError, match=rf"{TOPIC}/0 queue offset 12 .*elsewhere"):
-            store.get_messages(TOPIC, 0, 8, max_count=32)
+        # The records before a damaged one are answered, the damaged one named; a get that
+        # starts at it raises the same error.
+        got = store.get_messages(TOPIC, 0, 0, max_count=32)
+        assert [m.queue_offset for m in got.messages] == list(range(7))
+        assert got.next_offset == 7
+        assert got.damaged is not None
+        assert (got.damaged.queue_offset, got.damaged.phys_offset) == (7, results[7].phys_offset)
+        with pytest.raises(CorruptStoreError, match=rf"{TOPIC}/0 queue offset 7, .*bad magic"):
+            store.get_messages(TOPIC, 0, 7, max_count=32)
+        got = store.get_messages(TOPIC, 0, 8, max_count=32)
+        assert [m.queue_offset for m in got.messages] == list(range(8, 12))
+        assert got.damaged is not None and got.damaged.queue_offset == 12
+        assert "elsewhere" in str(got.damaged)
+        with pytest.raises(CorruptStoreError, match=rf"{TOPIC}/0 queue offset 12, .*elsewhere"):
+            store.get_messages(TOPIC, 0, 12, max_count=32)
