@@ -193,19 +193,23 @@ class CommitLog:
 
     def _take_back(self, end: int, segment_count: int) -> None:
         """Undo a write that failed part-way, under the put lock: segments it added are deleted,
-        the last one's position goes back to ``end`` and whatever it copied past ``end`` is
-        zeroed, so that neither a later put nor a recovery sees a record whose put failed.
-        (Under sync flush nothing reached the write-behind list before the failure.)"""
+        the last one's position goes back to ``end`` and, under async flush, every byte it
+        copied past ``end`` is zeroed (exactly those: a run may hold whole pages of zeros, so
+        no "up to the first zero page" rule), so that neither a later put nor a recovery, which
+        keeps valid records found after damage, sees a record whose put failed. Those bytes
+        had their blocks reserved before the copy, so zeroing them cannot meet a full disk.
+        (Under sync flush nothing was copied, and nothing reached the write-behind list.)"""
         segments = self.segments.segments
         while len(segments) > segment_count:
             segments.pop().destroy()
         last = self.segments.last
         if last is not None and last.start_offset <= end <= last.end_offset:
             position = end - last.start_offset
+            copied = last.wrote_position
             last.wrote_position = position
             last.flushed_position = min(last.flushed_position, position)
-            if position < last.size:
-                last.zero_from(position)
+            if not self.sync_flush and copied > position:
+                last.write_at(position, bytes(copied - position))
         self.max_offset = end
 
     def append_record(

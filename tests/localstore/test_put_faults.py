@@ -150,6 +150,29 @@ def test_a_new_segment_that_cannot_be_given_blocks_leaves_no_file(
     assert verify_store(store).ok
 
 
+def test_a_refused_batch_holding_a_page_of_zeros_leaves_no_record_behind(
+    open_store: StoreFactory, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's first run (a zero-filled body, then more records) is copied into the last
+    segment before the next segment fails: every byte copied is taken back, so the reopened
+    store, which keeps valid records it finds after damage, finds none of the refused ones."""
+    geometry = {"commitlog_file_size": 64 * 1024, "index_enabled": False}
+    store = open_store(**geometry)
+    assert store.put(message(body=b"first")).ok
+    batch = [message(body=bytes(9000)), message(body=b"refused")]
+    batch += [message(body=b"y" * 8000) for _ in range(7)]  # rolls into a second segment
+    faults = OsFaults(monkeypatch)
+    with faults.armed(0, errno.ENOSPC, only="mmap"):
+        result = store.put_batch(batch)
+    assert faults.failed == ["mmap"]
+    assert result.status is PutStatus.CREATE_MAPPED_FILE_FAILED
+    assert store.put(message(body=b"last")).ok
+    store.close()
+    reopened = open_store(**geometry)
+    assert [m.body for m in read_all(reopened, "TopicTest", 0)] == [b"first", b"last"]
+    assert verify_store(reopened).ok
+
+
 def test_a_key_index_that_cannot_grow_stops_and_the_put_stands(
     open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
