@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from localstore.mapped_file import CQ_RESERVE_CHUNK_BYTES
 from localstore.segments import SegmentQueue
 
 UNIT_SIZE = 20
@@ -40,7 +41,9 @@ class ConsumeQueue:
     def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
         self.topic = topic
         self.queue_id = queue_id
-        self.segments = SegmentQueue(directory, entries_per_file * UNIT_SIZE)
+        self.segments = SegmentQueue(
+            directory, entries_per_file * UNIT_SIZE, reserve_chunk_bytes=CQ_RESERVE_CHUNK_BYTES
+        )
         self.min_logic_offset = 0  # byte position of the first real unit
         self.max_phys_offset = 0  # end of the last unit's record in the commitlog
 

@@ -39,3 +39,10 @@ class IndexProcessError(StoreError):
     """The key-index process (``StoreOptions.index_process``) could not start or answer: it
     stopped indexing on a record it could not read, it exited, or a request to it was cut
     short. Reopening the store rebuilds what the index lacks."""
+
+
+class SegmentUnavailableError(StoreError, OSError):
+    """A segment file could not be opened or mapped when first touched (it was deleted by
+    retention meanwhile, or the process is out of file descriptors or mappings). Also an
+    ``OSError`` (with its errno and the file's name), so the put path answers it with a
+    status as it does any other resource error."""
