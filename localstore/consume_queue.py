@@ -60,7 +60,10 @@ class ConsumeQueue:
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        """Map the files and find the end of the valid units (a valid prefix, then zeros)."""
+        """Take in the files and find the end of the valid units (a valid prefix, then zeros).
+        Files stay closed (no descriptor) until touched: only the last, read here to find the
+        end, and the first, read for its filler prefix, are mapped, and only until the
+        process's pool of open segments closes them (:mod:`localstore.mapped_file`)."""
         self.segments.load()
         segments = self.segments.segments
         while segments:

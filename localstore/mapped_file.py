@@ -237,6 +237,12 @@ class MappedFile:
                 raise
         return cls(path, start_offset, size, reserve_chunk_bytes=reserve_chunk_bytes)
 
+    def keep_mapped(self) -> None:
+        """Map now and stay mapped until :meth:`close`, outside the pool: retention calls it
+        before unlinking a file that readers may still be reading (it could not be mapped
+        again once unlinked)."""
+        _POOL.pin(self)
+
     def writing_done(self) -> None:
         """The writer has moved to the next segment: page faults read ahead again, for readers
         that come to this segment once its pages have left the page cache."""

@@ -275,3 +275,25 @@ def test_a_store_with_far_more_files_than_the_fd_limit_works(tmp_path: Path) -> 
     cleaned = _run_low([*quiver, "store", "clean", "--force", str(root)])
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr[-3000:]
     assert "deleted" in cleaned.stdout
+
+
+def test_a_segment_retention_deletes_stays_readable_until_retired(
+    open_store: StoreFactory, pool_limit: int
+) -> None:
+    """A reader that found a segment before retention unlinked it reads it even if the pool
+    had closed it: retention maps and pins it before the unlink."""
+    from localstore.retention import RetentionPolicy, RetiredFiles, delete_expired_segments
+
+    store = open_store(commitlog_file_size=4096, cq_entries_per_file=4)
+    for i in range(120):
+        assert store.put(message(body=b"body-%d" % i, queue_id=i % 4)).ok
+    oldest = store.commitlog.segments.segments[0]  # found by a reader
+    for segment in store.commitlog.segments.segments[1:]:
+        segment.view  # noqa: B018 (other reads close the oldest)
+    assert not _mapped(oldest)
+    retired = RetiredFiles(grace_s=60.0)
+    policy = RetentionPolicy(delete_when="", delete_batch_max=1)
+    deleted = delete_expired_segments(store.commitlog, policy, 0, True, retired)
+    assert deleted == [oldest.path] and not oldest.path.exists()
+    assert bytes(oldest.view[4:8]) != bytes(4)  # the first record's magic, read after the unlink
+    assert retired.close() == []
