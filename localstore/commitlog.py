@@ -108,7 +108,9 @@ class CommitLog:
         self.sync_flush = sync_flush
         self._allocator = _SegmentAllocator(directory, segment_size) if warm_segments else None
         self._prepare_next_at = _NEVER  # offset at which the next segment is prepared
-        self.segments = SegmentQueue(directory, segment_size, factory=self._new_segment)
+        self.segments = SegmentQueue(
+            directory, segment_size, factory=self._new_segment, keep_last_mapped=True
+        )
         self._pending: list[Write] = []  # sync flush write-behind
         self._pending_lock = threading.Lock()
         # One sync-mode flush at a time: held from begin_flush to end_flush.

@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from localstore.mapped_file import MappedFile
+from localstore.mapped_file import CQ_RESERVE_CHUNK_BYTES, MappedFile
 from localstore.segments import SegmentQueue
 
 UNIT_SIZE = 20
@@ -42,7 +42,10 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.segments = SegmentQueue(
-            directory, entries_per_file * UNIT_SIZE, factory=self._take_prepared
+            directory,
+            entries_per_file * UNIT_SIZE,
+            factory=self._take_prepared,
+            reserve_chunk_bytes=CQ_RESERVE_CHUNK_BYTES,
         )
         self.min_logic_offset = 0  # byte position of the first real unit
         self.max_phys_offset = 0  # end of the last unit's record in the commitlog
@@ -61,7 +64,10 @@ class ConsumeQueue:
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        """Map the files and find the end of the valid units (a valid prefix, then zeros)."""
+        """Take in the files and find the end of the valid units (a valid prefix, then zeros).
+        Files stay closed (no descriptor) until touched: only the last, read here to find the
+        end, and the first, read for its filler prefix, are mapped, and only until the
+        process's pool of open segments closes them (:mod:`localstore.mapped_file`)."""
         self.segments.load()
         segments = self.segments.segments
         while segments:
@@ -110,9 +116,7 @@ class ConsumeQueue:
             prepared.destroy()
             self._prepared = None
         self.segments.directory.mkdir(parents=True, exist_ok=True)
-        self._prepared = MappedFile.create(
-            self.segments.directory, start, self.segments.segment_size
-        )
+        self._prepared = self._create_file(start)
         return self._prepared
 
     def _take_prepared(self, start: int) -> MappedFile:
@@ -123,7 +127,16 @@ class ConsumeQueue:
             return prepared
         if prepared is not None:
             prepared.destroy()
-        return MappedFile.create(self.segments.directory, start, self.segments.segment_size)
+        return self._create_file(start)
+
+    def _create_file(self, start: int) -> MappedFile:
+        segments = self.segments
+        return MappedFile.create(
+            segments.directory,
+            start,
+            segments.segment_size,
+            reserve_chunk_bytes=CQ_RESERVE_CHUNK_BYTES,
+        )
 
     def append(self, queue_offset: int, units: bytes, phys_end: int) -> None:
         """Append ``units`` (whole 20-byte units) for queue offsets from ``queue_offset``.

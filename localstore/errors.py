@@ -66,3 +66,10 @@ class DamagedRecordError(CorruptStoreError):
             f"damaged record: {topic}/{queue_id} queue offset {queue_offset}, commitlog offset "
             f"{phys_offset}: {reason}; `quiver store verify` lists every problem"
         )
+
+
+class SegmentUnavailableError(StoreError, OSError):
+    """A segment file could not be opened or mapped when first touched (it was deleted by
+    retention meanwhile, or the process is out of file descriptors or mappings). Also an
+    ``OSError`` (with its errno and the file's name), so the put path answers it with a
+    status as it does any other resource error."""

@@ -24,19 +24,48 @@ are clean (a warmed segment's, synced by :func:`warm_file`) every first store in
 takes a write-protect fault. On this kernel (6.18, ext4) that made copying 13 KB batches into a
 warmed segment 18x slower (about 18 us against 1 us) than letting the stores fault the pages in
 themselves: 0.6 us of a 100-byte message's 1.9 us batch put.
+
+Open files are bounded (:class:`OpenSegments`, one per process, since ``ulimit -n`` and
+``vm.max_map_count`` are the process's): a segment is *mapped* (``view``, ``_map``) or *closed*
+(no fd, no mapping); its positions (``wrote_position``, ``flushed_position``, ``reserved``) are
+plain attributes that survive either. Segments found at load start closed. Touching ``view``,
+``_map`` or ``_fd`` of a closed segment maps it (``__getattr__``, called only when the slot is
+empty, so the hot paths' plain attribute reads cost what they did) and enters it in the pool;
+past the pool's bound the segment mapped first is closed, segments that are not being written
+(full) before those that may be. A segment kept mapped (:meth:`OpenSegments.pin`: the
+commitlog's last) is outside the pool. Closing for the pool only drops references: a reader or
+writer that took ``view``, ``_map`` or ``_fd`` keeps that mapping or descriptor alive until it lets
+go (an ``_OwnedFd`` closes itself when its last reference goes), so nothing is closed under it.
+The mapping holds one descriptor (CPython dups it); ``_fd``, for writes and syncs, is opened on
+first use: a segment that is only read holds one descriptor, one being written two.
+
+Creation either completes or leaves nothing: a segment whose file this process created is
+removed again when its truncate, mapping or first reservation fails (ENOSPC, EMFILE).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
 import os
+import resource
+import threading
+from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from localstore.errors import SegmentUnavailableError
 
 NAME_DIGITS = 20
 _WARM_CHUNK_BYTES = 1 << 20
 _PAGE = 4096
 _RWF_DSYNC: int | None = getattr(os, "RWF_DSYNC", None)
-_RESERVE_CHUNK_BYTES = 4 << 20
+RESERVE_CHUNK_BYTES = 4 << 20
+# Consume-queue files reserve blocks in small steps: a one-message queue takes one chunk of
+# disk, not its file's size (a fallocate per 3,276 units).
+CQ_RESERVE_CHUNK_BYTES = 64 << 10
+_LAZY = frozenset({"view", "_map", "_fd"})
 
 
 def segment_name(start_offset: int) -> str:
@@ -44,14 +73,29 @@ def segment_name(start_offset: int) -> str:
     return str(start_offset).zfill(NAME_DIGITS)
 
 
+class _OwnedFd(int):
+    """A file descriptor that closes itself when its last reference goes: a thread that read
+    ``segment._fd`` keeps it open through its system call, even if the pool closes the
+    segment meanwhile (a plain int could be closed and reused under the call)."""
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # EBADF, or os already gone at interpreter exit
+            os.close(self)
+
+
 class MappedFile:
-    """A fixed-size segment file and its shared mapping."""
+    """A fixed-size segment file and its shared mapping (mapped on demand: see the module
+    docstring)."""
 
     __slots__ = (
+        "_closed",
         "_fd",
         "_map",
+        "_mapped",
+        "_random_access",
         "flushed_position",
         "path",
+        "reserve_chunk_bytes",
         "reserved",
         "size",
         "start_offset",
@@ -59,44 +103,152 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, start_offset: int, size: int, *, warmed: bool = False):
+    def __init__(
+        self,
+        path: Path,
+        start_offset: int,
+        size: int,
+        *,
+        warmed: bool = False,
+        reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
+    ):
+        """Open (creating it if missing) and map the file. A file this call created is
+        removed again if it cannot be sized or mapped."""
+        self._init_positions(path, start_offset, size, reserve_chunk_bytes)
+        self.reserved = size if warmed else 0  # bytes whose disk blocks are allocated
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            created = True
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR)
+            created = False
+        try:
+            length = os.fstat(fd).st_size
+            if length == 0:
+                os.ftruncate(fd, size)
+            elif length != size:
+                raise ValueError(f"{path} is {length} bytes, expected the segment size {size}")
+            self._random_access = length == 0
+            self._map_with(fd)
+        except BaseException:
+            os.close(fd)
+            if created:
+                path.unlink(missing_ok=True)
+            raise
+        self._fd = _OwnedFd(fd)
+        _POOL.admit(self)
+
+    def _init_positions(
+        self, path: Path, start_offset: int, size: int, reserve_chunk_bytes: int
+    ) -> None:
         self.path = path
         self.start_offset = start_offset
         self.size = size
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            length = os.fstat(self._fd).st_size
-            created = length == 0
-            if created:
-                os.ftruncate(self._fd, size)
-            elif length != size:
-                raise ValueError(f"{path} is {length} bytes, expected the segment size {size}")
-            # Never MAP_POPULATE: see the module docstring.
-            self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_WRITE)
-            if created:
-                self._map.madvise(mmap.MADV_RANDOM)  # see the module docstring
-        except BaseException:
-            os.close(self._fd)
-            raise
-        self.view = memoryview(self._map)
+        self.reserve_chunk_bytes = reserve_chunk_bytes
         self.wrote_position = 0
         self.flushed_position = 0
-        self.reserved = size if warmed else 0  # bytes whose disk blocks are allocated
+        self.reserved = 0
+        self._mapped = False
+        self._closed = False
+        self._random_access = False
+
+    @classmethod
+    def existing(
+        cls,
+        path: Path,
+        start_offset: int,
+        size: int,
+        *,
+        reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
+    ) -> MappedFile:
+        """A segment already on disk (``size`` bytes, checked by the caller), left closed:
+        no descriptor, no mapping until first touched. Positions are the caller's to set;
+        ``reserved`` stays 0, so a write first reserves (a no-op over allocated blocks)."""
+        segment = cls.__new__(cls)
+        segment._init_positions(path, start_offset, size, reserve_chunk_bytes)
+        return segment
+
+    def _map_with(self, fd: int) -> None:
+        """Map the file open at ``fd`` (the mapping keeps its own duplicate of it)."""
+        # Never MAP_POPULATE: see the module docstring.
+        mapping = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
+        if self._random_access:
+            mapping.madvise(mmap.MADV_RANDOM)  # see the module docstring
+        self._map = mapping
+        self.view = memoryview(mapping)
+        self._mapped = True
+
+    if not TYPE_CHECKING:  # to mypy every other attribute stays checked
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for an empty slot: ``view``/``_map``/``_fd`` of a closed segment."""
+            if name not in _LAZY:
+                raise AttributeError(name)
+            return _POOL.open(self, name)
+
+    def _open_now(self, name: str) -> Any:
+        """Map the segment (and open ``_fd`` when that is asked for); the pool's lock is held.
+        Returns the attribute asked for. Failures are :class:`SegmentUnavailableError`."""
+        if self._closed:
+            raise SegmentUnavailableError(errno.EBADF, "segment is closed", str(self.path))
+        try:
+            if not self._mapped:
+                fd = os.open(self.path, os.O_RDWR)
+                try:
+                    self._map_with(fd)
+                finally:
+                    os.close(fd)
+            if name == "_fd":
+                self._fd = _OwnedFd(os.open(self.path, os.O_RDWR))
+        except OSError as exc:
+            raise SegmentUnavailableError(
+                exc.errno, f"cannot open or map the segment ({exc.strerror})", str(self.path)
+            ) from exc
+        return object.__getattribute__(self, name)
+
+    def _drop(self) -> None:
+        """Close for the pool: drop the mapping and the descriptor (see the module docstring:
+        whoever holds one of them keeps it until it lets go). The pool's lock is held."""
+        if self._mapped:
+            self._mapped = False
+            del self.view
+            del self._map
+        with contextlib.suppress(AttributeError):  # never opened, or opened and dropped
+            del self._fd
 
     @classmethod
     def create(
-        cls, directory: Path, start_offset: int, size: int, *, warm: bool = False
+        cls,
+        directory: Path,
+        start_offset: int,
+        size: int,
+        *,
+        warm: bool = False,
+        reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
     ) -> MappedFile:
         """Create the zero-filled segment at ``start_offset`` (``warm``: write its pages first)."""
         path = directory / segment_name(start_offset)
         if warm:
             warm_file(path, size)
-        return cls(path, start_offset, size)
+            try:
+                return cls(path, start_offset, size, reserve_chunk_bytes=reserve_chunk_bytes)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
+        return cls(path, start_offset, size, reserve_chunk_bytes=reserve_chunk_bytes)
+
+    def keep_mapped(self) -> None:
+        """Map now and stay mapped until :meth:`close`, outside the pool: retention calls it
+        before unlinking a file that readers may still be reading (it could not be mapped
+        again once unlinked)."""
+        _POOL.pin(self)
 
     def writing_done(self) -> None:
         """The writer has moved to the next segment: page faults read ahead again, for readers
         that come to this segment once its pages have left the page cache."""
-        self._map.madvise(mmap.MADV_NORMAL)
+        random_access, self._random_access = self._random_access, False
+        if random_access and self._mapped:  # (mapped afresh later: normal read-ahead)
+            self._map.madvise(mmap.MADV_NORMAL)
 
     @property
     def end_offset(self) -> int:
@@ -135,7 +287,7 @@ class MappedFile:
         """Allocate disk blocks up to ``end`` (and a chunk beyond) before storing into the
         mapping: a store into a mapped hole on a full disk kills the process with SIGBUS,
         while posix_fallocate raises OSError (ENOSPC) that the caller turns into a status."""
-        target = min(self.size, max(end, self.reserved + _RESERVE_CHUNK_BYTES))
+        target = min(self.size, max(end, self.reserved + self.reserve_chunk_bytes))
         os.posix_fallocate(self._fd, self.reserved, target - self.reserved)
         self.reserved = target
 
@@ -233,20 +385,21 @@ class MappedFile:
         return position
 
     def close(self) -> bool:
-        """Release the view, unmap, close the fd (idempotent). Never fails because a reader
-        still holds a slice of the mapping (an exception's traceback may keep one for long):
-        the mapping is then left for the garbage collector to unmap once the last slice goes
-        (False is returned; a later close tries again), and the fd is closed all the same."""
-        self.view.release()
-        try:
-            self._map.close()
+        """Unmap and close for good (a later touch raises :class:`SegmentUnavailableError`);
+        idempotent. Never fails because a reader still holds a slice of the mapping (an
+        exception's traceback may keep one for long): the mapping is then left for the garbage
+        collector to unmap once the last slice goes, and False is returned."""
+        with _POOL.lock:
+            self._closed = True
+            _POOL.forget(self)
             unmapped = True
-        except BufferError:  # exported slices: unmapped when the last one is collected
-            unmapped = False
-        finally:
-            fd, self._fd = self._fd, -1
-            if fd >= 0:
-                os.close(fd)
+            if self._mapped:
+                self.view.release()
+                try:
+                    self._map.close()
+                except BufferError:  # exported slices: unmapped when the last one is collected
+                    unmapped = False
+            self._drop()
         return unmapped
 
     def destroy(self) -> bool:
@@ -275,5 +428,88 @@ def warm_file(path: Path, size: int) -> None:
         while written < size:
             written += os.pwrite(fd, zeros[: min(_WARM_CHUNK_BYTES, size - written)], written)
         os.fdatasync(fd)  # blocks allocated and clean: a later fdatasync carries data only
+    except BaseException:
+        path.unlink(missing_ok=True)  # a failed creation leaves nothing behind
+        raise
     finally:
         os.close(fd)
+
+
+def default_open_segment_limit() -> int:
+    """A quarter of the soft ``RLIMIT_NOFILE`` (a written segment holds two descriptors),
+    at most 256 and at least 4."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return max(4, min(256, soft // 4))
+
+
+class OpenSegments:
+    """The process's mapped segments, closed first-mapped-first past ``limit``.
+
+    Only the slow paths come here (a segment's first touch after load or after the pool closed
+    it, creation, pin, close): a hit on a mapped segment is a plain attribute read, so the
+    order is that of mapping, not of use. Full segments (not being written) are closed before
+    partly written ones, which are the write targets of the consume queues. Pinned segments
+    (the commitlog's last) are outside the pool and never closed by it.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.lock = threading.RLock()
+        self._full: OrderedDict[MappedFile, None] = OrderedDict()
+        self._partial: OrderedDict[MappedFile, None] = OrderedDict()
+        self._pinned: set[MappedFile] = set()
+
+    def __len__(self) -> int:
+        return len(self._full) + len(self._partial)
+
+    def open(self, segment: MappedFile, name: str) -> Any:
+        """Map ``segment`` (open its ``_fd`` when ``name`` is that) and enter it in the pool."""
+        with self.lock:
+            was_mapped = segment._mapped
+            value = segment._open_now(name)
+            if not was_mapped:
+                self.admit(segment)
+            return value
+
+    def admit(self, segment: MappedFile) -> None:
+        with self.lock:
+            if segment in self._pinned:
+                return
+            pool = self._full if segment.wrote_position >= segment.size else self._partial
+            pool[segment] = None
+            while len(self) > self.limit:
+                victims = self._full if self._full else self._partial
+                victim, _ = victims.popitem(last=False)
+                victim._drop()
+
+    def forget(self, segment: MappedFile) -> None:
+        with self.lock:
+            self._full.pop(segment, None)
+            self._partial.pop(segment, None)
+            self._pinned.discard(segment)
+
+    def pin(self, segment: MappedFile) -> None:
+        """Keep ``segment`` mapped until :meth:`unpin`: it leaves the pool."""
+        with self.lock:
+            self._full.pop(segment, None)
+            self._partial.pop(segment, None)
+            self._pinned.add(segment)
+            segment.view  # noqa: B018 (maps it now, if the pool had closed it)
+
+    def unpin(self, segment: MappedFile) -> None:
+        """Back into the pool (it may be closed once others are mapped after it)."""
+        with self.lock:
+            if segment in self._pinned:
+                self._pinned.discard(segment)
+                if segment._mapped:
+                    self.admit(segment)
+
+
+_POOL = OpenSegments(default_open_segment_limit())
+
+
+def open_segments() -> OpenSegments:
+    """The process's pool of mapped segments (its ``limit`` may be changed, e.g. by tests)."""
+    return _POOL

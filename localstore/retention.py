@@ -36,7 +36,8 @@ Concurrency. The caller holds the store's put lock (no writer runs); readers and
 may run on other threads. A deleted file is first taken out of its list by rebinding the list
 (never mutating it in place: a reader that took the old list keeps a consistent snapshot, and
 ``SegmentQueue.find`` indexes relative to the list's first element), then unlinked (a crash
-leaves a prefix deleted, never a hole; the inode lives on while mapped), and handed to
+leaves a prefix deleted, never a hole; the inode lives on while mapped: the file is first pinned
+mapped, out of the reach of the pool of open segments), and handed to
 :class:`RetiredFiles`, which closes its mapping only after a grace period: a reader or the flush
 thread that picked the file up just before may still be using its memoryview, and releasing that
 view under it would make the read fail. ``mmap.close`` raises BufferError while a slice of the
@@ -47,6 +48,7 @@ mapping closes. The store must call :meth:`RetiredFiles.close` when it closes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -340,6 +342,8 @@ def _drop_leading(queue: SegmentQueue, count: int, retired: RetiredFiles) -> lis
     if dropped:
         queue.segments = queue.segments[count:]
     for segment in dropped:
+        with contextlib.suppress(OSError):  # cannot be mapped: a reader gets a typed error
+            segment.keep_mapped()  # readable by readers that found it, until it is closed
         retired.retire(segment.path, segment.destroy)
     return [segment.path for segment in dropped]
 

@@ -6,6 +6,11 @@ segment whose start is ``o - o % size``. Loading refuses files of another length
 loader refuses them too) except a zero-length last file, which is deleted.
 
 The ``next_segment`` hook lets the commitlog hand in a segment prepared ahead of time.
+
+Segments are loaded closed and mapped on first touch (:mod:`localstore.mapped_file`): opening a
+queue of any length costs a directory listing, no descriptor. With ``keep_last_mapped`` (the
+commitlog) the last segment is pinned mapped; others may be closed by the process's pool and
+are mapped again when next touched.
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ from pathlib import Path
 
 from localstore.closing import close_all
 from localstore.errors import CorruptStoreError
-from localstore.mapped_file import NAME_DIGITS, MappedFile
+from localstore.mapped_file import (
+    NAME_DIGITS,
+    RESERVE_CHUNK_BYTES,
+    MappedFile,
+    open_segments,
+)
 
 SegmentFactory = Callable[[int], MappedFile]
 
@@ -25,16 +35,25 @@ class SegmentQueue:
     """Ordered segments of one logical stream."""
 
     def __init__(
-        self, directory: Path, segment_size: int, *, factory: SegmentFactory | None = None
+        self,
+        directory: Path,
+        segment_size: int,
+        *,
+        factory: SegmentFactory | None = None,
+        keep_last_mapped: bool = False,
+        reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
     ):
         self.directory = directory
         self.segment_size = segment_size
         self.segments: list[MappedFile] = []
         self._factory = factory
+        self._keep_last_mapped = keep_last_mapped
+        self._reserve_chunk_bytes = reserve_chunk_bytes
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        """Map every segment in the directory; positions are set by the caller's recovery."""
+        """Take in every segment of the directory, closed (mapped on first touch); positions
+        are set by the caller's recovery."""
         if not self.directory.is_dir():
             return
         names = sorted(
@@ -56,9 +75,16 @@ class SegmentQueue:
                 raise CorruptStoreError(
                     f"{path} should start at {self.segments[-1].end_offset}: a segment is missing"
                 )
-            segment = MappedFile(path, start, self.segment_size)
+            segment = MappedFile.existing(
+                path, start, self.segment_size, reserve_chunk_bytes=self._reserve_chunk_bytes
+            )
             segment.wrote_position = segment.flushed_position = self.segment_size
             self.segments.append(segment)
+        self._pin_last()
+
+    def _pin_last(self) -> None:
+        if self._keep_last_mapped and self.segments:
+            open_segments().pin(self.segments[-1])
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -95,14 +121,23 @@ class SegmentQueue:
         return self.add_segment(start)
 
     def add_segment(self, start: int) -> MappedFile:
-        if self.segments:
-            self.segments[-1].writing_done()
         self.directory.mkdir(parents=True, exist_ok=True)
         if self._factory is not None:
             segment = self._factory(start)
         else:
-            segment = MappedFile.create(self.directory, start, self.segment_size)
+            segment = MappedFile.create(
+                self.directory,
+                start,
+                self.segment_size,
+                reserve_chunk_bytes=self._reserve_chunk_bytes,
+            )
+        if self.segments:
+            previous = self.segments[-1]
+            previous.writing_done()
+            if self._keep_last_mapped:
+                open_segments().unpin(previous)
         self.segments.append(segment)
+        self._pin_last()
         return segment
 
     def truncate(self, offset: int) -> None:
@@ -110,6 +145,7 @@ class SegmentQueue:
         ``offset`` keeps its bytes but its positions move back (later appends overwrite them)."""
         while self.segments and self.segments[-1].start_offset > offset:
             self.segments.pop().destroy()
+        self._pin_last()
         last = self.last
         if last is not None and offset < last.end_offset:
             last.wrote_position = offset - last.start_offset

@@ -21,10 +21,11 @@ entries, about log2(1024) = 10 commitlog reads when store times advance; the ind
 RocketMQ-sized segment (300,000 units) is 293 entries, 3.5 KB: one page. Writing it costs the
 put path one comparison per batch (an entry is due once per 1024 units).
 
-Files: the newest is mapped and preallocated (blocks allocated, so a full disk is an OSError,
-never a SIGBUS) to ``ceil(units_per_file / interval) + 1`` entries; when the queue moves on to
-the next segment, and on close, it is trimmed to its entries, which are then kept as bytes. A
-file left untrimmed by a crash ends in zeros, which load ignores. When a new file cannot be
+Files: the newest is preallocated (blocks allocated, so a full disk is an OSError at creation)
+to ``ceil(units_per_file / interval) + 1`` entries and written with ``pwrite``, never mapped (a
+mapping per queue would hold a descriptor per queue: :class:`SparseIndexFile`); when the queue
+moves on to the next segment, and on close, it is trimmed to its entries, which are then kept as
+bytes. A file left untrimmed by a crash ends in zeros, which load ignores. When a new file cannot be
 created the index stops growing (``error`` says why) instead of failing the put; lookups stay
 exact, and the next load completes the index.
 
@@ -77,7 +78,7 @@ _RELATIVE = struct.Struct(">i")
 _NO_UPPER = 1 << 62
 _INT32_MAX = 0x7FFFFFFF
 
-IndexBuffer = bytes | mmap.mmap  # a SparseIndexFile's entries: mapped while written, then bytes
+IndexBuffer = bytes | bytearray | mmap.mmap  # a SparseIndexFile's entries (see the class)
 
 
 def time_index_directory(root: Path, topic: str, queue_id: int) -> Path:
@@ -86,23 +87,39 @@ def time_index_directory(root: Path, topic: str, queue_id: int) -> Path:
 
 
 class SparseIndexFile:
-    """One file of fixed-width entries: mapped and preallocated while written, trimmed after.
+    """One file of fixed-width entries: preallocated while written, trimmed after.
 
-    ``buf`` holds ``count`` valid entries. Sealing first swaps ``buf`` for a bytes copy, then
-    trims the file and drops the mapping (CPython unmaps it once no reader holds it), so a
-    reader that took the mapping just before only reads entries that stay in the file.
+    ``buf`` holds ``count`` valid entries. While written, ``buf`` is the file's mapping
+    (``mapped``: the commitlog offset index, one file per store, appended to often) or a
+    bytearray of the same fixed size whose entries are also ``pwrite``-n to the file, opened
+    per entry (the time indexes: one file per queue, so a mapping each would hold a descriptor
+    each (CPython's mmap keeps a duplicate) and exhaust ``ulimit -n`` with many queues; an
+    entry is due once per ``interval`` units, so the open costs little). Sealing first swaps
+    ``buf`` for a bytes copy, then trims the file and drops the mapping or array (CPython
+    unmaps it once no reader holds it), so a reader that took the buffer just before only
+    reads entries that stay in the file.
     """
 
-    __slots__ = ("_map", "buf", "capacity", "count", "entry_size", "path")
+    __slots__ = ("_map", "_writing", "buf", "capacity", "count", "entry_size", "path")
 
-    def __init__(self, path: Path, entry_size: int, data: bytes, capacity: int = 0):
-        """``data``: whole entries. ``capacity`` > 0: write them and map the file, preallocated
-        to that many entries, for appending; 0: a sealed file whose content is ``data``."""
+    def __init__(
+        self,
+        path: Path,
+        entry_size: int,
+        data: bytes,
+        capacity: int = 0,
+        *,
+        mapped: bool = True,
+    ):
+        """``data``: whole entries. ``capacity`` > 0: write them to the file, preallocated to
+        that many entries, for appending (``mapped``: through a mapping); 0: a sealed file
+        whose content is ``data``."""
         self.path = path
         self.entry_size = entry_size
         self.count = len(data) // entry_size
         self.capacity = 0
         self._map: mmap.mmap | None = None
+        self._writing: bytearray | None = None
         self.buf: IndexBuffer = data
         if capacity > 0:
             self.capacity = max(capacity, self.count + 1)
@@ -113,11 +130,19 @@ class SparseIndexFile:
                 os.ftruncate(fd, 0)  # drop whatever stood there: the tail must read as zeros
                 os.ftruncate(fd, size)
                 os.posix_fallocate(fd, 0, size)  # a full disk fails here, not as SIGBUS later
-                self._map = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+                if mapped:
+                    self._map = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+                else:
+                    os.pwrite(fd, data, 0)
             finally:
                 os.close(fd)
-            self._map[: len(data)] = data
-            self.buf = self._map
+            if self._map is not None:
+                self._map[: len(data)] = data
+                self.buf = self._map
+            else:
+                self._writing = bytearray(size)
+                self._writing[: len(data)] = data
+                self.buf = self._writing
 
     @classmethod
     def write_sealed(cls, path: Path, entry_size: int, data: bytes) -> SparseIndexFile:
@@ -128,24 +153,43 @@ class SparseIndexFile:
 
     def append(self, entry: bytes) -> bool:
         """Add one entry; False (nothing written) when the file is sealed or full."""
-        mapping = self._map
+        mapping = self._map if self._map is not None else self._writing
         if mapping is None or self.count >= self.capacity:
             return False
         position = self.count * self.entry_size
         mapping[position : position + self.entry_size] = entry
         self.count += 1
+        if mapping is self._writing:
+            self._write_through(position, entry)
         return True
+
+    def _write_through(self, position: int, data: bytes) -> None:
+        """pwrite to the file; a failure (no descriptor left, say) is made good at sealing,
+        or by the next load, which completes an index file from the consume queue."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, data, position)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def data(self) -> bytes:
         return bytes(self.buf[: self.count * self.entry_size])
 
     def seal(self) -> None:
         """Trim the file to its entries and keep them as bytes (idempotent)."""
-        mapping = self._map
+        mapping = self._map if self._map is not None else self._writing
         if mapping is None:
             return
         size = self.count * self.entry_size
         self.buf = bytes(mapping[:size])
+        if mapping is self._writing:
+            self._writing = None
+            self._write_through(0, self.buf)  # any entry a failed write missed
         self._map = None
         os.truncate(self.path, size)
         del mapping
@@ -253,7 +297,11 @@ class QueueTimeIndex:
             if self._active is not None:
                 self._active.file.seal()
             file = SparseIndexFile(
-                self._path(base), ENTRY_SIZE, ENTRY.pack(timestamp, unit - base), self.capacity
+                self._path(base),
+                ENTRY_SIZE,
+                ENTRY.pack(timestamp, unit - base),
+                self.capacity,
+                mapped=False,
             )
         except OSError as exc:
             self._give_up(exc)
@@ -367,7 +415,7 @@ class QueueTimeIndex:
             segments.append(_TimeSegment(base, file))
         if built:
             base, data, _ = built[-1]
-            file = SparseIndexFile(self._path(base), ENTRY_SIZE, data, self.capacity)
+            file = SparseIndexFile(self._path(base), ENTRY_SIZE, data, self.capacity, mapped=False)
             self._activate(_TimeSegment(base, file), segments)
 
     def rebuild(self) -> None:
