@@ -48,6 +48,7 @@ class OsFaults:
         self.fail_at: int | None = None
         self.errno = errno_codes.ENOSPC
         self.only: str | None = None
+        self.under: str | None = None
         self.failed: list[str] = []  # the names of the calls made to fail
         self.seen: list[str] = []  # the names of the calls counted, in order
         for module, name in WRAPPED:
@@ -55,7 +56,7 @@ class OsFaults:
 
     def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self._counts_this_thread() and self.only in (None, name):
+            if self._counts_this_thread() and self._selects(name, args):
                 with self._lock:
                     position = self.calls
                     self.calls += 1
@@ -66,6 +67,17 @@ class OsFaults:
             return real(*args, **kwargs)
 
         return call
+
+    def _selects(self, name: str, args: tuple[Any, ...]) -> bool:
+        if self.only is not None and name != self.only:
+            return False
+        if self.under is None:
+            return True
+        return (
+            bool(args)
+            and isinstance(args[0], (str, os.PathLike))
+            and (self.under in os.fspath(args[0]))
+        )
 
     def _counts_this_thread(self) -> bool:
         armed = self._armed_thread
@@ -81,11 +93,13 @@ class OsFaults:
         *,
         all_threads: bool = False,
         only: str | None = None,
+        under: str | None = None,
     ) -> Iterator[OsFaults]:
         """Count (and fail the ``fail_at``-th of) the calls made inside the block; ``only``:
-        count only the calls of that name (``"posix_fallocate"``, ``"open"``, ...)."""
+        count only the calls of that name (``"posix_fallocate"``, ``"open"``, ...); ``under``:
+        only the calls whose first argument is a path holding that text (``"/index/"``)."""
         self.calls, self.fail_at, self.errno, self.failed, self.seen = 0, fail_at, errno, [], []
-        self.only = only
+        self.only, self.under = only, under
         self._all_threads = all_threads
         self._armed_thread = threading.get_ident()
         try:
