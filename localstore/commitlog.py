@@ -158,10 +158,12 @@ class CommitLog:
         is as it was, and no segment this call created is left behind."""
         self._close_window()
         start, count = self.max_offset, len(self.segments.segments)
+        prepare_next_at = self._prepare_next_at
         try:
             self._write_runs(runs, end_offset, store_timestamp)
         except BaseException:
             self._take_back(start, count)
+            self._prepare_next_at = prepare_next_at  # the segment it was set for is gone
             raise
 
     def _write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
@@ -539,23 +541,38 @@ class _SegmentAllocator:
             if start in self._pending or start in self._ready:
                 return
             thread = threading.Thread(
-                target=self._make, args=(start,), daemon=True, name=f"quiver-allocate-{start}"
+                target=self._make_ahead, args=(start,), daemon=True, name=f"quiver-allocate-{start}"
             )
             self._pending[start] = thread
             thread.start()
 
+    def _make_ahead(self, start: int) -> None:
+        """The background thread's :meth:`_make`: a failure (a full disk, no descriptors) is
+        logged, and the put that needs the segment makes it itself and answers for it."""
+        try:
+            self._make(start)
+        except Exception as exc:
+            log.warning("preparing commitlog segment %s failed: %s", segment_name(start), exc)
+
     def _make(self, start: int) -> None:
+        """Warm, place and map the segment at ``start``; one that fails leaves no file."""
         path = self._directory / segment_name(start)
-        if not path.exists():
-            # Warm under a name RocketMQ's loader never sees, then move it into place whole.
-            scratch = self._directory.parent / "quiver-tmp"
-            scratch.mkdir(exist_ok=True)
-            tmp = scratch / f"{segment_name(start)}.warming"
-            tmp.unlink(missing_ok=True)
-            warm_file(tmp, self._size)
-            os.replace(tmp, path)
-            fsync_directory(self._directory)  # the new name survives a power loss too
-        segment = MappedFile(path, start, self._size, warmed=True)
+        created = not path.exists()
+        try:
+            if created:
+                # Warm under a name RocketMQ's loader never sees, then move it into place whole.
+                scratch = self._directory.parent / "quiver-tmp"
+                scratch.mkdir(exist_ok=True)
+                tmp = scratch / f"{segment_name(start)}.warming"
+                tmp.unlink(missing_ok=True)
+                warm_file(tmp, self._size)
+                os.replace(tmp, path)
+                fsync_directory(self._directory)  # the new name survives a power loss too
+            segment = MappedFile(path, start, self._size, warmed=True)
+        except BaseException:
+            if created:
+                path.unlink(missing_ok=True)
+            raise
         with self._lock:
             self._ready[start] = segment
 

@@ -380,7 +380,12 @@ class MappedFile:
         """Make everything written so far durable; returns the flushed position."""
         position = self.wrote_position
         if position > self.flushed_position:
-            os.fdatasync(self._fd)
+            try:  # (no local for the fd: a kept traceback would keep the descriptor open)
+                os.fdatasync(self._fd)
+            except SegmentUnavailableError:  # raised by reading _fd, never by fdatasync
+                if self._closed:  # deleted meanwhile (a failed write taken back): nothing to sync
+                    return position
+                raise
             self.flushed_position = position
         return position
 

@@ -49,6 +49,7 @@ class OsFaults:
         self.errno = errno_codes.ENOSPC
         self.only: str | None = None
         self.under: str | None = None
+        self.repeat = False
         self.failed: list[str] = []  # the names of the calls made to fail
         self.seen: list[str] = []  # the names of the calls counted, in order
         for module, name in WRAPPED:
@@ -61,7 +62,10 @@ class OsFaults:
                     position = self.calls
                     self.calls += 1
                     self.seen.append(name)
-                if position == self.fail_at:
+                fail_at = self.fail_at
+                if fail_at is not None and (
+                    position == fail_at or (self.repeat and position > fail_at)
+                ):
                     self.failed.append(name)
                     raise OSError(self.errno, f"{os.strerror(self.errno)} (injected in {name})")
             return real(*args, **kwargs)
@@ -94,12 +98,14 @@ class OsFaults:
         all_threads: bool = False,
         only: str | None = None,
         under: str | None = None,
+        repeat: bool = False,
     ) -> Iterator[OsFaults]:
         """Count (and fail the ``fail_at``-th of) the calls made inside the block; ``only``:
         count only the calls of that name (``"posix_fallocate"``, ``"open"``, ...); ``under``:
-        only the calls whose first argument is a path holding that text (``"/index/"``)."""
+        only the calls whose first argument is a path holding that text (``"/index/"``);
+        ``repeat``: every call from the ``fail_at``-th on fails, as on a disk that stays full."""
         self.calls, self.fail_at, self.errno, self.failed, self.seen = 0, fail_at, errno, [], []
-        self.only, self.under = only, under
+        self.only, self.under, self.repeat = only, under, repeat
         self._all_threads = all_threads
         self._armed_thread = threading.get_ident()
         try:

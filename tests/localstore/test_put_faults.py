@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from localstore import MessageStore, NewMessage, PutResult, PutStatus, StoredMessage
+from localstore import MessageStore, NewMessage, PutResult, PutStatus, StoredMessage, StoreOptions
 from localstore.errors import StoreError
+from localstore.mapped_file import MappedFile
 from localstore.verify import verify_store
 
 from .conftest import StoreFactory, message
@@ -273,3 +274,35 @@ def test_a_real_full_disk_loses_no_acknowledged_message(small_disk: Path, flush_
         assert_all_readable(reopened, stored)
     finally:
         reopened.close()
+
+
+def test_a_warmed_segment_that_cannot_be_mapped_leaves_no_file(
+    open_store: StoreFactory, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With segments prepared ahead (warmed, renamed into place, then mapped), a mapping that
+    fails on every thread leaves no warmed file under the segment's name, and the put that
+    needed the segment is refused; once mappings work again the next put rolls."""
+    store = open_store(
+        options=StoreOptions(warm_segments=True), commitlog_file_size=64 * 1024, index_enabled=False
+    )
+    assert store.put(message(body=b"first")).ok
+    faults = OsFaults(monkeypatch)
+    refused = None
+    with faults.armed(0, errno.EMFILE, all_threads=True, only="mmap", repeat=True):
+        for _ in range(40):
+            result = store.put_batch([message(body=b"x" * 1000) for _ in range(4)])
+            if not result.ok:
+                refused = result
+                break
+    assert refused is not None and refused.status is PutStatus.CREATE_MAPPED_FILE_FAILED
+    assert sorted(os.listdir(store_dir / "commitlog")) == ["0" * 20]
+    assert store.put_batch([message(body=b"x" * 1000) for _ in range(4)]).ok
+    assert verify_store(store).ok
+
+
+def test_flushing_a_segment_deleted_meanwhile_is_a_no_op(tmp_path: Path) -> None:
+    """The flush thread may reach a segment that a failed write's take-back just deleted."""
+    segment = MappedFile.create(tmp_path, 0, 4096)
+    segment.append(b"x" * 100)
+    segment.destroy()
+    assert segment.flush() == 100
