@@ -15,12 +15,14 @@ A file that cannot be read or has another shape is ignored (logged): the ranges 
 from the log, and any recovery that walks a damaged range finds it again. Ranges below the
 commitlog's min offset (deleted by retention) are dropped at load.
 
-Readers' contract (:mod:`localstore.reader`): a consume-queue unit whose physical offset lies
-in a damaged range names a damaged record; it is skipped, not decoded. Consume-queue units for
-records whose header was destroyed are written by recovery pointing into the range (so queue
-offsets stay contiguous and no put reuses them): see :class:`localstore.dispatch.Dispatcher`.
-Ask :meth:`DamagedRanges.overlaps` per batch of units (a bisect; nothing when no range is
-known), not per message.
+Readers' contract: consume-queue units for records that lie in a damaged range (their queue
+offsets are known from the records around them) are written by recovery as placeholders
+(:meth:`DamagedRange.placeholder_units`, used by :class:`localstore.dispatch.Dispatcher` and by
+recovery's rebuild of a queue), so queue offsets stay contiguous and no put reuses them. A
+placeholder points one byte or more past the range's start, where no record starts (a record at
+the start itself may still decode: a body that only fails its CRC), so every read of it fails
+as :class:`~localstore.errors.DamagedRecordError` and readers step over it. :meth:`overlaps`
+tells whether a span of the log holds damage, for callers that ask per batch.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localstore.atomic_file import write_atomically
+from localstore.consume_queue import UNIT
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,17 @@ class DamagedRange:
     @property
     def end(self) -> int:
         return self.phys_offset + self.length
+
+    def placeholder_capacity(self) -> int:
+        """How many placeholder units fit (each points at a distinct byte after the first)."""
+        return self.length - 1
+
+    def placeholder_units(self, count: int) -> list[bytes]:
+        """``count`` consume-queue units that point into this range at bytes 1, 2, ... (never
+        at its first byte: see the module docstring), in increasing commitlog order, each
+        sized to reach the range's end. ``count`` is at most :meth:`placeholder_capacity`."""
+        start, end = self.phys_offset, self.end
+        return [UNIT.pack(start + i, end - start - i, 0) for i in range(1, count + 1)]
 
     def __str__(self) -> str:
         return (

@@ -123,11 +123,10 @@ class Dispatcher:
         records lie in a damaged range after commitlog offset ``after`` (module docstring)."""
         missing = message.queue_offset - pending.next_offset
         between = self._damaged.between(after, message.phys_offset) if self._damaged else []
-        if not between or between[-1].length < missing:
+        if not between or between[-1].placeholder_capacity() < missing:
             raise _gap(message, pending.next_offset)
         damaged = between[-1]
-        for i in range(missing):
-            pending.units.append(UNIT.pack(damaged.phys_offset + i, damaged.length - i, 0))
+        pending.units.extend(damaged.placeholder_units(missing))
         pending.next_offset += missing
         pending.phys_end = damaged.end
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from localstore.checkpoint import Checkpoint
 from localstore.codec import RecordError, body_crc, decode_record
 from localstore.commitlog import CommitLog
-from localstore.consume_queue import UNIT, ConsumeQueue
+from localstore.consume_queue import ConsumeQueue
 from localstore.damaged import DamagedRange, DamagedRanges
 from localstore.dispatch import Dispatcher
 from localstore.index_service import IndexService
@@ -84,12 +84,12 @@ def recover(
 ) -> RecoveryReport:
     """Recover the store's commitlog, consume queues and index in place."""
     damaged = damaged if damaged is not None else DamagedRanges(commitlog.directory.parent)
-    start = None if crashed else _normal_start(commitlog, queues, index)
+    start = None if crashed else _normal_start(commitlog, queues, index, damaged)
     abnormal = start is None
     if start is None:
         start = _abnormal_start(commitlog, checkpoint)
     scan = _scan(commitlog, start)
-    unsound = _unsound_queues(commitlog, queues, scan.end) + queues.unloadable
+    unsound = _unsound_queues(commitlog, queues, scan.end, damaged) + queues.unloadable
     if unsound and start > commitlog.min_offset:  # rebuilt from the whole log: walk it all
         scan = _scan(commitlog, commitlog.min_offset)
     _forget_mended(commitlog, damaged)
@@ -176,13 +176,10 @@ def _keep_damaged_offsets(
         if damage is None or queue is None or queue.max_offset >= old_max:
             continue
         start = queue.max_offset
-        missing = min(old_max - start, damage.length)
+        missing = min(old_max - start, damage.placeholder_capacity())
         if start == 0 and not queue.segments.segments:
             continue  # nothing of it was rebuilt: it starts where the log says
-        units = b"".join(
-            UNIT.pack(damage.phys_offset + i, damage.length - i, 0) for i in range(missing)
-        )
-        queue.append(start, units, damage.end)
+        queue.append(start, b"".join(damage.placeholder_units(missing)), damage.end)
         log.warning(
             "consume queue %s: queue offsets [%d, %d) point into damaged %s, kept so that no put "
             "reuses them",
@@ -257,13 +254,16 @@ def _nonzero_extent(view: memoryview, pos: int) -> int:
 
 
 def _normal_start(
-    commitlog: CommitLog, queues: QueueRegistry, index: IndexService | None
+    commitlog: CommitLog,
+    queues: QueueRegistry,
+    index: IndexService | None,
+    damaged: DamagedRanges,
 ) -> int | None:
     """Where a cleanly closed store's walk starts, or None if its state is not sound."""
     newest = max(queues.queues.values(), key=lambda q: q.max_phys_offset, default=None)
     start = commitlog.min_offset
     if newest is not None and newest.max_phys_offset > start:
-        if not _last_unit_sound(commitlog, newest, check_crc=True):
+        if not _last_unit_sound(commitlog, newest, damaged, check_crc=True):
             return None
         start = newest.max_phys_offset
     if index is not None and index.end_phy_offset and index.end_phy_offset < start:
@@ -283,20 +283,32 @@ def _abnormal_start(commitlog: CommitLog, checkpoint: Checkpoint) -> int:
     return commitlog.min_offset
 
 
-def _last_unit_sound(commitlog: CommitLog, queue: ConsumeQueue, *, check_crc: bool) -> bool:
+def _last_unit_sound(
+    commitlog: CommitLog, queue: ConsumeQueue, damaged: DamagedRanges, *, check_crc: bool
+) -> bool:
     """The queue's last unit points at a whole record of this queue, of the unit's size (and,
     for the log's newest record, with an intact body: a clean close leaves no torn tail)."""
     last = queue.max_offset - 1
     if last < queue.min_offset:
         return True
-    return _unit_sound(commitlog, queue, last, check_crc=check_crc)
+    return _unit_sound(commitlog, queue, last, damaged, check_crc=check_crc)
 
 
-def _unit_sound(commitlog: CommitLog, queue: ConsumeQueue, last: int, *, check_crc: bool) -> bool:
-    """Unit ``last`` of ``queue`` points at a whole record of this queue (see above)."""
+def _unit_sound(
+    commitlog: CommitLog,
+    queue: ConsumeQueue,
+    last: int,
+    damaged: DamagedRanges,
+    *,
+    check_crc: bool,
+) -> bool:
+    """Unit ``last`` of ``queue`` points at a whole record of this queue (see above), or into
+    a damaged range recovery recorded (a placeholder: :mod:`localstore.damaged`)."""
     phys, size = queue.unit_head(last)
     if phys < commitlog.min_offset:
         return True  # its record was deleted by retention: nothing left to check against
+    if damaged and damaged.containing(phys) is not None:
+        return True  # as recovery left it: another open must not rebuild it again
     located = commitlog.segment_view(phys)
     if located is None:
         return False
@@ -314,13 +326,15 @@ def _unit_sound(commitlog: CommitLog, queue: ConsumeQueue, last: int, *, check_c
     )
 
 
-def _unsound_queues(commitlog: CommitLog, queues: QueueRegistry, end: int) -> list[str]:
+def _unsound_queues(
+    commitlog: CommitLog, queues: QueueRegistry, end: int, damaged: DamagedRanges
+) -> list[str]:
     """Consume queues that disagree with the log once it ends at ``end``: damaged or missing
     files, to be rebuilt from the commitlog (module docstring). Found without changing
     anything (a unit past ``end`` is about to be cut, not a sign of damage)."""
     unsound = []
     for queue in queues.queues.values():
-        why = _queue_problem(commitlog, queue, end)
+        why = _queue_problem(commitlog, queue, end, damaged)
         if why is not None:
             log.warning(
                 "consume queue %s disagrees with the commitlog (%s): rebuilding it from the "
@@ -332,15 +346,17 @@ def _unsound_queues(commitlog: CommitLog, queues: QueueRegistry, end: int) -> li
     return unsound
 
 
-def _queue_problem(commitlog: CommitLog, queue: ConsumeQueue, end: int) -> str | None:
+def _queue_problem(
+    commitlog: CommitLog, queue: ConsumeQueue, end: int, damaged: DamagedRanges
+) -> str | None:
     """Why ``queue`` must be rebuilt, or None."""
     last = queue.last_unit_within(end)
     if last is None:
         return None
-    if not _unit_sound(commitlog, queue, last, check_crc=False):
+    if not _unit_sound(commitlog, queue, last, damaged, check_crc=False):
         return f"its last unit, queue offset {last}, does not point at its record"
     first = queue.min_offset
-    if not _unit_sound(commitlog, queue, first, check_crc=False):
+    if not _unit_sound(commitlog, queue, first, damaged, check_crc=False):
         return f"its first unit, queue offset {first}, does not point at its record"
     if (
         first > 0

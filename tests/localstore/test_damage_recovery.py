@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from localstore import GetStatus, MessageStore, NewMessage
+from localstore.errors import DamagedRecordError
 from localstore.verify import verify_store
 
 TOPIC = "Damage"
@@ -155,3 +156,50 @@ def test_a_truncated_last_consume_queue_file_is_rebuilt(tmp_path, length):
         assert store.max_offset(TOPIC, 0) == len(placed) // 2
         assert {p[0] for p in placed} <= readable(store, placed)
         assert store.put(NewMessage(TOPIC, b"x", 0)).queue_offset == len(placed) // 2
+
+
+def test_a_placeholder_unit_never_reads_as_another_queues_record(tmp_path: Path) -> None:
+    """Queue 0's record (a flipped body byte, header intact) and, right after it, queue 1's
+    record whose header is destroyed form one damaged range; queue 1's files disagree with the
+    log, so it is rebuilt with a placeholder for queue offset 1. The placeholder must not
+    point at the range's first byte, where queue 0's record still decodes: its get raises
+    DamagedRecordError instead of handing out queue 0's message."""
+    root = tmp_path / "store"
+    placed = []
+    with MessageStore(root, **GEOMETRY) as store:
+        for queue_id in (1, 0, 1, 1):
+            result = store.put(NewMessage(TOPIC, f"for-{queue_id}-".encode() * 8, queue_id))
+            placed.append(result.phys_offset)
+    path, _ = segment_of(root, 0)
+    flip(path, placed[1] + 110)  # queue 0's body
+    flip(path, placed[2], 8)  # queue 1's size and magic
+    units = root / "consumequeue" / TOPIC / "1" / f"{0:020d}"
+    data = bytearray(units.read_bytes())
+    data[40:48] = placed[0].to_bytes(8, "big")  # its last unit now disagrees: rebuilt
+    units.write_bytes(data)
+    (root / "abort").write_text("")
+    with MessageStore(root) as store:
+        assert store.recovery.rebuilt_queues == [f"{TOPIC}/1"]
+        assert [(r.phys_offset, r.end) for r in store.damaged] == [(placed[1], placed[3])]
+        with pytest.raises(DamagedRecordError) as raised:
+            store.get_messages(TOPIC, 1, 1, max_count=1)
+        assert raised.value.queue_id == 1 and raised.value.queue_offset == 1
+        got = store.get_messages(TOPIC, 1, 2, max_count=1)
+        assert [(m.queue_id, m.queue_offset) for m in got.messages] == [(1, 2)]
+
+
+def test_an_open_after_a_damaged_open_rebuilds_nothing_again(tmp_path: Path) -> None:
+    """A queue whose last unit is a placeholder is sound as recovery left it: later clean
+    opens neither rebuild it nor walk the whole log again."""
+    root = tmp_path / "store"
+    with MessageStore(root, **GEOMETRY) as store:
+        placed = [store.put(NewMessage(TOPIC, b"x" * 100, q)).phys_offset for q in (1, 0, 1, 0)]
+    path, _ = segment_of(root, 0)
+    flip(path, placed[2], 8)  # queue 1's last record: header destroyed
+    (root / "abort").write_text("")
+    with MessageStore(root) as store:
+        assert store.max_offset(TOPIC, 1) == 2
+    for _ in range(2):
+        with MessageStore(root) as store:
+            assert store.recovery.rebuilt_queues == [] and not store.recovery.abnormal
+            assert store.max_offset(TOPIC, 1) == 2
