@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from localstore.mapped_file import CQ_RESERVE_CHUNK_BYTES, MappedFile
+from localstore.mapped_file import CQ_RESERVE_CHUNK_BYTES, MappedFile, open_segments
 from localstore.segments import SegmentQueue
 
 UNIT_SIZE = 20
@@ -50,6 +50,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0  # byte position of the first real unit
         self.max_phys_offset = 0  # end of the last unit's record in the commitlog
         self._prepared: MappedFile | None = None  # the next file, made by reserve()
+        self._held: list[MappedFile] = []  # files reserve() keeps mapped until append
 
     # -- bounds ----------------------------------------------------------------------------
     @property
@@ -97,15 +98,29 @@ class ConsumeQueue:
         end = (queue_offset + count) * UNIT_SIZE
         files = self.segments.segments
         if files and files[-1].start_offset + files[-1].reserved >= end:
-            return  # the common case
+            self._hold(files[-1])  # the common case
+            return
         size = self.segments.segment_size
         position = queue_offset * UNIT_SIZE
         while position < end:
             segment = self.segments.find(position)
             if segment is None:
                 segment = self._prepare(position - position % size)
+            self._hold(segment)
             segment.reserve(min(end, segment.end_offset) - segment.start_offset)
             position = segment.end_offset
+
+    def _hold(self, segment: MappedFile) -> None:
+        """Keep ``segment`` mapped until :meth:`let_go` (``append`` calls it): the pool of open
+        files (:class:`~localstore.mapped_file.OpenSegments`) does not close it meanwhile."""
+        open_segments().hold(segment)
+        self._held.append(segment)
+
+    def let_go(self) -> None:
+        """The files :meth:`reserve` held may be closed by the pool again."""
+        for segment in self._held:
+            segment.held = False
+        self._held.clear()
 
     def _prepare(self, start: int) -> MappedFile:
         """The file starting at ``start`` that the next :meth:`append` will register."""
@@ -154,6 +169,8 @@ class ConsumeQueue:
                 tail.view[start:end] = units
                 tail.wrote_position = end
                 self.max_phys_offset = phys_end
+                if self._held:
+                    self.let_go()
                 return
         segments = self.segments
         if not files:
@@ -179,6 +196,8 @@ class ConsumeQueue:
                 if data:
                     segment = segments.segment_for_append(position)
         self.max_phys_offset = phys_end
+        if self._held:
+            self.let_go()
 
     # -- reading ---------------------------------------------------------------------------
     def unit_head(self, queue_offset: int) -> tuple[int, int]:

@@ -32,10 +32,11 @@ plain attributes that survive either. Segments found at load start closed. Touch
 ``_map`` or ``_fd`` of a closed segment maps it (``__getattr__``, called only when the slot is
 empty, so the hot paths' plain attribute reads cost what they did) and enters it in the pool;
 past the pool's bound the segment mapped first is closed, segments that are not being written
-(full) before those that may be. A segment kept mapped (:meth:`OpenSegments.pin`: the
-commitlog's last) is outside the pool. Closing for the pool only drops references: a reader or
-writer that took ``view``, ``_map`` or ``_fd`` keeps that mapping or descriptor alive until it lets
-go (an ``_OwnedFd`` closes itself when its last reference goes), so nothing is closed under it.
+(full) before those that may be, never one a put holds (:meth:`OpenSegments.hold`). A segment
+kept mapped (:meth:`OpenSegments.pin`: the commitlog's last) is outside the pool. Closing for
+the pool only drops references: a reader or writer that took ``view``, ``_map`` or ``_fd`` keeps
+that mapping or descriptor alive until it lets go (an ``_OwnedFd`` closes itself when its last
+reference goes), so nothing is closed under it.
 The mapping holds one descriptor (CPython dups it); ``_fd``, for writes and syncs, is opened on
 first use: a segment that is only read holds one descriptor, one being written two.
 
@@ -52,6 +53,7 @@ import os
 import resource
 import threading
 from collections import OrderedDict
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +96,7 @@ class MappedFile:
         "_mapped",
         "_random_access",
         "flushed_position",
+        "held",
         "path",
         "reserve_chunk_bytes",
         "reserved",
@@ -151,6 +154,7 @@ class MappedFile:
         self._mapped = False
         self._closed = False
         self._random_access = False
+        self.held = False  # a put writes to it: the pool does not close it (OpenSegments.hold)
 
     @classmethod
     def existing(
@@ -484,10 +488,29 @@ class OpenSegments:
                 return
             pool = self._full if segment.wrote_position >= segment.size else self._partial
             pool[segment] = None
-            while len(self) > self.limit:
-                victims = self._full if self._full else self._partial
-                victim, _ = victims.popitem(last=False)
+            if len(self) > self.limit:
+                self._close_excess()
+
+    def _close_excess(self) -> None:
+        """Close the first-mapped segments past the limit, full ones first, never one a put
+        holds (while every candidate is held the pool stays over its limit)."""
+        excess = len(self) - self.limit
+        for victims in (self._full, self._partial):
+            for victim in list(islice((s for s in victims if not s.held), excess)):
+                del victims[victim]
                 victim._drop()
+                excess -= 1
+            if excess <= 0:
+                return
+
+    def hold(self, segment: MappedFile) -> None:
+        """Map ``segment`` now (raises :class:`SegmentUnavailableError`, an OSError) and keep
+        it mapped until ``segment.held`` is cleared: a put holds the consume-queue files its
+        units go to from before its records are written until the units are, so that writing
+        them cannot fail for want of a descriptor or a mapping."""
+        with self.lock:
+            segment.view  # noqa: B018 (maps it now, if it was closed)
+            segment.held = True
 
     def forget(self, segment: MappedFile) -> None:
         with self.lock:

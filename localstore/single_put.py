@@ -214,6 +214,10 @@ class SinglePut:
                 or units.wrote_position + UNIT_SIZE > units.reserved
             ):
                 return None
+            try:  # taken now: the pool of open files may close the file, never this mapping
+                unit_view = units.view
+            except OSError:  # it could not be mapped again: the general path answers
+                return None
             commitlog = self._commitlog
             position = commitlog.max_offset
             store_timestamp = time.time_ns() // 1_000_000
@@ -261,7 +265,7 @@ class SinglePut:
             # arguments, cost about 3 % of a put's instructions.
             puts = self._puts
             at = units.wrote_position
-            UNIT.pack_into(units.view, at, position, size, code)
+            UNIT.pack_into(unit_view, at, position, size, code)
             units.wrote_position = at + UNIT_SIZE
             queue.max_phys_offset = end
             state.next_offset = queue_offset + 1

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from localstore import MessageStore
+from localstore import MessageStore, PutStatus
 from localstore.errors import SegmentUnavailableError, StoreError
 from localstore.mapped_file import MappedFile, open_segments
 from localstore.segments import SegmentQueue
+from localstore.verify import verify_store
 
 from .conftest import StoreFactory, message
+from .faults import OsFaults
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 8192
@@ -297,3 +299,36 @@ def test_a_segment_retention_deletes_stays_readable_until_retired(
     assert deleted == [oldest.path] and not oldest.path.exists()
     assert bytes(oldest.view[4:8]) != bytes(4)  # the first record's magic, read after the unlink
     assert retired.close() == []
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_closed_consume_queue_file_that_cannot_be_mapped_again_refuses_the_put_whole(
+    open_store: StoreFactory, pool_limit: int, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """The pool closed queue 0's file; mapping it again fails (EMFILE). The put is refused
+    before its records are written: no record without its unit, no queue offset reused."""
+    store = open_store(commitlog_file_size=1 << 20, cq_entries_per_file=1000)
+    assert store.put(message(queue_id=0)).ok
+    for number in range(2 * pool_limit):  # later queues' files push queue 0's out
+        assert store.put(message(f"Other{number}")).ok
+    queue = store.consume_queue("TopicTest", 0)
+    assert queue is not None and not _mapped(queue.segments.segments[-1])
+    faults = OsFaults(monkeypatch)
+    with faults.armed(0, errno.EMFILE, only="open", under="/consumequeue/", repeat=True):
+        refused = store.put_batch([message(queue_id=0) for _ in range(batch)])
+    assert refused.status is PutStatus.CREATE_MAPPED_FILE_FAILED and faults.fired
+    assert store.put(message(body=b"after", queue_id=0)).queue_offset == 1
+    assert verify_store(store).ok
+
+
+def test_a_file_a_put_holds_is_not_closed_by_the_pool(tmp_path: Path, pool_limit: int) -> None:
+    pool = open_segments()
+    held = MappedFile.create(tmp_path, 0, 4096)
+    pool.hold(held)
+    others = [MappedFile.create(tmp_path, 4096 * (i + 1), 4096) for i in range(pool_limit * 2)]
+    assert _mapped(held) and sum(_mapped(s) for s in others) <= pool_limit
+    held.held = False
+    MappedFile.create(tmp_path, 4096 * 100, 4096)  # the next admission may close it now
+    assert not _mapped(held)
+    for segment in [held, *others]:
+        segment.close()
