@@ -29,16 +29,17 @@ Open files are bounded (:class:`OpenSegments`, one per process, since ``ulimit -
 ``vm.max_map_count`` are the process's): a segment is *mapped* (``view``, ``_map``) or *closed*
 (no fd, no mapping); its positions (``wrote_position``, ``flushed_position``, ``reserved``) are
 plain attributes that survive either. Segments found at load start closed. Touching ``view``,
-``_map`` or ``_fd`` of a closed segment maps it (``__getattr__``, called only when the slot is
-empty, so the hot paths' plain attribute reads cost what they did) and enters it in the pool;
+``_map`` or ``_fd`` of a closed segment (a :class:`_ClosedSegment`, whose ``__getattr__`` is
+called only for those empty slots) maps it and enters it in the pool, and a mapped segment is a
+plain :class:`MappedFile`, so the hot paths' attribute reads cost what they did;
 past the pool's bound the segment mapped first is closed, segments that are not being written
 (full) before those that may be, never one a put holds (:meth:`OpenSegments.hold`). A segment
 kept mapped (:meth:`OpenSegments.pin`: the commitlog's last) is outside the pool. Closing for
 the pool only drops references: a reader or writer that took ``view``, ``_map`` or ``_fd`` keeps
 that mapping or descriptor alive until it lets go (an ``_OwnedFd`` closes itself when its last
 reference goes), so nothing is closed under it.
-The mapping holds one descriptor (CPython dups it); ``_fd``, for writes and syncs, is opened on
-first use: a segment that is only read holds one descriptor, one being written two.
+A mapped segment holds two descriptors: ``_fd``, for writes and syncs, and the mapping's own
+(CPython dups it).
 
 Creation either completes or leaves nothing: a segment whose file this process created is
 removed again when its truncate, mapping or first reservation fails (ENOSPC, EMFILE).
@@ -168,7 +169,7 @@ class MappedFile:
         """A segment already on disk (``size`` bytes, checked by the caller), left closed:
         no descriptor, no mapping until first touched. Positions are the caller's to set;
         ``reserved`` stays 0, so a write first reserves (a no-op over allocated blocks)."""
-        segment = cls.__new__(cls)
+        segment: MappedFile = _ClosedSegment.__new__(_ClosedSegment)
         segment._init_positions(path, start_offset, size, reserve_chunk_bytes)
         return segment
 
@@ -182,43 +183,37 @@ class MappedFile:
         self.view = memoryview(mapping)
         self._mapped = True
 
-    if not TYPE_CHECKING:  # to mypy every other attribute stays checked
-
-        def __getattr__(self, name: str) -> Any:
-            """Only for an empty slot: ``view``/``_map``/``_fd`` of a closed segment."""
-            if name not in _LAZY:
-                raise AttributeError(name)
-            return _POOL.open(self, name)
-
     def _open_now(self, name: str) -> Any:
-        """Map the segment (and open ``_fd`` when that is asked for); the pool's lock is held.
-        Returns the attribute asked for. Failures are :class:`SegmentUnavailableError`."""
+        """Open and map the segment (the pool's lock is held) and make it a plain
+        :class:`MappedFile` again; returns the attribute asked for. Failures are
+        :class:`SegmentUnavailableError`."""
         if self._closed:
             raise SegmentUnavailableError(errno.EBADF, "segment is closed", str(self.path))
         try:
-            if not self._mapped:
-                fd = os.open(self.path, os.O_RDWR)
-                try:
-                    self._map_with(fd)
-                finally:
-                    os.close(fd)
-            if name == "_fd":
-                self._fd = _OwnedFd(os.open(self.path, os.O_RDWR))
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                self._map_with(fd)
+            except BaseException:
+                os.close(fd)
+                raise
         except OSError as exc:
             raise SegmentUnavailableError(
                 exc.errno, f"cannot open or map the segment ({exc.strerror})", str(self.path)
             ) from exc
-        return object.__getattribute__(self, name)
+        self._fd = _OwnedFd(fd)
+        self.__class__ = MappedFile
+        return getattr(self, name)
 
     def _drop(self) -> None:
         """Close for the pool: drop the mapping and the descriptor (see the module docstring:
-        whoever holds one of them keeps it until it lets go). The pool's lock is held."""
+        whoever holds one of them keeps it until it lets go) and become a
+        :class:`_ClosedSegment`. The pool's lock is held."""
         if self._mapped:
             self._mapped = False
             del self.view
             del self._map
-        with contextlib.suppress(AttributeError):  # never opened, or opened and dropped
             del self._fd
+        self.__class__ = _ClosedSegment
 
     @classmethod
     def create(
@@ -416,6 +411,25 @@ class MappedFile:
         unmapped = self.close()
         self.path.unlink(missing_ok=True)
         return unmapped
+
+
+class _ClosedSegment(MappedFile):
+    """A segment without its mapping and descriptor: one loaded and not yet touched, or one the
+    pool closed. Touching ``view``, ``_map`` or ``_fd`` maps it again (:meth:`OpenSegments.open`)
+    and turns it back into a :class:`MappedFile`. A class of its own, so that a mapped segment's
+    class has no ``__getattr__``: with one, CPython 3.11 does not specialize attribute reads on
+    the class, and the single put's reads of ``view`` and the positions cost about 2,300 more
+    instructions a put (callgrind)."""
+
+    __slots__ = ()
+
+    if not TYPE_CHECKING:  # to mypy every other attribute stays checked
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for an empty slot: ``view``/``_map``/``_fd`` of a closed segment."""
+            if name not in _LAZY:
+                raise AttributeError(name)
+            return _POOL.open(self, name)
 
 
 def _within_one_page(position: int, length: int) -> bool:

@@ -13,6 +13,7 @@ The same runs on a real full disk: a small tmpfs (root only, as in CI).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -306,3 +307,42 @@ def test_flushing_a_segment_deleted_meanwhile_is_a_no_op(tmp_path: Path) -> None
     segment.append(b"x" * 100)
     segment.destroy()
     assert segment.flush() == 100
+
+
+# -- close ---------------------------------------------------------------------------------------
+
+
+def filled_store(root: Path) -> tuple[MessageStore, dict[tuple[str, int], list[bytes]]]:
+    """A store holding a few puts of the sequence, on every kind of file, still open."""
+    store = MessageStore(root, **GEOMETRY)
+    acked: dict[tuple[str, int], list[bytes]] = {}
+    for batch in put_sequence()[:12]:
+        result = put(store, batch)
+        assert result.ok
+        acked.setdefault((batch[0].topic, batch[0].queue_id), []).extend(m.body for m in batch)
+    return store, acked
+
+
+@pytest.mark.parametrize("code", ERRNOS, ids=errno.errorcode.get)
+def test_a_fault_at_any_os_call_of_close_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """Each OS call of close (on every thread: the flush thread's last flush too) fails in
+    turn: close raises only a StoreError, releases the directory all the same, and the next
+    open finds every acknowledged message."""
+    faults = OsFaults(monkeypatch)
+    store, _ = filled_store(tmp_path / "counted")
+    with faults.armed(None, all_threads=True):
+        store.close()
+    assert faults.calls > 10
+    for fail_at in range(faults.calls):
+        root = tmp_path / f"store-{fail_at}"
+        store, acked = filled_store(root)
+        with faults.armed(fail_at, code, all_threads=True), contextlib.suppress(StoreError):
+            store.close()  # anything but a StoreError fails the test
+        reopened = MessageStore(root)  # the lock was released
+        try:
+            assert verify_store(reopened).ok
+            assert_all_readable(reopened, acked)
+        finally:
+            reopened.close()
