@@ -51,6 +51,7 @@ class ConsumeQueue:
         self.max_phys_offset = 0  # end of the last unit's record in the commitlog
         self._prepared: MappedFile | None = None  # the next file, made by reserve()
         self._held: list[MappedFile] = []  # files reserve() keeps mapped until append
+        self._tail_view: memoryview | None = None  # the last file's mapping, taken by reserve()
 
     # -- bounds ----------------------------------------------------------------------------
     @property
@@ -94,12 +95,19 @@ class ConsumeQueue:
         writes the records to the commitlog, so a full disk or a want of file descriptors
         refuses the put before anything was written, instead of leaving records without
         units. Raises OSError. A file made for units past the last one is held apart until
-        :meth:`append` reaches it (registered earlier, it would move ``max_offset``)."""
+        :meth:`append` reaches it (registered earlier, it would move ``max_offset``).
+
+        The files stay mapped until :meth:`append` has written the units, whatever the pool of
+        open files (:class:`~localstore.mapped_file.OpenSegments`) does meanwhile: in the
+        common case (the units fit the last file's reserved blocks) by holding a reference to
+        its mapping, which the pool's closing never unmaps; otherwise by :meth:`_hold`."""
         end = (queue_offset + count) * UNIT_SIZE
         files = self.segments.segments
-        if files and files[-1].start_offset + files[-1].reserved >= end:
-            self._hold(files[-1])  # the common case
-            return
+        if files:
+            last = files[-1]
+            if last.start_offset + last.reserved >= end:
+                self._tail_view = last.view  # maps it now if the pool had closed it
+                return
         size = self.segments.segment_size
         position = queue_offset * UNIT_SIZE
         while position < end:
@@ -118,6 +126,7 @@ class ConsumeQueue:
 
     def let_go(self) -> None:
         """The files :meth:`reserve` held may be closed by the pool again."""
+        self._tail_view = None
         for segment in self._held:
             segment.held = False
         self._held.clear()
@@ -166,7 +175,12 @@ class ConsumeQueue:
             start = tail.wrote_position
             end = start + len(units)
             if tail.start_offset + start == position and end <= tail.reserved:
-                tail.view[start:end] = units
+                view = self._tail_view  # the mapping reserve() took, if it ran
+                if view is None:
+                    view = tail.view
+                else:
+                    self._tail_view = None
+                view[start:end] = units
                 tail.wrote_position = end
                 self.max_phys_offset = phys_end
                 if self._held:
@@ -196,8 +210,7 @@ class ConsumeQueue:
                 if data:
                     segment = segments.segment_for_append(position)
         self.max_phys_offset = phys_end
-        if self._held:
-            self.let_go()
+        self.let_go()
 
     # -- reading ---------------------------------------------------------------------------
     def unit_head(self, queue_offset: int) -> tuple[int, int]:
@@ -261,6 +274,7 @@ class ConsumeQueue:
     def destroy(self) -> None:
         """Delete every file of this queue, those that did not load included (it is rebuilt
         from the commitlog)."""
+        self.let_go()
         self._drop_prepared()
         for segment in self.segments.segments:
             segment.destroy()
@@ -276,6 +290,7 @@ class ConsumeQueue:
         self.segments.flush()
 
     def close(self) -> None:
+        self.let_go()
         self._drop_prepared()
         self.segments.close()
 
