@@ -46,6 +46,7 @@ class ConsumeQueue:
             entries_per_file * UNIT_SIZE,
             factory=self._take_prepared,
             reserve_chunk_bytes=CQ_RESERVE_CHUNK_BYTES,
+            read_ahead=False,  # read a few units at a time: see localstore.mapped_file
         )
         self.min_logic_offset = 0  # byte position of the first real unit
         self.max_phys_offset = 0  # end of the last unit's record in the commitlog
@@ -160,6 +161,7 @@ class ConsumeQueue:
             start,
             segments.segment_size,
             reserve_chunk_bytes=CQ_RESERVE_CHUNK_BYTES,
+            read_ahead=False,  # read a few units at a time: see localstore.mapped_file
         )
 
     def append(self, queue_offset: int, units: bytes, phys_end: int) -> None:

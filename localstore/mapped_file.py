@@ -17,7 +17,11 @@ stall on the first store into a new consume queue, and again every few MiB of a 
 A segment this process creates is written before it is read, so its mapping is advised
 ``MADV_RANDOM`` (one page per fault) while it is the one being written; ``writing_done`` restores
 normal read-ahead once the writer has moved on, for readers that come back to it after its pages
-left the page cache. Segments mapped at open (written earlier) keep normal read-ahead.
+left the page cache. Segments mapped later (written earlier) keep normal read-ahead, except those
+made with ``read_ahead=False`` (consume-queue files), which are advised ``MADV_RANDOM`` for life:
+they are read a unit, a binary search or a get's few hundred bytes at a time, and a fault with
+read-around over a sparse file zero-fills the whole window (about 0.2 ms for 6 MB), which made
+the open of a store with 5,000 queues take 50 s as the pool mapped their files again and again.
 
 No ``MAP_POPULATE``: on a shared mapping it maps a file's pages read-only, and over pages that
 are clean (a warmed segment's, synced by :func:`warm_file`) every first store into a page then
@@ -99,6 +103,7 @@ class MappedFile:
         "flushed_position",
         "held",
         "path",
+        "read_ahead",
         "reserve_chunk_bytes",
         "reserved",
         "size",
@@ -115,10 +120,11 @@ class MappedFile:
         *,
         warmed: bool = False,
         reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
+        read_ahead: bool = True,
     ):
         """Open (creating it if missing) and map the file. A file this call created is
         removed again if it cannot be sized or mapped."""
-        self._init_positions(path, start_offset, size, reserve_chunk_bytes)
+        self._init_positions(path, start_offset, size, reserve_chunk_bytes, read_ahead)
         self.reserved = size if warmed else 0  # bytes whose disk blocks are allocated
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -143,12 +149,13 @@ class MappedFile:
         _POOL.admit(self)
 
     def _init_positions(
-        self, path: Path, start_offset: int, size: int, reserve_chunk_bytes: int
+        self, path: Path, start_offset: int, size: int, reserve_chunk_bytes: int, read_ahead: bool
     ) -> None:
         self.path = path
         self.start_offset = start_offset
         self.size = size
         self.reserve_chunk_bytes = reserve_chunk_bytes
+        self.read_ahead = read_ahead
         self.wrote_position = 0
         self.flushed_position = 0
         self.reserved = 0
@@ -165,19 +172,20 @@ class MappedFile:
         size: int,
         *,
         reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
+        read_ahead: bool = True,
     ) -> MappedFile:
         """A segment already on disk (``size`` bytes, checked by the caller), left closed:
         no descriptor, no mapping until first touched. Positions are the caller's to set;
         ``reserved`` stays 0, so a write first reserves (a no-op over allocated blocks)."""
         segment: MappedFile = _ClosedSegment.__new__(_ClosedSegment)
-        segment._init_positions(path, start_offset, size, reserve_chunk_bytes)
+        segment._init_positions(path, start_offset, size, reserve_chunk_bytes, read_ahead)
         return segment
 
     def _map_with(self, fd: int) -> None:
         """Map the file open at ``fd`` (the mapping keeps its own duplicate of it)."""
         # Never MAP_POPULATE: see the module docstring.
         mapping = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
-        if self._random_access:
+        if self._random_access or not self.read_ahead:
             mapping.madvise(mmap.MADV_RANDOM)  # see the module docstring
         self._map = mapping
         self.view = memoryview(mapping)
@@ -224,17 +232,25 @@ class MappedFile:
         *,
         warm: bool = False,
         reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
+        read_ahead: bool = True,
     ) -> MappedFile:
-        """Create the zero-filled segment at ``start_offset`` (``warm``: write its pages first)."""
+        """Create the zero-filled segment at ``start_offset`` (``warm``: write its pages first;
+        ``read_ahead`` False: see :attr:`read_ahead`)."""
         path = directory / segment_name(start_offset)
         if warm:
             warm_file(path, size)
-            try:
-                return cls(path, start_offset, size, reserve_chunk_bytes=reserve_chunk_bytes)
-            except BaseException:
+        try:
+            return cls(
+                path,
+                start_offset,
+                size,
+                reserve_chunk_bytes=reserve_chunk_bytes,
+                read_ahead=read_ahead,
+            )
+        except BaseException:
+            if warm:
                 path.unlink(missing_ok=True)
-                raise
-        return cls(path, start_offset, size, reserve_chunk_bytes=reserve_chunk_bytes)
+            raise
 
     def keep_mapped(self) -> None:
         """Map now and stay mapped until :meth:`close`, outside the pool: retention calls it
@@ -246,7 +262,7 @@ class MappedFile:
         """The writer has moved to the next segment: page faults read ahead again, for readers
         that come to this segment once its pages have left the page cache."""
         random_access, self._random_access = self._random_access, False
-        if random_access and self._mapped:  # (mapped afresh later: normal read-ahead)
+        if random_access and self._mapped and self.read_ahead:  # (mapped afresh: normal)
             self._map.madvise(mmap.MADV_NORMAL)
 
     @property

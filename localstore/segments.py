@@ -42,6 +42,7 @@ class SegmentQueue:
         factory: SegmentFactory | None = None,
         keep_last_mapped: bool = False,
         reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
+        read_ahead: bool = True,
     ):
         self.directory = directory
         self.segment_size = segment_size
@@ -49,6 +50,7 @@ class SegmentQueue:
         self._factory = factory
         self._keep_last_mapped = keep_last_mapped
         self._reserve_chunk_bytes = reserve_chunk_bytes
+        self._read_ahead = read_ahead
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -76,7 +78,11 @@ class SegmentQueue:
                     f"{path} should start at {self.segments[-1].end_offset}: a segment is missing"
                 )
             segment = MappedFile.existing(
-                path, start, self.segment_size, reserve_chunk_bytes=self._reserve_chunk_bytes
+                path,
+                start,
+                self.segment_size,
+                reserve_chunk_bytes=self._reserve_chunk_bytes,
+                read_ahead=self._read_ahead,
             )
             segment.wrote_position = segment.flushed_position = self.segment_size
             self.segments.append(segment)
@@ -130,6 +136,7 @@ class SegmentQueue:
                 start,
                 self.segment_size,
                 reserve_chunk_bytes=self._reserve_chunk_bytes,
+                read_ahead=self._read_ahead,
             )
         if self.segments:
             previous = self.segments[-1]
