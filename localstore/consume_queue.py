@@ -102,6 +102,8 @@ class ConsumeQueue:
         open files (:class:`~localstore.mapped_file.OpenSegments`) does meanwhile: in the
         common case (the units fit the last file's reserved blocks) by holding a reference to
         its mapping, which the pool's closing never unmaps; otherwise by :meth:`_hold`."""
+        if count == 0:  # (a prepared transaction's record has no unit)
+            return
         end = (queue_offset + count) * UNIT_SIZE
         files = self.segments.segments
         if files:
@@ -109,6 +111,7 @@ class ConsumeQueue:
             if last.start_offset + last.reserved >= end:
                 self._tail_view = last.view  # maps it now if the pool had closed it
                 return
+        self._tail_view = None
         size = self.segments.segment_size
         position = queue_offset * UNIT_SIZE
         while position < end:

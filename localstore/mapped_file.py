@@ -216,12 +216,12 @@ class MappedFile:
         """Close for the pool: drop the mapping and the descriptor (see the module docstring:
         whoever holds one of them keeps it until it lets go) and become a
         :class:`_ClosedSegment`. The pool's lock is held."""
-        if self._mapped:
+        self.__class__ = _ClosedSegment  # first: a reader that then finds a slot empty maps
+        if self._mapped:  # it again through __getattr__, which waits for the pool's lock
             self._mapped = False
             del self.view
             del self._map
             del self._fd
-        self.__class__ = _ClosedSegment
 
     @classmethod
     def create(
@@ -506,10 +506,10 @@ class OpenSegments:
     def open(self, segment: MappedFile, name: str) -> Any:
         """Map ``segment`` (open its ``_fd`` when ``name`` is that) and enter it in the pool."""
         with self.lock:
-            was_mapped = segment._mapped
+            if segment._mapped:  # another thread mapped it while this one waited
+                return getattr(segment, name)
             value = segment._open_now(name)
-            if not was_mapped:
-                self.admit(segment)
+            self.admit(segment)
             return value
 
     def admit(self, segment: MappedFile) -> None:

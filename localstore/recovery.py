@@ -307,8 +307,9 @@ def _unit_sound(
     phys, size = queue.unit_head(last)
     if phys < commitlog.min_offset:
         return True  # its record was deleted by retention: nothing left to check against
-    if damaged and damaged.containing(phys) is not None:
-        return True  # as recovery left it: another open must not rebuild it again
+    damage = damaged.containing(phys) if damaged else None
+    if damage is not None:  # a placeholder, as recovery left it, is sound: nothing else is
+        return damage.phys_offset < phys and phys + size == damage.end
     located = commitlog.segment_view(phys)
     if located is None:
         return False

@@ -13,12 +13,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from localstore import MessageStore, PutStatus
+from localstore.codec import SYSFLAG_TRANSACTION_PREPARED
 from localstore.errors import SegmentUnavailableError, StoreError
 from localstore.mapped_file import MappedFile, open_segments
 from localstore.segments import SegmentQueue
@@ -332,3 +334,64 @@ def test_a_file_a_put_holds_is_not_closed_by_the_pool(tmp_path: Path, pool_limit
     assert not _mapped(held)
     for segment in [held, *others]:
         segment.close()
+
+
+def test_a_reader_racing_the_pool_never_finds_a_segment_half_closed(
+    tmp_path: Path, pool_limit: int
+) -> None:
+    """One thread reads every segment's view while another maps them all in turn, so the pool
+    closes one on every touch: the reader always gets bytes, never an AttributeError."""
+    segments = [MappedFile.create(tmp_path, i * SIZE, SIZE) for i in range(2 * pool_limit)]
+    for segment in segments:
+        segment.append(b"\x07")
+        segment.wrote_position = segment.size  # full: the pool closes these first
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for segment in segments:
+                try:
+                    assert segment.view[0] == 7
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as possible
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(2_000):
+            for segment in segments:
+                segment.view  # noqa: B018 (maps it, closing another)
+            if failures:
+                break
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(saved)
+    assert failures == []
+    for segment in segments:
+        segment.close()
+
+
+def test_prepared_transactions_hold_no_queue_file_open(
+    open_store: StoreFactory, pool_limit: int
+) -> None:
+    """A prepared transaction's record has no unit: its put keeps no consume-queue mapping
+    (and its descriptor) past the pool's bound."""
+    store = open_store()
+    topics = [f"T{number}" for number in range(10 * pool_limit)]
+    for topic in topics:
+        assert store.put(message(topic)).ok
+    mapped_before = _queue_mappings()
+    for topic in topics:
+        prepared = message(topic, b"half", sys_flag=SYSFLAG_TRANSACTION_PREPARED)
+        assert store.put(prepared).ok
+    assert _queue_mappings() <= max(mapped_before, pool_limit)
+
+
+def _queue_mappings() -> int:
+    with open("/proc/self/maps") as maps:
+        return len({line.split()[-1] for line in maps if "/consumequeue/" in line})
