@@ -332,25 +332,35 @@ def _unsound_queues(
 ) -> list[str]:
     """Consume queues that disagree with the log once it ends at ``end``: damaged or missing
     files, to be rebuilt from the commitlog (module docstring). Found without changing
-    anything (a unit past ``end`` is about to be cut, not a sign of damage)."""
-    unsound = []
+    anything (a unit past ``end`` is about to be cut, not a sign of damage). Queues whose tail
+    may have lost files are checked against one walk of the log, not one walk each."""
+    problems: dict[str, str] = {}
+    suspects: list[ConsumeQueue] = []
     for queue in queues.queues.values():
         why = _queue_problem(commitlog, queue, end, damaged)
         if why is not None:
-            log.warning(
-                "consume queue %s disagrees with the commitlog (%s): rebuilding it from the "
-                "commitlog",
-                _queue_name(queue),
-                why,
-            )
-            unsound.append(_queue_name(queue))
-    return unsound
+            problems[_queue_name(queue)] = why
+        elif queue.last_unit_within(end) == queue.max_offset - 1 and _tail_may_be_lost(
+            commitlog, queue
+        ):
+            suspects.append(queue)
+    for queue, later in _later_records(commitlog, suspects, end):
+        problems[_queue_name(queue)] = (
+            f"the commitlog holds its queue offset {later} past its end {queue.max_offset}"
+        )
+    for name, why in problems.items():
+        log.warning(
+            "consume queue %s disagrees with the commitlog (%s): rebuilding it from the commitlog",
+            name,
+            why,
+        )
+    return list(problems)
 
 
 def _queue_problem(
     commitlog: CommitLog, queue: ConsumeQueue, end: int, damaged: DamagedRanges
 ) -> str | None:
-    """Why ``queue`` must be rebuilt, or None."""
+    """Why ``queue`` must be rebuilt, or None (its tail is checked apart: see above)."""
     last = queue.last_unit_within(end)
     if last is None:
         return None
@@ -365,10 +375,6 @@ def _queue_problem(
         and queue.min_logic_offset == (queue.segments.segments[0].start_offset)
     ):
         return f"it starts at queue offset {first} without filler, but the log starts at 0"
-    if last == queue.max_offset - 1 and _tail_may_be_lost(commitlog, queue):
-        later = _later_record_of(commitlog, queue, end)
-        if later is not None:
-            return f"the commitlog holds its queue offset {later} past its end {queue.max_offset}"
     return None
 
 
@@ -387,15 +393,24 @@ def _tail_may_be_lost(commitlog: CommitLog, queue: ConsumeQueue) -> bool:
     return any(n.isdigit() and int(n) > base for n in names)
 
 
-def _later_record_of(commitlog: CommitLog, queue: ConsumeQueue, end: int) -> int | None:
-    """The queue offset of a record of ``queue`` past its last unit, between its last record
-    and ``end``, or None."""
-    key = (queue.topic, queue.queue_id)
-    start = max(queue.max_phys_offset, commitlog.min_offset)
+def _later_records(
+    commitlog: CommitLog, suspects: list[ConsumeQueue], end: int
+) -> list[tuple[ConsumeQueue, int]]:
+    """The suspects of which the log holds a record past their last unit, with that record's
+    queue offset: one walk from the earliest suspect's last record to ``end``."""
+    if not suspects:
+        return []
+    waiting = {(q.topic, q.queue_id): q for q in suspects}
+    found: list[tuple[ConsumeQueue, int]] = []
+    start = max(min(q.max_phys_offset for q in suspects), commitlog.min_offset)
     for message in iter_records(commitlog.segment_view, start, end, body=False):
-        if (message.topic, message.queue_id) == key and message.queue_offset >= queue.max_offset:
-            return message.queue_offset
-    return None
+        queue = waiting.get((message.topic, message.queue_id))
+        if queue is not None and message.queue_offset >= queue.max_offset:
+            found.append((queue, message.queue_offset))
+            del waiting[(message.topic, message.queue_id)]
+            if not waiting:
+                break
+    return found
 
 
 def _queue_name(queue: ConsumeQueue) -> str:
