@@ -26,6 +26,7 @@ from localstore.mapped_file import MappedFile, open_segments
 from localstore.segments import SegmentQueue
 from localstore.verify import verify_store
 
+from ..disks import fill, small_tmpfs
 from .conftest import StoreFactory, message
 from .faults import OsFaults
 
@@ -173,23 +174,14 @@ def test_a_failed_creation_leaves_no_file_and_no_descriptor(
 
 
 def test_a_failed_creation_on_a_full_disk_leaves_no_file(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
-    try:
-        filler = disk / "filler"
-        with pytest.raises(OSError):  # fill the disk
-            filler.write_bytes(bytes(2 << 20))
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        fill(disk / "filler")
         before = _open_fds()
         with pytest.raises(OSError) as caught:
             MappedFile.create(disk, 0, 256 * 1024, warm=True)
         assert caught.value.errno == errno.ENOSPC
         assert sorted(os.listdir(disk)) == ["filler"]
         assert _open_fds() == before
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 # -- a real low RLIMIT_NOFILE -------------------------------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from localstore.errors import StoreError
 from localstore.mapped_file import MappedFile
 from localstore.verify import verify_store
 
+from ..disks import fill, small_tmpfs
 from .conftest import StoreFactory, message
 from .faults import ERRNOS, OsFaults
 
@@ -203,27 +203,8 @@ def test_a_key_index_that_cannot_grow_stops_and_the_put_stands(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs: a real disk that fills up (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def fill(path: Path) -> None:
-    """Write ``path`` until the disk is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\1" * 4096)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
+    with small_tmpfs(tmp_path / "disk", "2m") as disk:
+        yield disk
 
 
 @pytest.mark.parametrize("flush_mode", ["async", "sync"])

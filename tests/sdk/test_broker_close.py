@@ -8,9 +8,7 @@ import contextlib
 import errno
 import gc
 import os
-import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from sdk import (
     PullConsumer,
     QuiverError,
 )
+from tests.disks import fill, small_tmpfs
 
 # every thread a broker and its store run (the store's index runs in process by default)
 BROKER_THREADS = {
@@ -90,27 +89,10 @@ def test_an_offsets_file_that_cannot_be_written_stops_nothing_else(
     assert_closed_and_released(broker, caught.value, root)
 
 
-@contextlib.contextmanager
-def full_tmpfs(directory: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs at ``directory``; yields a file that fills it once written."""
-    directory.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(directory)], check=True)
-    try:
-        yield directory / "filler"
-    finally:
-        subprocess.run(["umount", "-l", str(directory)], check=True)
-
-
-def fill(path: Path) -> None:
-    with path.open("wb", buffering=0) as file, contextlib.suppress(OSError):
-        while True:  # unbuffered: nothing is left to write at close
-            file.write(bytes(64 * 1024))
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_a_full_disk_at_close_stops_nothing_else(tmp_path: Path) -> None:
-    with full_tmpfs(tmp_path / "disk") as filler:
-        root = filler.parent / "broker"
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
+        filler = disk / "filler"
+        root = disk / "broker"
         broker = used_broker(root)
         fill(filler)  # the disk is full now: the config files cannot be written
         with pytest.raises(CloseError) as caught:
