@@ -4,7 +4,10 @@ The put path builds units and index entries for the records it writes; recovery 
 with a :class:`Dispatcher`, the records that the queues or the index lack. Dispatch is
 idempotent: a record whose end is not past its queue's ``max_phys_offset``, or whose queue
 offset the queue already holds, gets no second unit, and the index skips what it already
-indexed. PREPARED and ROLLBACK transaction records get no unit (ROLLBACK ones no index entry
+indexed. After a clean close every record up to the queues' furthest unit has its unit
+(``units_known_to``): those are walked for the index alone, so a record whose header was damaged
+since (:mod:`localstore.recovery`) cannot make a queue of the topic or queue id it now names.
+PREPARED and ROLLBACK transaction records get no unit (ROLLBACK ones no index entry
 either).
 
 Damaged records (:mod:`localstore.damaged`): a record whose header was destroyed cannot be
@@ -56,6 +59,8 @@ class Dispatcher:
         index: IndexService | None,
         delay_levels: tuple[int, ...],
         damaged: DamagedRanges | None = None,
+        *,
+        units_known_to: int = 0,
     ):
         self._queues = queues
         self._damaged = damaged
@@ -64,12 +69,16 @@ class Dispatcher:
         self._pending: dict[tuple[str, int], _PendingUnits] = {}
         self._index_run: list[StoredMessage] = []
         self._index_started = index is None
+        self._units_known_to = units_known_to
         self._since_flush = 0
         self.units_added = 0
 
     def add(self, message: StoredMessage) -> None:
         self._add_to_index(message)
-        if not message.sys_flag & SYSFLAG_TRANSACTION_PREPARED:
+        if (
+            not message.sys_flag & SYSFLAG_TRANSACTION_PREPARED
+            and message.phys_offset + message.store_size > self._units_known_to
+        ):
             self._add_unit(message)
         self._since_flush += 1
         if self._since_flush >= self.FLUSH_EVERY:

@@ -24,11 +24,12 @@ to re-check its tag string.
 ``raw=True`` answers with the stored records' bytes instead of decoded messages: adjacent
 records are copied as one slice, so a batch of one queue's consecutive records costs one copy.
 
-Damaged records: a unit whose record does not decode (or is not stored where the unit says)
-stops the get before it. The records before it are answered with ``GetResult.damaged`` naming
-it (a :class:`~localstore.errors.DamagedRecordError`: topic, queue id, queue offset, commitlog
-offset) and ``next_offset`` at it; a get that meets it before any record to answer raises that
-error. The store never steps over it itself: the reader decides (a consumer logs it, counts it
+Damaged records: a unit whose record does not decode (or is not stored where the unit says,
+or names another queue or queue offset in its header) stops the get before it. The records
+before it are answered with ``GetResult.damaged`` naming it (a
+:class:`~localstore.errors.DamagedRecordError`: topic, queue id, queue offset, commitlog offset)
+and ``next_offset`` at it; a get that meets it before any record to answer raises that error.
+The store never steps over it itself: the reader decides (a consumer logs it, counts it
 and goes on at ``queue_offset + 1``). An unfiltered raw get copies records without decoding
 them, so it sees no damage unless asked to ``check`` (or ``check_crc``): it then decodes every
 record it answers, as a decoded get does. ``check_crc`` (``StoreOptions.check_crc_on_read``)
@@ -52,7 +53,7 @@ from localstore.commitlog import CommitLog
 from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.errors import DamagedRecordError
 from localstore.results import FOUND, GetResult, GetStatus
-from localstore.run_decoder import MISPLACED, RunDecodeError, decode_run
+from localstore.run_decoder import MISPLACED, RunDecodeError, decode_run, misqueued
 from localstore.tags import TagFilter
 
 _NO_VIEW = memoryview(b"")  # before the first segment is located
@@ -247,6 +248,7 @@ class _Scan:
             return self._decode_all(units)
         codes = self.filter.codes
         tag_matches = self.filter.tag_matches
+        topic, queue_id, first = self.queue.topic, self.queue.queue_id, self.first
         commitlog = self.commitlog
         min_phys = commitlog.min_offset
         max_count, max_bytes = self.max_count, self.max_bytes
@@ -275,6 +277,12 @@ class _Scan:
                 return self._stop_at(examined - 1, phys, str(exc), count)
             if message.phys_offset != phys:
                 return self._stop_at(examined - 1, phys, MISPLACED, count)
+            if (
+                message.topic != topic
+                or message.queue_id != queue_id
+                or message.queue_offset != first + examined - 1
+            ):
+                return self._stop_at(examined - 1, phys, misqueued(message), count)
             if not tag_matches(message.properties.get(PROPERTY_TAGS)):
                 continue
             messages.append(message)
@@ -332,11 +340,12 @@ class _Scan:
     ) -> bool:
         """Decode a segment's run of records into :attr:`messages`; False when one is damaged
         (the records before it are kept, it is noted in :attr:`damaged`)."""
-        topic = self.queue.topic
+        queue = self.queue
+        run = (queue.topic, queue.queue_id, self.first + run_first)
         try:
-            self.messages += decode_run(view, positions, seg_start, topic)
+            self.messages += decode_run(view, positions, seg_start, *run)
         except RunDecodeError as exc:
-            self.messages += decode_run(view, positions[: exc.index], seg_start, topic)
+            self.messages += decode_run(view, positions[: exc.index], seg_start, *run)
             phys = seg_start + positions[exc.index]
             self.damaged = self._damaged(run_first + exc.index, phys, str(exc))
             return False

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import partial
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def recover(
     if rebuilt:
         redispatch_from = commitlog.min_offset
     redispatch_from = max(redispatch_from, commitlog.min_offset)
-    dispatcher = Dispatcher(queues, index, delay_levels, damaged)
+    units_known_to = 0 if abnormal or rebuilt else queues.dispatch_from()
+    dispatcher = Dispatcher(queues, index, delay_levels, damaged, units_known_to=units_known_to)
 
     def undecodable(start: int, stop: int) -> None:  # frame valid, fields not (properties)
         found.extend(_record_damage(commitlog, damaged, [(start, stop)]))
@@ -291,40 +293,80 @@ def _last_unit_sound(
     last = queue.max_offset - 1
     if last < queue.min_offset:
         return True
-    return _unit_sound(commitlog, queue, last, damaged, check_crc=check_crc)
+    verdict = _unit_verdict(commitlog, queue, last, damaged, check_crc=check_crc)
+    return verdict is _Verdict.SOUND or (
+        verdict is _Verdict.HEADER_DAMAGED
+        and _neighbour_vouches(commitlog, queue, last, last, damaged)
+    )
 
 
-def _unit_sound(
+class _Verdict(Enum):
+    """What a unit's record says about the unit (:func:`_unit_verdict`)."""
+
+    SOUND = "sound"
+    HEADER_DAMAGED = "header damaged"  # right place and size; another topic, queue or offset
+    UNSOUND = "unsound"
+
+
+def _unit_verdict(
     commitlog: CommitLog,
     queue: ConsumeQueue,
-    last: int,
+    offset: int,
     damaged: DamagedRanges,
     *,
     check_crc: bool,
-) -> bool:
-    """Unit ``last`` of ``queue`` points at a whole record of this queue (see above), or into
-    a damaged range recovery recorded (a placeholder: :mod:`localstore.damaged`)."""
-    phys, size = queue.unit_head(last)
+) -> _Verdict:
+    """Whether unit ``offset`` of ``queue`` points at a whole record of this queue (see above)
+    or into a damaged range recovery recorded (a placeholder: :mod:`localstore.damaged`). A
+    record stored where the unit says, of its size, that names another topic, queue id or queue
+    offset is HEADER_DAMAGED: no CRC covers the header, so only the queue's other units can say
+    which of the two is wrong (:func:`_neighbour_vouches`)."""
+    phys, size = queue.unit_head(offset)
     if phys < commitlog.min_offset:
-        return True  # its record was deleted by retention: nothing left to check against
+        return _Verdict.SOUND  # its record was deleted by retention: nothing to check against
     damage = damaged.containing(phys) if damaged else None
     if damage is not None:  # a placeholder, as recovery left it, is sound: nothing else is
-        return damage.phys_offset < phys and phys + size == damage.end
+        placeholder = damage.phys_offset < phys and phys + size == damage.end
+        return _Verdict.SOUND if placeholder else _Verdict.UNSOUND
     located = commitlog.segment_view(phys)
     if located is None:
-        return False
+        return _Verdict.UNSOUND
     try:
         message = decode_record(*located)
     except RecordError:
-        return False
-    return (
+        return _Verdict.UNSOUND
+    if not (
         message.phys_offset == phys
         and message.store_size == size
         and (not check_crc or body_crc(message.body) == message.body_crc)
-        and message.topic == queue.topic
-        and message.queue_id == queue.queue_id
-        and message.queue_offset == last
-    )
+    ):
+        return _Verdict.UNSOUND
+    if (message.topic, message.queue_id, message.queue_offset) != (
+        queue.topic,
+        queue.queue_id,
+        offset,
+    ):
+        return _Verdict.HEADER_DAMAGED
+    return _Verdict.SOUND
+
+
+def _neighbour_vouches(
+    commitlog: CommitLog, queue: ConsumeQueue, offset: int, last: int, damaged: DamagedRanges
+) -> bool:
+    """Whether a neighbour of unit ``offset`` (the one before it, else the one after, up to
+    ``last``) is sound and lies on the right side of it in the log. Units are written in log
+    order, so a unit damaged to point at another record of its queue breaks that order with
+    one of its neighbours; a unit whose neighbours agree with it is right, and its record's
+    disagreeing header is what was damaged."""
+    phys = queue.unit_head(offset)[0]
+    for neighbour in (offset - 1, offset + 1):
+        if not queue.min_offset <= neighbour <= last:
+            continue
+        other = queue.unit_head(neighbour)[0]
+        in_order = other < phys if neighbour < offset else other > phys
+        verdict = _unit_verdict(commitlog, queue, neighbour, damaged, check_crc=False)
+        return in_order and verdict is _Verdict.SOUND
+    return False
 
 
 def _unsound_queues(
@@ -364,11 +406,23 @@ def _queue_problem(
     last = queue.last_unit_within(end)
     if last is None:
         return None
-    if not _unit_sound(commitlog, queue, last, damaged, check_crc=False):
-        return f"its last unit, queue offset {last}, does not point at its record"
     first = queue.min_offset
-    if not _unit_sound(commitlog, queue, first, damaged, check_crc=False):
-        return f"its first unit, queue offset {first}, does not point at its record"
+    for which, offset in (("last", last), ("first", first)):
+        verdict = _unit_verdict(commitlog, queue, offset, damaged, check_crc=False)
+        if verdict is _Verdict.HEADER_DAMAGED and _neighbour_vouches(
+            commitlog, queue, offset, last, damaged
+        ):
+            phys = queue.unit_head(offset)[0]
+            log.error(
+                "the commitlog record at %d (consume queue %s offset %d) names another topic, "
+                "queue or queue offset in its header: its header is damaged; reads report it "
+                "as a damaged record and verify lists it",
+                phys,
+                _queue_name(queue),
+                offset,
+            )
+        elif verdict is not _Verdict.SOUND:
+            return f"its {which} unit, queue offset {offset}, does not point at its record"
     if (
         first > 0
         and commitlog.min_offset == 0

@@ -12,7 +12,9 @@ expected topic's, TOTALSIZE equal to the sum of its parts, the record inside the
 properties valid UTF-8. Anything else (another shape, or damage) goes through
 :func:`localstore.codec.decode_record`, which decodes every shape and names what is wrong; so
 both routes give the same :class:`~localstore.codec.StoredMessage`, field for field, or the
-same error. Either way a record must say it is stored where it was read (PHYSICALOFFSET).
+same error. Either way a record must say it is stored where it was read (PHYSICALOFFSET), and
+of the topic and queue and at the queue offset its unit gives (TOPIC, QUEUEID, QUEUEOFFSET: no
+CRC covers the header, so a damaged one is caught here or not at all).
 
 The messages are built without ``StoredMessage.__init__``: in Python 3.11 a class's
 ``__init__`` runs in a fresh interpreter frame, which costs about as much as the 17 slot stores
@@ -44,6 +46,15 @@ _MAX_LAYOUT_BODY = 1 << 16  # larger bodies: one unpack saves nothing next to th
 _LAYOUTS_PER_TOPIC = 256  # body lengths remembered per topic; others take the general decode
 _TOPICS_LIMIT = 4096
 MISPLACED = "the record there says it is elsewhere"
+
+
+def misqueued(message: StoredMessage) -> str:
+    """Why a record whose header names another topic, queue or queue offset than its unit's is
+    damaged."""
+    return (
+        f"the record there says it is {message.topic}/{message.queue_id} "
+        f"queue offset {message.queue_offset}"
+    )
 
 
 class RunDecodeError(RecordError):
@@ -89,15 +100,24 @@ def _layouts_for(topic: str) -> _TopicLayouts | None:
 
 
 def decode_run(
-    buf: memoryview, positions: Sequence[int], base: int, topic: str
+    buf: memoryview,
+    positions: Sequence[int],
+    base: int,
+    topic: str,
+    queue_id: int,
+    first_offset: int,
 ) -> list[StoredMessage]:
     """The records at ``positions`` of ``buf`` (whose index 0 is commitlog offset ``base``),
-    expected to be ``topic``'s. Raises :class:`RunDecodeError` (with the index in
+    expected to be ``topic``'s, of queue ``queue_id`` at queue offsets ``first_offset``,
+    ``first_offset + 1``, ... Raises :class:`RunDecodeError` (with the index in
     ``positions``) for bytes that are not a record, or a record that says it is stored
     elsewhere."""
     layouts = _layouts_for(topic)
     if layouts is None:
-        return [_decode_one(buf, pos, base, index) for index, pos in enumerate(positions)]
+        return [
+            _decode_one(buf, pos, base, index, (topic, queue_id, first_offset + index))
+            for index, pos in enumerate(positions)
+        ]
     known = layouts.by_body_length
     expected_field = layouts.field
     fixed_size = layouts.fixed_size
@@ -119,7 +139,7 @@ def decode_run(
                 total,
                 magic,
                 crc,
-                queue_id,
+                stored_queue_id,
                 flag,
                 queue_offset,
                 phys,
@@ -151,13 +171,14 @@ def decode_run(
                 except UnicodeDecodeError:
                     fields = None
         if fields is None:
-            append(_decode_one(buf, pos, base, index))
+            where = (topic, queue_id, first_offset + index)
+            append(_decode_one(buf, pos, base, index, where))
             continue
         if phys != base + pos:
             raise RunDecodeError(index, MISPLACED)
         message = new(StoredMessage)
         message.topic = topic
-        message.queue_id = queue_id
+        message.queue_id = stored_queue_id
         message.queue_offset = queue_offset
         message.phys_offset = phys
         message.store_size = total
@@ -173,16 +194,23 @@ def decode_run(
         message.body = body
         message._properties = props
         message.store_host_raw = store_host
+        if stored_queue_id != queue_id or queue_offset != first_offset + index:
+            raise RunDecodeError(index, misqueued(message))
         append(message)
     return messages
 
 
-def _decode_one(buf: memoryview, pos: int, base: int, index: int) -> StoredMessage:
-    """Record ``index`` of a run by :func:`~localstore.codec.decode_record` (any shape)."""
+def _decode_one(
+    buf: memoryview, pos: int, base: int, index: int, where: tuple[str, int, int]
+) -> StoredMessage:
+    """Record ``index`` of a run by :func:`~localstore.codec.decode_record` (any shape),
+    expected at ``where``: topic, queue id, queue offset."""
     try:
         message = decode_record(buf, pos)
     except RecordError as exc:
         raise RunDecodeError(index, str(exc)) from exc
     if message.phys_offset != base + pos:
         raise RunDecodeError(index, MISPLACED)
+    if (message.topic, message.queue_id, message.queue_offset) != where:
+        raise RunDecodeError(index, misqueued(message))
     return message
