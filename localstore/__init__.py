@@ -12,7 +12,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from localstore.codec import NewMessage, StoredMessage, pack_host, unpack_host
     from localstore.errors import (
         CorruptStoreError,
         DamagedRecordError,
@@ -23,14 +22,19 @@ if TYPE_CHECKING:
         StoreLockedError,
     )
     from localstore.geometry import StoreGeometry
-    from localstore.message_id import UniqKeyGenerator, make_offset_msg_id, parse_offset_msg_id
     from localstore.options import StoreOptions
+    from localstore.record.codec import NewMessage, StoredMessage, pack_host, unpack_host
+    from localstore.record.message_id import (
+        UniqKeyGenerator,
+        make_offset_msg_id,
+        parse_offset_msg_id,
+    )
+    from localstore.record.tags import TagFilter
+    from localstore.record.uniform_batch import UniformBatch
     from localstore.results import GetResult, GetStatus, PutResult, PutStatus
     from localstore.store import MessageStore
-    from localstore.tags import TagFilter
-    from localstore.uniform_batch import UniformBatch
 
-# Names are imported on first use (PEP 562): ``import localstore.record_walk`` in a recovery
+# Names are imported on first use (PEP 562): ``import localstore.record.walk`` in a recovery
 # worker, or the command line's start, does not pay for loading the whole store. The type
 # checkers read the imports above and ``__all__``; tests/localstore/test_package.py keeps this
 # table, ``__all__`` and the modules in step.
@@ -42,7 +46,7 @@ _EXPORTS = {
     "GetResult": "localstore.results",
     "GetStatus": "localstore.results",
     "MessageStore": "localstore.store",
-    "NewMessage": "localstore.codec",
+    "NewMessage": "localstore.record.codec",
     "PutResult": "localstore.results",
     "PutStatus": "localstore.results",
     "StoreClosedError": "localstore.errors",
@@ -50,14 +54,14 @@ _EXPORTS = {
     "StoreGeometry": "localstore.geometry",
     "StoreLockedError": "localstore.errors",
     "StoreOptions": "localstore.options",
-    "StoredMessage": "localstore.codec",
-    "TagFilter": "localstore.tags",
-    "UniformBatch": "localstore.uniform_batch",
-    "UniqKeyGenerator": "localstore.message_id",
-    "make_offset_msg_id": "localstore.message_id",
-    "pack_host": "localstore.codec",
-    "parse_offset_msg_id": "localstore.message_id",
-    "unpack_host": "localstore.codec",
+    "StoredMessage": "localstore.record.codec",
+    "TagFilter": "localstore.record.tags",
+    "UniformBatch": "localstore.record.uniform_batch",
+    "UniqKeyGenerator": "localstore.record.message_id",
+    "make_offset_msg_id": "localstore.record.message_id",
+    "pack_host": "localstore.record.codec",
+    "parse_offset_msg_id": "localstore.record.message_id",
+    "unpack_host": "localstore.record.codec",
 }
 
 

@@ -28,7 +28,7 @@ Bounds (:class:`~localstore.errors.GeometryError` names the field, the value and
 
 A recorded ``store.json`` is written with a ``store.json.bak`` beside it; a damaged one (not
 JSON, another shape, a value out of the bounds above) falls back to the ``.bak`` like every
-config file (:mod:`localstore.json_shape`).
+config file (:mod:`localstore.files.json_shape`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from typing import Any, Literal
 
 import orjson
 
-from localstore.atomic_file import write_atomically
 from localstore.errors import GeometryError, GeometryMismatchError
-from localstore.json_shape import (
+from localstore.files.atomic_file import write_atomically
+from localstore.files.json_shape import (
     ShapeError,
     backup_path,
     decode_json_object,
@@ -51,7 +51,7 @@ from localstore.json_shape import (
     json_kind,
     read_with_backup,
 )
-from localstore.mapped_file import NAME_DIGITS
+from localstore.files.mapped_file import NAME_DIGITS
 
 FlushMode = Literal["async", "sync"]
 CQ_UNIT_SIZE = 20
@@ -64,7 +64,7 @@ MAX_FILE_SIZE = 2**31 - 1  # a Java int: the largest file RocketMQ maps, the 4-b
 MIN_COMMITLOG_FILE_SIZE = 4096
 # The smallest record around a body: 91 fixed bytes (IPv4 hosts) and a 1-byte topic.
 SMALLEST_RECORD_OVERHEAD = 92
-BLANK_RECORD_SIZE = 8  # the record that ends a segment (localstore.codec)
+BLANK_RECORD_SIZE = 8  # the record that ends a segment (localstore.record.codec)
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from localstore.record.tags import DEFAULT_DELAY_LEVELS
 from localstore.retention import RetentionPolicy
-from localstore.tags import DEFAULT_DELAY_LEVELS
 
 
 @dataclass(slots=True)
@@ -18,7 +18,7 @@ class StoreOptions:
     sync_flush_timeout_ms: int = 5000
     store_host: str = "127.0.0.1:10911"
     warm_segments: bool = False
-    # Build the key index in a child process, on another core (localstore.index_process):
+    # Build the key index in a child process, on another core (localstore.index.process):
     # puts skip the indexing work (about a third of a put); queries wait for it to catch up.
     index_process: bool = False
     delay_levels: str = DEFAULT_DELAY_LEVELS

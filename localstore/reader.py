@@ -18,8 +18,8 @@ whole queue. A unit whose record readers may not see yet (sync flush: not yet du
 treated as not written.
 
 Without a tag filter the units alone decide which records a get takes, so each segment's run of
-them is decoded in one call (:mod:`localstore.run_decoder`); with one, each candidate is decoded
-to re-check its tag string.
+them is decoded in one call (:mod:`localstore.record.run_decoder`); with one, each candidate is
+decoded to re-check its tag string.
 
 ``raw=True`` answers with the stored records' bytes instead of decoded messages: adjacent
 records are copied as one slice, so a batch of one queue's consecutive records costs one copy.
@@ -41,7 +41,10 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from localstore.codec import (
+from localstore.commitlog.log import CommitLog
+from localstore.errors import DamagedRecordError
+from localstore.queue.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from localstore.record.codec import (
     PROPERTY_TAGS,
     RecordError,
     StoredMessage,
@@ -49,12 +52,9 @@ from localstore.codec import (
     decode_record,
     read_properties,
 )
-from localstore.commitlog import CommitLog
-from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from localstore.errors import DamagedRecordError
+from localstore.record.run_decoder import MISPLACED, RunDecodeError, decode_run, misqueued
+from localstore.record.tags import TagFilter
 from localstore.results import FOUND, GetResult, GetStatus
-from localstore.run_decoder import MISPLACED, RunDecodeError, decode_run, misqueued
-from localstore.tags import TagFilter
 
 _NO_VIEW = memoryview(b"")  # before the first segment is located
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
@@ -297,7 +297,7 @@ class _Scan:
     def _decode_all(self, units: memoryview) -> int:
         """:meth:`decode` without a tag filter: every unit within the budgets is taken, so the
         units alone decide which records; each segment's run of them is then decoded in one
-        call (:func:`~localstore.run_decoder.decode_run`). Returns the units examined."""
+        call (:func:`~localstore.record.run_decoder.decode_run`). Returns the units examined."""
         commitlog = self.commitlog
         min_phys = commitlog.min_offset
         max_count, max_bytes = self.max_count, self.max_bytes

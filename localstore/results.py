@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage, format_offset_msg_id
 from localstore.errors import DamagedRecordError
+from localstore.record.codec import StoredMessage, format_offset_msg_id
 
 
 class PutStatus(enum.Enum):

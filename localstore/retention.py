@@ -57,10 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from localstore.commitlog import CommitLog
-from localstore.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from localstore.index_service import KeyIndex
-from localstore.segments import SegmentQueue
+from localstore.commitlog.log import CommitLog
+from localstore.files.segments import SegmentQueue
+from localstore.index.service import KeyIndex
+from localstore.queue.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 
 HOUR_MS = 3_600_000
 DEFAULT_CLOSE_GRACE_S = 10.0

@@ -30,9 +30,28 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from localstore.checkpoint import AbortMarker, Checkpoint
-from localstore.closing import CloseSteps
-from localstore.codec import (
+from localstore.commitlog.flush import (
+    DurableCallback,
+    DurableWait,
+    FlushRequests,
+    FlushService,
+    FlushWaiter,
+)
+from localstore.commitlog.log import CommitLog
+from localstore.commitlog.offset_index import CommitLogOffsetIndex
+from localstore.errors import StoreClosedError, StoreError
+from localstore.files.dir_lock import acquire_directory_lock
+from localstore.geometry import StoreGeometry, resolve_geometry
+from localstore.index.process import IndexProcess
+from localstore.index.service import IndexService, KeyIndex
+from localstore.options import StoreOptions
+from localstore.put.path import PutPath
+from localstore.queue.consume_queue import ConsumeQueue
+from localstore.queue.registry import QueueRegistry
+from localstore.queue.time_index import QueueTimeIndex, offset_for_timestamp
+from localstore.queue.topics import TopicTable
+from localstore.reader import caught_up, get_messages, read_filter, visible_max_offset
+from localstore.record.codec import (
     NewMessage,
     RecordError,
     StoredMessage,
@@ -40,29 +59,11 @@ from localstore.codec import (
     pack_host,
     read_store_timestamp,
 )
-from localstore.commitlog import CommitLog
-from localstore.consume_queue import ConsumeQueue
-from localstore.damaged import DamagedRanges
-from localstore.dir_lock import acquire_directory_lock
-from localstore.errors import StoreClosedError, StoreError
-from localstore.flush import (
-    DurableCallback,
-    DurableWait,
-    FlushRequests,
-    FlushService,
-    FlushWaiter,
-)
-from localstore.geometry import StoreGeometry, resolve_geometry
-from localstore.index_process import IndexProcess
-from localstore.index_service import IndexService, KeyIndex
-from localstore.message_id import parse_offset_msg_id
-from localstore.offset_index import CommitLogOffsetIndex
-from localstore.options import StoreOptions
-from localstore.periodic import PeriodicTask
-from localstore.put_path import PutPath
-from localstore.queue_registry import QueueRegistry
-from localstore.reader import caught_up, get_messages, read_filter, visible_max_offset
-from localstore.recovery import RecoveryReport, recover
+from localstore.record.message_id import parse_offset_msg_id
+from localstore.record.tags import TagFilter, parse_delay_levels
+from localstore.recovery.checkpoint import AbortMarker, Checkpoint
+from localstore.recovery.damaged import DamagedRanges
+from localstore.recovery.recover import RecoveryReport, recover
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import (
     CleanReport,
@@ -70,9 +71,8 @@ from localstore.retention import (
     clean,
     correct_min_offset,
 )
-from localstore.tags import TagFilter, parse_delay_levels
-from localstore.time_index import QueueTimeIndex, offset_for_timestamp
-from localstore.topics import TopicTable
+from localstore.runtime.closing import CloseSteps
+from localstore.runtime.periodic import PeriodicTask
 
 DEFAULT_MAX_BYTES = 256 * 1024
 
@@ -207,8 +207,8 @@ class MessageStore:
         """Flush everything, remove the abort marker, release the directory. Idempotent.
 
         Total: every closing step runs whatever an earlier one raised (see
-        :mod:`localstore.closing`); the flush and clean threads stop, every file is closed and
-        the directory lock released, and only then is the first failure raised, as a
+        :mod:`localstore.runtime.closing`); the flush and clean threads stop, every file is closed
+        and the directory lock released, and only then is the first failure raised, as a
         :class:`StoreError` (each one is logged at ERROR): the commitlog's final flush,
         :class:`~localstore.errors.IndexProcessError` when the index process had failed, or
         any other step's error wrapped (``__cause__`` keeps it). After any failure the abort
@@ -360,7 +360,7 @@ class MessageStore:
         :class:`DurableWait` tells when the batch is on disk; with ``on_durable``, that is
         called on the flush thread instead, with None once durable or why not. With
         ``flushed_by`` as well, the request for a flush goes there instead of to the flush
-        thread (an event loop's :class:`~localstore.sync_process.ProcessSync`)."""
+        thread (an event loop's :class:`~localstore.commitlog.sync_process.ProcessSync`)."""
         results, waiter = self._puts.append_batches(
             ((messages, system),), on_durable, flushed_by, isolate_errors=False
         )
@@ -377,7 +377,7 @@ class MessageStore:
         and each stored all or none, in order, under one hold of the put lock. One result per
         batch; under sync flush one waiter covers every stored batch (None when none was
         stored). An event loop appends a turn's puts to several queues so (see
-        :mod:`localstore.writer`): per-call work is paid once per turn, not once per queue.
+        :mod:`localstore.put.writer`): per-call work is paid once per turn, not once per queue.
 
         A batch whose append raised (a topic or queue file that could not be created, a key
         index process that died) is answered UNKNOWN_ERROR naming the exception, and logged;

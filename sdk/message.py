@@ -23,8 +23,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localstore.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
-from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
+from localstore.record.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
 
 ReceivedMessage = StoredMessage
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast, overload
 
-from localstore.codec import (
+from localstore.record.codec import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -36,10 +36,10 @@ from localstore.codec import (
     format_offset_msg_id,
     holds_property_separator,
 )
-from localstore.javahash import java_hash
-from localstore.message_id import UniqKeyGenerator
-from localstore.uniform_batch import UniformBatch
-from localstore.validation import topic_error
+from localstore.record.javahash import java_hash
+from localstore.record.message_id import UniqKeyGenerator
+from localstore.record.uniform_batch import UniformBatch
+from localstore.record.validation import topic_error
 from sdk.errors import InvalidMessageError, SendRejectedError
 from sdk.message import PROPERTY_DELIVER_AT, RESERVED_PROPERTIES, Message
 from sdk.transport.models import SendResult

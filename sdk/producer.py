@@ -33,7 +33,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from localstore.codec import NewMessage
+from localstore.record.codec import NewMessage
 from sdk.errors import ClientClosedError, InvalidMessageError
 from sdk.message import Message
 from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts

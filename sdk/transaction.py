@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Self
 
-from localstore.codec import (
+from localstore.record.codec import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
@@ -50,7 +50,7 @@ from localstore.codec import (
     NewMessage,
     StoredMessage,
 )
-from localstore.message_id import parse_offset_msg_id
+from localstore.record.message_id import parse_offset_msg_id
 from sdk.consumer.membership import check_group, new_client_id
 from sdk.errors import InvalidMessageError, QuiverError
 from sdk.message import Message, ReceivedMessage

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from localstore import CorruptStoreError, MessageStore, NewMessage
 from localstore.geometry import load_geometry, new_geometry
-from localstore.topics import TopicTable
+from localstore.queue.topics import TopicTable
 from offsetstore import MessageQueue, OffsetFileError
 from sdk import EmbeddedBroker
 from sdk.broker.group_report import read_snapshot, snapshot_document, write_snapshot

@@ -68,14 +68,14 @@ from localstore import (
     StoreClosedError,
     StoredMessage,
 )
-from localstore.codec import (
+from localstore.record.codec import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     SYSFLAG_BORNHOST_V6,
     pack_host,
 )
-from localstore.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, parse_delay_levels
+from localstore.record.tags import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, parse_delay_levels
 from offsetstore.atomic_file import read_with_backup, write_atomically
 from offsetstore.fastjson import dumps, loads
 from offsetstore.json_shape import (

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localstore import MessageStore, NewMessage, PutResult, StoreOptions, UniformBatch
-from localstore.closing import CloseSteps
-from localstore.codec import (
+from localstore.errors import DamagedRecordError
+from localstore.record.codec import (
     PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
@@ -52,10 +52,10 @@ from localstore.codec import (
     RecordError,
     StoredMessage,
 )
-from localstore.errors import DamagedRecordError
-from localstore.periodic import PeriodicTask
+from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
-from localstore.validation import DLQ_PREFIX, RETRY_PREFIX
+from localstore.runtime.closing import CloseSteps
+from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.group_report import GroupReport, build_report, snapshot_document, write_snapshot

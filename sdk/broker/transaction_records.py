@@ -9,7 +9,7 @@ import logging
 import time
 
 from localstore import NewMessage, StoredMessage
-from localstore.codec import (
+from localstore.record.codec import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,

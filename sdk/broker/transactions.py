@@ -76,7 +76,8 @@ from localstore import (
     StoredMessage,
     StoreError,
 )
-from localstore.codec import (
+from localstore.commitlog.flush import DurableWait
+from localstore.record.codec import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -85,7 +86,6 @@ from localstore.codec import (
     SYSFLAG_TRANSACTION_MASK,
     RecordError,
 )
-from localstore.flush import DurableWait
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.transaction_records import (
     CHECK_GROUP,

@@ -131,7 +131,7 @@ def _check_body_size(args: argparse.Namespace, limit: int) -> None:
 
 
 def _properties(args: argparse.Namespace) -> dict[str, str]:
-    from localstore.codec import holds_property_separator
+    from localstore.record.codec import holds_property_separator
 
     properties: dict[str, str] = {}
     for key in args.key:

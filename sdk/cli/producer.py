@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from sdk.cli.common import EXIT_FAILED, CliError, json_line
 
 if TYPE_CHECKING:
-    from localstore.codec import NewMessage
+    from localstore.record.codec import NewMessage
     from localstore.results import PutResult
     from localstore.store import MessageStore
 
@@ -26,7 +26,7 @@ class Producer:
         *,
         verbose: bool,
     ):
-        from localstore.message_id import UniqKeyGenerator
+        from localstore.record.message_id import UniqKeyGenerator
 
         self.store = store
         self.topic = topic
@@ -62,7 +62,7 @@ class Producer:
 
     def send(self, bodies: list[bytes], batch: int) -> None:
         """Put ``bodies`` (one put per queue per ``batch``); print each message's outcome."""
-        from localstore.codec import NewMessage
+        from localstore.record.codec import NewMessage
 
         groups: dict[int, list[tuple[int, NewMessage]]] = {}
         now = time.time_ns() // 1_000_000

@@ -21,9 +21,9 @@ from sdk.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from localstore.codec import StoredMessage
+    from localstore.record.codec import StoredMessage
+    from localstore.record.tags import TagFilter
     from localstore.store import MessageStore
-    from localstore.tags import TagFilter
 
 GET_BATCH = 32
 HUMAN_BODY_CHARS = 120
@@ -65,7 +65,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read and print the messages."""
-    from localstore.tags import TagFilter
+    from localstore.record.tags import TagFilter
 
     try:
         tag_filter = TagFilter.parse(args.tags)
@@ -96,7 +96,7 @@ def _read_queue(
     remaining: int,
 ) -> int:
     """Print messages of one queue; at most ``remaining`` (-1: all). Returns how many."""
-    from localstore.codec import RecordError
+    from localstore.record.codec import RecordError
     from localstore.results import GetStatus
 
     topic = args.topic

@@ -23,7 +23,7 @@ from sdk.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from localstore.recovery import RecoveryReport
+    from localstore.recovery.recover import RecoveryReport
     from localstore.store import MessageStore
 
 _GEOMETRY_OPTIONS = (  # (option, StoreGeometry field, argparse type, help)
@@ -297,7 +297,7 @@ def _recovery_cut(recovery: RecoveryReport) -> str | None:
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the store at DIR; exit status 1 when a problem is found. What recovery at open
     removed (the store is checked as recovery left it) is reported beside the checks."""
-    from localstore.verify import verify_store
+    from localstore.recovery.verify import verify_store
 
     with open_store(args.directory) as store:
         report = verify_store(store, max_problems=args.max_problems)

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from localstore.codec import StoredMessage
+from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
 from sdk.transport.models import QueuePullResult, decode_records_before_damage
 

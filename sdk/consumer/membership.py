@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from localstore.tags import TagFilter
-from localstore.validation import RETRY_PREFIX, TOPIC_PATTERN, topic_error
+from localstore.record.tags import TagFilter
+from localstore.record.validation import RETRY_PREFIX, TOPIC_PATTERN, topic_error
 from offsetstore import (
     NOT_FOUND,
     LocalFileOffsetStore,

@@ -63,7 +63,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 
-from localstore.validation import topic_error
+from localstore.record.validation import topic_error
 from offsetstore import MessageQueue
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
 from sdk.consumer.damaged import ConsumerStats

@@ -42,8 +42,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from localstore.codec import StoredMessage
-from localstore.tags import TagFilter
+from localstore.record.codec import StoredMessage
+from localstore.record.tags import TagFilter
 from offsetstore import MessageQueue
 from sdk.consumer.damaged import ConsumerStats, read_queue_answer
 from sdk.message import ReceivedMessage

@@ -38,8 +38,8 @@ from threading import current_thread
 from types import TracebackType
 from typing import Self
 
-from localstore.codec import StoredMessage
-from localstore.periodic import PeriodicTask
+from localstore.record.codec import StoredMessage
+from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from sdk.consumer.daemon_pool import DaemonThreadPool
 from sdk.consumer.damaged import ConsumerStats

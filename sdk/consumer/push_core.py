@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from localstore.codec import PROPERTY_RETRY_TOPIC, StoredMessage
-from localstore.tags import TagFilter
+from localstore.record.codec import PROPERTY_RETRY_TOPIC, StoredMessage
+from localstore.record.tags import TagFilter
 from offsetstore import MessageQueue, OffsetStore
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
 from sdk.consumer.damaged import ConsumerStats, read_queue_answer

@@ -235,7 +235,7 @@ def _run_lookup(args: argparse.Namespace) -> int:
 
 
 def _run_recovery(args: argparse.Namespace) -> int:
-    from localstore.codec import BLANK_RECORD_SIZE, record_overhead
+    from localstore.record.codec import BLANK_RECORD_SIZE, record_overhead
     from sdk.perf.recovery_bench import (
         PROPERTIES_BYTES,
         TOPIC,

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localstore import MessageStore, NewMessage, StoreOptions, UniqKeyGenerator
-from localstore.codec import record_overhead
-from localstore.log_scan import scan_valid_end
-from localstore.recovery import split_hints
+from localstore.record.codec import record_overhead
+from localstore.recovery.log_scan import scan_valid_end
+from localstore.recovery.recover import split_hints
 from sdk.perf.report import Figure, Progress
 
 TOPIC = "RecoveryTopic"

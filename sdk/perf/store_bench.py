@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localstore import MessageStore, NewMessage, StoreOptions, UniformBatch, UniqKeyGenerator
-from localstore.async_writer import AsyncStoreWriter
-from localstore.codec import encode_properties
+from localstore.put.async_writer import AsyncStoreWriter
+from localstore.record.codec import encode_properties
 from sdk.perf.affinity import pinned
 from sdk.perf.report import Figure, Progress
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from localstore.codec import NewMessage
+from localstore.record.codec import NewMessage
 from offsetstore import MessageQueue
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from localstore import StoreClosedError
-from localstore.codec import NewMessage
+from localstore.record.codec import NewMessage
 from offsetstore import MessageQueue
 from sdk.errors import BrokerUnavailableError
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localstore.codec import RecordError, StoredMessage, decode_record, format_offset_msg_id
+from localstore.record.codec import RecordError, StoredMessage, decode_record, format_offset_msg_id
 from offsetstore import MessageQueue
 
 __all__ = [

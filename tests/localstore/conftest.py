@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from localstore import MessageStore, NewMessage, StoreOptions
-from localstore.flush import DurableCallback, FlushWaiter
+from localstore.commitlog.flush import DurableCallback, FlushWaiter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROCKETMQ_DIR = FIXTURES / "rocketmq-4.9.8"
@@ -28,8 +28,8 @@ REFERENCE_DIR = FIXTURES / "reference-encoder"
 # a test that fixes the store time patches each.
 STORE_CLOCK_READERS = (
     "localstore.store.time",
-    "localstore.put_path.time",
-    "localstore.single_put.time",
+    "localstore.put.path.time",
+    "localstore.put.single.time",
 )
 
 # A geometry small enough that a few dozen messages roll commitlog and consume-queue files.

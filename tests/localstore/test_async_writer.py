@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore, NewMessage, PutResult, PutStatus
-from localstore.async_writer import AsyncStoreWriter
-from localstore.codec import SYSFLAG_TRANSACTION_PREPARED as PREPARED
+from localstore.put.async_writer import AsyncStoreWriter
+from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED as PREPARED
 
 from .conftest import RunOnLoop
 

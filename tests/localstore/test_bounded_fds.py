@@ -2,7 +2,7 @@
 
 A store with far more segment files than ``ulimit -n`` opens, takes puts, answers gets, verifies
 and cleans in a child process whose RLIMIT_NOFILE is set low; segments are mapped on first touch
-and closed by the process's pool (:class:`localstore.mapped_file.OpenSegments`); consume-queue
+and closed by the process's pool (:class:`localstore.files.mapped_file.OpenSegments`); consume-queue
 files are sparse until written; a segment whose creation fails leaves no file and no descriptor.
 """
 
@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore, PutStatus
-from localstore.codec import SYSFLAG_TRANSACTION_PREPARED
 from localstore.errors import SegmentUnavailableError, StoreError
-from localstore.mapped_file import MappedFile, open_segments
-from localstore.segments import SegmentQueue
-from localstore.verify import verify_store
+from localstore.files.mapped_file import MappedFile, open_segments
+from localstore.files.segments import SegmentQueue
+from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED
+from localstore.recovery.verify import verify_store
 
 from ..disks import fill, small_tmpfs
 from .conftest import StoreFactory, message
@@ -162,9 +162,9 @@ def test_a_failed_creation_leaves_no_file_and_no_descriptor(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     if call == "mmap":
-        monkeypatch.setattr("localstore.mapped_file.mmap.mmap", no_space)
+        monkeypatch.setattr("localstore.files.mapped_file.mmap.mmap", no_space)
     else:
-        monkeypatch.setattr("localstore.mapped_file.os.ftruncate", no_space)
+        monkeypatch.setattr("localstore.files.mapped_file.os.ftruncate", no_space)
     before = _open_fds()
     with pytest.raises(OSError) as caught:
         MappedFile.create(tmp_path, 0, SIZE)
@@ -212,7 +212,7 @@ _CHILD = textwrap.dedent(
     """
     import json, os, resource, sys
     from localstore import MessageStore, NewMessage
-    from localstore.verify import verify_store
+    from localstore.recovery.verify import verify_store
 
     root = sys.argv[1]
     with MessageStore(root) as store:

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localstore import codec
-from localstore.batch_encoder import RejectedMessageError, encode_batch
-from localstore.codec import (
+from localstore.queue.consume_queue import UNIT
+from localstore.record import codec
+from localstore.record.batch_encoder import RejectedMessageError, encode_batch
+from localstore.record.codec import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
@@ -27,8 +28,7 @@ from localstore.codec import (
     read_store_timestamp,
     unpack_host,
 )
-from localstore.consume_queue import UNIT
-from localstore.javahash import java_hash
+from localstore.record.javahash import java_hash
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 STORE_HOST = pack_host("127.0.0.1", 10911)

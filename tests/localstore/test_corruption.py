@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from localstore import CorruptStoreError, GetStatus, MessageStore, NewMessage, PutStatus
-from localstore.verify import verify_store
+from localstore.recovery.verify import verify_store
 
 TOPIC = "Damaged"
 GEOMETRY = {

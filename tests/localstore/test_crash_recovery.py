@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from localstore import GetStatus, MessageStore
-from localstore.verify import verify_store
+from localstore.recovery.verify import verify_store
 
 TOPIC = "CrashTopic"
 QUEUES = 4

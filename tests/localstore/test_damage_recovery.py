@@ -12,7 +12,7 @@ import pytest
 
 from localstore import GetStatus, MessageStore, NewMessage
 from localstore.errors import DamagedRecordError
-from localstore.verify import verify_store
+from localstore.recovery.verify import verify_store
 
 TOPIC = "Damage"
 QUEUES = 2

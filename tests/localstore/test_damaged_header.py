@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from localstore import DamagedRecordError, GetStatus, MessageStore, NewMessage
-from localstore.verify import verify_store
+from localstore.recovery.verify import verify_store
 
 TOPIC = "Header"
 QUEUES = 2

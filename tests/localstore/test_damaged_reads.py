@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from localstore import DamagedRecordError, MessageStore, NewMessage, StoreOptions
-from localstore.codec import RecordError, decode_record
+from localstore.record.codec import RecordError, decode_record
 
 TOPIC = "Damaged"
 QUEUES = 4
@@ -25,7 +25,7 @@ PER_QUEUE = 12
 BAD_QUEUE = 2
 BAD_OFFSET = 5  # the damaged record's queue offset in BAD_QUEUE
 SEGMENT_SIZE = 1 << 20
-BODY_AT = 88  # a v1 record with IPv4 hosts: its body starts here (localstore.codec)
+BODY_AT = 88  # a v1 record with IPv4 hosts: its body starts here (localstore.record.codec)
 
 
 def _fill(store: MessageStore) -> dict[int, list[int]]:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import localstore.commitlog as commitlog_module
+import localstore.commitlog.log as commitlog_module
 from localstore import MessageStore, PutResult, PutStatus, StoreError, StoreOptions
-from localstore.async_writer import AsyncStoreWriter
-from localstore.codec import RecordError
+from localstore.put.async_writer import AsyncStoreWriter
+from localstore.record.codec import RecordError
 
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from localstore import MessageStore, StoredMessage
-from localstore.javahash import java_hash
+from localstore.record.javahash import java_hash
 
 from .conftest import (
     REFERENCE_DIR,

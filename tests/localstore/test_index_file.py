@@ -335,7 +335,7 @@ def test_a_batch_of_keys_leaves_each_entry_and_slot_as_one_by_one(
     """``put_keys`` writes a batch's entries in runs of up to 128 per call: every entry of a
     batch of any size (a file's first entry with its own time diff included) and every slot
     must read back as RocketMQ's one-key-at-a-time putKey leaves them."""
-    from localstore.index_file import HEADER_SIZE, SLOT_SIZE, IndexFile
+    from localstore.index.index_file import HEADER_SIZE, SLOT_SIZE, IndexFile
 
     slots, entries = 7, 400
     index = IndexFile.create(

@@ -19,12 +19,12 @@ from typing import Any
 import filelock
 import pytest
 
-import localstore.index_process as index_process_module
+import localstore.index.process as index_process_module
 from localstore import MessageStore, NewMessage, StoreOptions
 from localstore.errors import IndexProcessError
-from localstore.index_process import IndexProcess
-from localstore.index_service import IndexService, index_writer_lock
-from localstore.index_worker import CommitLogReader, IndexFollower
+from localstore.index.process import IndexProcess
+from localstore.index.service import IndexService, index_writer_lock
+from localstore.index.worker import CommitLogReader, IndexFollower
 
 from .conftest import StoreFactory
 

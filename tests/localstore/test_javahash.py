@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localstore.javahash import index_key_hash, java_hash, java_hash_slow
+from localstore.record.javahash import index_key_hash, java_hash, java_hash_slow
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
@@ -100,8 +100,8 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
     short ASCII keys inline: every hash must equal RocketMQ's abs(String.hashCode) of topic#key,
     whatever the UNIQ_KEY's length, with or without one, for keys of any length; ROLLBACK
     records (SYSFLAG 0xC) get none."""
-    from localstore.codec import NewMessage
-    from localstore.index_service import IndexService, key_columns
+    from localstore.index.service import IndexService, key_columns
+    from localstore.record.codec import NewMessage
 
     topic = "orders"
     messages = []
@@ -133,7 +133,7 @@ def test_batch_index_hashes_match_java_for_shared_uniq_prefixes(
 
 
 def test_index_hashes_refuse_lists_of_different_lengths():
-    from localstore.index_service import IndexService
+    from localstore.index.service import IndexService
 
     service = IndexService.__new__(IndexService)
     service._prefix_hashes = {}
@@ -160,7 +160,7 @@ def test_a_uniq_key_run_hashes_as_its_keys(head, millis, first, keys, with_flags
     that may wrap) index exactly as the same keys given one by one: same hashes, same offsets,
     in the same order, whether the batch takes the comprehension path (one plain key a
     message) or the loop (several keys, none, non-ASCII, long, transaction records)."""
-    from localstore.index_service import CounterRun, IndexService
+    from localstore.index.service import CounterRun, IndexService
 
     run = CounterRun(head + millis, first, len(keys))
     flags = [12 if i % 3 == 1 else 0 for i in range(len(keys))] if with_flags else None
@@ -174,8 +174,8 @@ def test_a_uniq_key_run_hashes_as_its_keys(head, millis, first, keys, with_flags
 
 
 def test_next_many_is_a_run_of_its_ids() -> None:
-    from localstore.index_service import CounterRun, counter_run_of
-    from localstore.message_id import UniqKeyGenerator
+    from localstore.index.service import CounterRun, counter_run_of
+    from localstore.record.message_id import UniqKeyGenerator
 
     generator = UniqKeyGenerator()
     generator._counter = itertools.count(0x1FFFE)  # wraps inside the batch

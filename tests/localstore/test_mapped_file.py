@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from localstore import mapped_file as mapped_file_module
-from localstore.mapped_file import MappedFile
+from localstore.files import mapped_file as mapped_file_module
+from localstore.files.mapped_file import MappedFile
 
 SEGMENT = 16 * 4096
 

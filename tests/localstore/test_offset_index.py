@@ -1,5 +1,5 @@
-"""The sparse offset index (``localstore.offset_index``) as the store runs it: layout, the entry
-rule against a scan of the records, record boundaries, split points, retention, and repair of
+"""The sparse offset index (``localstore.commitlog.offset_index``) as the store runs it: layout, the
+entry rule against a scan of the records, record boundaries, split points, retention, and repair of
 damaged files when the store is opened again.
 
 The store owns the :class:`CommitLogOffsetIndex` (``store.offset_index``), so these tests use
@@ -24,15 +24,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, pack_host
-from localstore.batch_encoder import encode_batch
-from localstore.codec import BLANK_MAGIC, SYSFLAG_TRANSACTION_PREPARED, decode_record
-from localstore.commitlog import CommitLog
-from localstore.offset_index import (
+from localstore.commitlog.log import CommitLog
+from localstore.commitlog.offset_index import (
     DEFAULT_INTERVAL_BYTES,
     DIRECTORY_NAME,
     ENTRY_SIZE,
     CommitLogOffsetIndex,
 )
+from localstore.record.batch_encoder import encode_batch
+from localstore.record.codec import BLANK_MAGIC, SYSFLAG_TRANSACTION_PREPARED, decode_record
 
 from .conftest import StoreFactory, message
 
@@ -573,7 +573,7 @@ def test_a_file_that_cannot_be_created_stops_indexing_not_puts(
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patched:
-        patched.setattr("localstore.offset_index.SparseIndexFile", disk_full)
+        patched.setattr("localstore.commitlog.offset_index.SparseIndexFile", disk_full)
         while len(store.commitlog.segments.segments) < 3:
             put(store, 7)  # the puts succeed
     assert isinstance(store.offset_index.error, OSError)

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore, NewMessage
-from localstore import parallel_scan as ps
-from localstore.codec import HEADER_V4
-from localstore.log_scan import scan_valid_end
-from localstore.offset_index import stored_record_starts
-from localstore.record_walk import WALK_INVALID, WALK_LIMIT, WALK_SEGMENT_END, walk_segment
-from localstore.recovery import split_hints
+from localstore.commitlog.offset_index import stored_record_starts
+from localstore.record.codec import HEADER_V4
+from localstore.record.walk import WALK_INVALID, WALK_LIMIT, WALK_SEGMENT_END, walk_segment
+from localstore.recovery import parallel_scan as ps
+from localstore.recovery.log_scan import scan_valid_end
+from localstore.recovery.recover import split_hints
 
 from .conftest import StoreFactory
 
@@ -169,7 +169,7 @@ def test_a_negative_topic_length_ends_the_walk(open_store: StoreFactory) -> None
 
 def test_the_worker_imports_the_walk_alone() -> None:
     """A worker interpreter loads the record walk and the codec, not the store."""
-    code = "import sys, localstore.scan_worker; print('localstore.store' in sys.modules)"
+    code = "import sys, localstore.recovery.scan_worker; print('localstore.store' in sys.modules)"
     answer = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

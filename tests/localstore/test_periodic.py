@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from localstore.periodic import PeriodicTask
+from localstore.runtime.periodic import PeriodicTask
 
 
 def test_a_failing_run_is_logged_and_the_task_runs_again(caplog: pytest.LogCaptureFixture):
@@ -23,7 +23,7 @@ def test_a_failing_run_is_logged_and_the_task_runs_again(caplog: pytest.LogCaptu
             third.set()
         return True
 
-    with caplog.at_level(logging.ERROR, logger="localstore.periodic"):
+    with caplog.at_level(logging.ERROR, logger="localstore.runtime.periodic"):
         periodic = PeriodicTask("test-task", task, 0.01, 0.0)
         try:
             assert third.wait(5)

@@ -23,8 +23,8 @@ import pytest
 
 from localstore import MessageStore, NewMessage, PutResult, PutStatus, StoredMessage, StoreOptions
 from localstore.errors import StoreError
-from localstore.mapped_file import MappedFile
-from localstore.verify import verify_store
+from localstore.files.mapped_file import MappedFile
+from localstore.recovery.verify import verify_store
 
 from ..disks import fill, small_tmpfs
 from .conftest import StoreFactory, message

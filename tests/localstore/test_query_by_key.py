@@ -174,7 +174,7 @@ def test_colliding_keys_in_one_topic(store: MessageStore) -> None:
 
 def test_colliding_keys_across_topics(store: MessageStore) -> None:
     """ "AaTopic#BB" and "BBTopic#Aa" have the same hash, -10606476."""
-    from localstore.javahash import java_hash
+    from localstore.record.javahash import java_hash
 
     assert java_hash("AaTopic#BB") == java_hash("BBTopic#Aa") == -10606476
     in_aa = put(store, "BB", topic="AaTopic")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from localstore import GetStatus, MessageStore
-from localstore.codec import decode_record
-from localstore.consume_queue import UNIT, UNIT_SIZE
+from localstore.queue.consume_queue import UNIT, UNIT_SIZE
+from localstore.record.codec import decode_record
 from localstore.retention import (
     CleanReport,
     RetentionPolicy,

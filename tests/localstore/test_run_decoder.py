@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localstore import CorruptStoreError, MessageStore, NewMessage
-from localstore.batch_encoder import encode_batch
-from localstore.codec import (
+from localstore.record.batch_encoder import encode_batch
+from localstore.record.codec import (
     BLANK_MAGIC,
     SYSFLAG_TRANSACTION_COMMIT,
     decode_record,
     pack_host,
 )
-from localstore.run_decoder import RunDecodeError, decode_run
+from localstore.record.run_decoder import RunDecodeError, decode_run
 
 STORE_HOST = pack_host("10.0.0.7", 10911)
 SEGMENT = 1 << 24

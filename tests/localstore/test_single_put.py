@@ -1,4 +1,4 @@
-"""The single put's fast path (:mod:`localstore.single_put`): when it is taken, and that it leaves
+"""The single put's fast path (:mod:`localstore.put.single`): when it is taken, and that it leaves
 exactly the files the general path leaves for the same puts."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, PutStatus, StoredMessage, StoreOptions, pack_host
-from localstore.codec import BLANK_MAGIC, BLANK_STRUCT
+from localstore.record.codec import BLANK_MAGIC, BLANK_STRUCT
 
 from .conftest import STORE_CLOCK_READERS, TINY_GEOMETRY, StoreFactory
 

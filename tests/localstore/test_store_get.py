@@ -14,7 +14,7 @@ from localstore import (
     StoredMessage,
     pack_host,
 )
-from localstore.codec import RecordError, decode_record
+from localstore.record.codec import RecordError, decode_record
 
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 

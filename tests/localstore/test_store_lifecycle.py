@@ -24,7 +24,7 @@ from localstore import (
     StoreGeometry,
     StoreLockedError,
 )
-from localstore.codec import decode_record
+from localstore.record.codec import decode_record
 
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore, NewMessage, PutStatus, pack_host
-from localstore.codec import BLANK_MAGIC
-from localstore.flush import DurableWait
-from localstore.javahash import java_hash
-from localstore.validation import SYSTEM_TOPICS
+from localstore.commitlog.flush import DurableWait
+from localstore.record.codec import BLANK_MAGIC
+from localstore.record.javahash import java_hash
+from localstore.record.validation import SYSTEM_TOPICS
 
 from .conftest import TINY_GEOMETRY, StoreFactory, message
 

@@ -1,5 +1,5 @@
-"""An event loop's group commit through its sync process (``localstore.sync_process``): puts
-resolve only once durable, one commitlog flush runs at a time whoever runs it, and a failing,
+"""An event loop's group commit through its sync process (``localstore.commitlog.sync_process``):
+puts resolve only once durable, one commitlog flush runs at a time whoever runs it, and a failing,
 killed or hung process fails only its own flushes while the flush thread takes over."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from localstore import MessageStore, PutResult, PutStatus, StoreOptions
-from localstore.async_writer import AsyncStoreWriter
-from localstore.commitlog import FlushBusyError, TakenFlush
-from localstore.pipe_frames import frame, read_frame
-from localstore.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC, serve
+from localstore.commitlog.log import FlushBusyError, TakenFlush
+from localstore.commitlog.sync_worker import CLOSE, ERROR, SEQUENCE, SYNC, serve
+from localstore.put.async_writer import AsyncStoreWriter
+from localstore.runtime.pipe_frames import frame, read_frame
 
 from .conftest import GatheredFlushRequests, RunOnLoop, StoreFactory, message
 

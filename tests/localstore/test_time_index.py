@@ -1,5 +1,5 @@
-"""The sparse time index (``localstore.time_index``) as the store runs it: layout, the entry rule,
-lookups by time against a brute-force answer, retention, and repair of missing, truncated and
+"""The sparse time index (``localstore.queue.time_index``) as the store runs it: layout, the entry
+rule, lookups by time against a brute-force answer, retention, and repair of missing, truncated and
 damaged files when the store is opened again.
 
 The store owns one :class:`QueueTimeIndex` per consume queue (``store.time_indexes``), so these
@@ -25,9 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, PutResult, pack_host
-from localstore.batch_encoder import encode_batch
-from localstore.consume_queue import ConsumeQueue
-from localstore.time_index import (
+from localstore.queue.consume_queue import ConsumeQueue
+from localstore.queue.time_index import (
     DEFAULT_INTERVAL_UNITS,
     ENTRY_SIZE,
     QueueTimeIndex,
@@ -35,6 +34,7 @@ from localstore.time_index import (
     offset_for_timestamp,
     time_index_directory,
 )
+from localstore.record.batch_encoder import encode_batch
 
 from .conftest import STORE_CLOCK_READERS, StoreFactory, message
 
@@ -469,7 +469,7 @@ def test_append_is_one_comparison_unless_an_entry_is_due(
         raise AssertionError("the put path read a store time")
 
     monkeypatch.setattr(index, "_append_due", counting)
-    monkeypatch.setattr("localstore.time_index._store_time", no_reads)
+    monkeypatch.setattr("localstore.queue.time_index._store_time", no_reads)
     for offset in range(1, 400):
         put_at(store, clock, BASE_TS + offset, 1)
     monkeypatch.undo()
@@ -673,7 +673,7 @@ def test_a_file_that_cannot_be_created_stops_indexing_not_puts(
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patched:
-        patched.setattr("localstore.time_index.SparseIndexFile", disk_full)
+        patched.setattr("localstore.queue.time_index.SparseIndexFile", disk_full)
         fill(store, clock, [(BASE_TS + 4 + i, 2) for i in range(6)])  # would start file 8
     assert isinstance(index.error, OSError)
     assert [offset for _, offset in index.entries()] == [0, 2, 4, 6]

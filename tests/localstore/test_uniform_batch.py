@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, PutStatus, StoreOptions, UniformBatch
-from localstore.batch_encoder import RejectedMessageError, encode_batch, encode_uniform
-from localstore.codec import MAX_PROPERTIES_BYTES, encode_properties, pack_host
-from localstore.index_service import key_columns, sys_flags_of
+from localstore.index.service import key_columns, sys_flags_of
+from localstore.record.batch_encoder import RejectedMessageError, encode_batch, encode_uniform
+from localstore.record.codec import MAX_PROPERTIES_BYTES, encode_properties, pack_host
 
 STORE_V4 = pack_host("127.0.0.1", 10911)
 STORE_V6 = pack_host("::1", 10911)

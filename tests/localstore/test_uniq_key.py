@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from localstore.message_id import UniqKeyGenerator
+from localstore.record.message_id import UniqKeyGenerator
 
 
 def test_layout_and_uniqueness():

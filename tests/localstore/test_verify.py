@@ -1,4 +1,5 @@
-"""localstore.verify on real files: clean stores pass, corrupted bytes are found and located.
+"""localstore.recovery.verify on real files: clean stores pass, corrupted bytes are found and
+located.
 
 Files are corrupted while the store is closed. A clean close means the next open scans only past
 the last dispatched record, so damage in the middle of the log survives the open and must be
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore, NewMessage
-from localstore.verify import Problem, VerifyReport, verify_store
+from localstore.recovery.verify import Problem, VerifyReport, verify_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GEOMETRY = {"commitlog_file_size": 8192, "cq_entries_per_file": 16}

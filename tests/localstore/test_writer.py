@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from localstore import MessageStore, NewMessage, PutStatus
-from localstore.flush import answer_waiters
-from localstore.writer import Answer, Put, append_all
+from localstore.commitlog.flush import answer_waiters
+from localstore.put.writer import Answer, Put, append_all
 
 from .conftest import GatheredFlushRequests
 

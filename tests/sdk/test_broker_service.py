@@ -258,7 +258,7 @@ def test_a_parked_pull_sees_a_put_that_timed_out_on_the_disk_once_a_flush_covers
 ):
     """Under sync flush a put answered FLUSH_DISK_TIMEOUT is stored but invisible until a flush
     covers it; the pull parked on its queue is woken then, not at the end of its wait."""
-    import localstore.commitlog as commitlog_module
+    import localstore.commitlog.log as commitlog_module
 
     real = commitlog_module._write_through
     disk_free = threading.Event()

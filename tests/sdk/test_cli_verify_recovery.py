@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore
-from localstore.codec import NewMessage
+from localstore.record.codec import NewMessage
 
 from .test_cli import quiver
 

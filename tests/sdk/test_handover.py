@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localstore.codec import StoredMessage
+from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
 from sdk import BrokerOptions, ConsumeFrom, EmbeddedBroker, Message, Producer, PushConsumer
 from sdk.consumer.process_queue import ProcessQueue

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from localstore.javahash import java_hash
+from localstore.record.javahash import java_hash
 from sdk import (
     AsyncProducer,
     BrokerUnavailableError,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from localstore import MessageStore, NewMessage, StoredMessage, pack_host
-from localstore.tags import SCHEDULE_TOPIC
+from localstore.record.tags import SCHEDULE_TOPIC
 from offsetstore.fastjson import loads
 from sdk.broker.schedule import (
     PROPERTY_DELIVER_AT,

@@ -27,7 +27,7 @@ import pytest
 
 import sdk.transaction as transaction_module
 from localstore import NewMessage
-from localstore.codec import (
+from localstore.record.codec import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT,

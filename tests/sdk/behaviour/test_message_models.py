@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from localstore.tags import SCHEDULE_TOPIC
+from localstore.record.tags import SCHEDULE_TOPIC
 from sdk import ConsumeResult, Message, MessageModel, Producer
 from sdk.message import ReceivedMessage, dlq_topic, retry_topic
 

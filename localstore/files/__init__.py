@@ -1,0 +1,2 @@
+"""Files the store keeps: memory-mapped segments and their process-wide descriptor pool, segment
+lists, files replaced atomically, JSON files of a checked shape, and the directory lock."""

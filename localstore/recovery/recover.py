@@ -1,0 +1,494 @@
+"""Recovery on open: find the valid end of the commitlog, make consume queues and index agree.
+
+Normal recovery (no ``abort`` marker: the last run closed cleanly). Every record before the end
+of the queues' last units was dispatched, so the walk starts there: at the end of the record the
+newest unit points at, or at the last indexed message when the index lags. That starting point is
+checked first (the unit must point at a record of its own queue); if it is not sound the store
+is treated as crashed.
+
+Abnormal recovery (``abort`` present). As RocketMQ does: walk back from the newest commitlog
+segment to the first one whose first record is valid and was stored no later than the
+checkpoint's ``min_timestamp`` (everything before it was flushed), or the first segment when
+none qualifies, and walk forward from there checking body CRCs. A long walk is cut at the record
+starts the sparse offset index names and its pieces walked by worker processes
+(:mod:`localstore.recovery.parallel_scan`), with the same answer.
+
+Recovery cuts only a torn tail (both paths). A damaged record that valid records follow is not a
+torn tail (:func:`localstore.recovery.log_scan.scan_log` resynchronises on the next valid record):
+its
+bytes stay on disk, its range is recorded in :mod:`localstore.recovery.damaged` (``damaged.json``)
+and logged at ERROR with file, offset and length, and readers skip it. Damage with nothing valid
+after it is the torn tail: cut, and logged at WARNING with its byte range when it held bytes.
+
+Consume queues are checked against the log, cheaply: each queue's first and last units must
+point at their own records, a queue must not miss its first files (when the log still starts at
+offset 0) nor its last ones (when its last file is full, or its time index names a later file,
+the log after its last record is searched for a later record of it), and a queue whose files do
+not load is rebuilt. Unsound queues are deleted and rebuilt from the whole log (walked first, so
+its damage is known and stepped over), logged at WARNING.
+
+Both then: cut the commitlog at the valid end (later segments deleted, a trailing all-zero
+preallocated segment included), cut consume-queue units that point past it (with sync flush a
+unit can be written before its record reaches the file), and re-dispatch the records from where
+the queues or the index stop to the end. Index files newer than the checkpoint were dropped when
+the index loaded after a crash, and are rebuilt here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+from pathlib import Path
+
+from localstore.commitlog.log import CommitLog
+from localstore.commitlog.offset_index import stored_record_starts
+from localstore.index.service import IndexService
+from localstore.queue.consume_queue import ConsumeQueue
+from localstore.queue.dispatch import Dispatcher
+from localstore.queue.registry import QueueRegistry
+from localstore.record.codec import RecordError, body_crc, decode_record
+from localstore.record.walk import walk_segment
+from localstore.recovery.checkpoint import Checkpoint
+from localstore.recovery.damaged import DamagedRange, DamagedRanges
+from localstore.recovery.log_scan import (
+    LogScan,
+    SplitHints,
+    first_record_ok,
+    iter_records,
+    scan_log,
+)
+
+log = logging.getLogger(__name__)
+
+_PAGE = 4096
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What recovery did on open."""
+
+    abnormal: bool  # the abort marker was present (or the clean state was not sound)
+    start_offset: int  # where the CRC-checked walk began
+    end_offset: int  # the commitlog's valid end
+    records_scanned: int
+    records_dispatched: int
+    units_truncated: int  # consume-queue units cut because they pointed past the end
+    rebuilt_queues: list[str]  # queues whose files were unsound and were rebuilt
+    damaged: list[DamagedRange] = field(default_factory=list)  # found by this recovery, kept
+    cut_tail: tuple[int, int] | None = None  # [start, end) of the torn bytes cut, if any
+
+
+def recover(
+    commitlog: CommitLog,
+    queues: QueueRegistry,
+    checkpoint: Checkpoint,
+    *,
+    crashed: bool,
+    delay_levels: tuple[int, ...],
+    index: IndexService | None = None,
+    damaged: DamagedRanges | None = None,
+) -> RecoveryReport:
+    """Recover the store's commitlog, consume queues and index in place."""
+    damaged = damaged if damaged is not None else DamagedRanges(commitlog.directory.parent)
+    start = None if crashed else _normal_start(commitlog, queues, index, damaged)
+    abnormal = start is None
+    if start is None:
+        start = _abnormal_start(commitlog, checkpoint)
+    scan = _scan(commitlog, start)
+    unsound = _unsound_queues(commitlog, queues, scan.end, damaged) + queues.unloadable
+    if unsound and start > commitlog.min_offset:  # rebuilt from the whole log: walk it all
+        scan = _scan(commitlog, commitlog.min_offset)
+    _forget_mended(commitlog, damaged)
+    found = _record_damage(commitlog, damaged, scan.damaged)
+    cut_tail = _cut_tail(commitlog, scan.end)
+    commitlog.set_end(scan.end)
+    damaged.drop_from(scan.end)
+    truncated = sum(queue.truncate_beyond(scan.end) for queue in list(queues.queues.values()))
+    old_ends = {name: _old_end(queues, name) for name in unsound}
+    rebuilt = _drop_queues(queues, unsound)
+    redispatch_from = min(queues.dispatch_from(), scan.end)
+    if index is not None:
+        redispatch_from = min(redispatch_from, index.end_phy_offset)
+    if rebuilt:
+        redispatch_from = commitlog.min_offset
+    redispatch_from = max(redispatch_from, commitlog.min_offset)
+    units_known_to = 0 if abnormal or rebuilt else queues.dispatch_from()
+    dispatcher = Dispatcher(queues, index, delay_levels, damaged, units_known_to=units_known_to)
+
+    def undecodable(start: int, stop: int) -> None:  # frame valid, fields not (properties)
+        found.extend(_record_damage(commitlog, damaged, [(start, stop)]))
+
+    records = iter_records(
+        commitlog.segment_view, redispatch_from, scan.end, body=False, on_skip=undecodable
+    )
+    for message in records:
+        dispatcher.add(message)
+    dispatcher.flush()
+    _keep_damaged_offsets(queues, damaged, old_ends)
+    return RecoveryReport(
+        abnormal,
+        start,
+        scan.end,
+        scan.records,
+        dispatcher.units_added,
+        truncated,
+        rebuilt,
+        found,
+        cut_tail,
+    )
+
+
+def _forget_mended(commitlog: CommitLog, damaged: DamagedRanges) -> None:
+    """Forget recorded ranges that now hold valid records end to end (mended from a copy)."""
+    mended = []
+    for damage in damaged:
+        segment = commitlog.segments.find(damage.phys_offset)
+        if segment is None:
+            continue
+        base = segment.start_offset
+        pos, count, _ = walk_segment(
+            segment.view, base, segment.size, damage.phys_offset - base, damage.end - base, True
+        )
+        if count and base + pos == damage.end:
+            mended.append(damage)
+    if mended:
+        log.warning(
+            "commitlog ranges %s hold valid records again: no longer damaged",
+            ", ".join(map(str, mended)),
+        )
+        damaged.remove(mended)
+
+
+def _old_end(queues: QueueRegistry, name: str) -> tuple[int, int] | None:
+    """(max offset, last unit's phys offset) of a queue about to be rebuilt, or None."""
+    topic, _, queue_id = name.rpartition("/")
+    queue = queues.get(topic, int(queue_id))
+    if queue is None or queue.max_offset <= queue.min_offset:
+        return None
+    return queue.max_offset, queue.unit_head(queue.max_offset - 1)[0]
+
+
+def _keep_damaged_offsets(
+    queues: QueueRegistry, damaged: DamagedRanges, old_ends: dict[str, tuple[int, int] | None]
+) -> None:
+    """A rebuilt queue whose old last units pointed into a damaged range gets them back
+    (pointing into that range), so that no put reuses their queue offsets."""
+    for name, old in old_ends.items():
+        if old is None:
+            continue
+        old_max, old_phys = old
+        damage = damaged.containing(old_phys)
+        topic, _, queue_id = name.rpartition("/")
+        queue = queues.get(topic, int(queue_id))
+        if damage is None or queue is None or queue.max_offset >= old_max:
+            continue
+        start = queue.max_offset
+        missing = min(old_max - start, damage.placeholder_capacity())
+        if start == 0 and not queue.segments.segments:
+            continue  # nothing of it was rebuilt: it starts where the log says
+        queue.append(start, b"".join(damage.placeholder_units(missing)), damage.end)
+        log.warning(
+            "consume queue %s: queue offsets [%d, %d) point into damaged %s, kept so that no put "
+            "reuses them",
+            name,
+            start,
+            start + missing,
+            damage,
+        )
+
+
+def _scan(commitlog: CommitLog, start: int) -> LogScan:
+    return scan_log(commitlog, start, check_crc=True, split_hints=split_hints(commitlog))
+
+
+def _record_damage(
+    commitlog: CommitLog, damaged: DamagedRanges, spans: list[tuple[int, int]]
+) -> list[DamagedRange]:
+    """Record damaged ``spans`` that valid records follow; log the new ones at ERROR."""
+    root = commitlog.directory.parent
+    ranges = []
+    for start, stop in spans:
+        segment = commitlog.segments.find(start)
+        name = str(segment.path.relative_to(root)) if segment is not None else "commitlog"
+        ranges.append(DamagedRange(start, stop - start, name))
+    fresh = damaged.add(ranges)
+    for damage in fresh:
+        log.error(
+            "damaged commitlog record(s) in %s kept on disk: valid records follow, so nothing "
+            "was cut; readers skip them and `quiver store verify` lists them",
+            damage,
+        )
+    return fresh
+
+
+def _cut_tail(commitlog: CommitLog, end: int) -> tuple[int, int] | None:
+    """The byte range of the torn tail past ``end`` that :meth:`CommitLog.set_end` is about to
+    cut (non-zero bytes up to the first all-zero page, and later segments), logged at WARNING;
+    None when only zeros follow ``end``."""
+    stop = end
+    segment = commitlog.segments.find(end)
+    if segment is not None:
+        stop = segment.start_offset + _nonzero_extent(segment.view, end - segment.start_offset)
+    later = [s for s in commitlog.segments.segments if s.start_offset > end]
+    later_data = [s for s in later if _nonzero_extent(s.view, 0)]
+    if later_data:
+        stop = later_data[-1].start_offset + _nonzero_extent(later_data[-1].view, 0)
+    if stop <= end and not later:
+        return None
+    names = ", ".join(Path(s.path).name for s in later)
+    log.warning(
+        "commitlog of %s: cut the torn tail [%d, %d) (%d bytes)%s",
+        commitlog.directory.parent,
+        end,
+        max(stop, end),
+        max(stop - end, 0),
+        f", deleting later segment(s) {names}" if later else "",
+    )
+    return end, max(stop, end)
+
+
+def _nonzero_extent(view: memoryview, pos: int) -> int:
+    """Position of the first all-zero page boundary at or after ``pos`` (``pos`` itself when
+    the bytes from ``pos`` to its page's end are all zero)."""
+    end = pos
+    size = len(view)
+    while end < size:
+        stop = min(size, (end // _PAGE + 1) * _PAGE)
+        if not view[end:stop].tobytes().strip(b"\x00"):
+            break
+        end = stop
+    return end
+
+
+def _normal_start(
+    commitlog: CommitLog,
+    queues: QueueRegistry,
+    index: IndexService | None,
+    damaged: DamagedRanges,
+) -> int | None:
+    """Where a cleanly closed store's walk starts, or None if its state is not sound."""
+    newest = max(queues.queues.values(), key=lambda q: q.max_phys_offset, default=None)
+    start = commitlog.min_offset
+    if newest is not None and newest.max_phys_offset > start:
+        if not _last_unit_sound(commitlog, newest, damaged, check_crc=True):
+            return None
+        start = newest.max_phys_offset
+    if index is not None and index.end_phy_offset and index.end_phy_offset < start:
+        if first_record_ok(commitlog, index.end_phy_offset) is None:
+            return None
+        start = index.end_phy_offset
+    return start
+
+
+def _abnormal_start(commitlog: CommitLog, checkpoint: Checkpoint) -> int:
+    """The newest segment whose first record was flushed before the checkpoint's time."""
+    bound = checkpoint.min_timestamp
+    for segment in reversed(commitlog.segments.segments):
+        first = first_record_ok(commitlog, segment.start_offset)
+        if first is not None and 0 < first.store_timestamp <= bound:
+            return segment.start_offset
+    return commitlog.min_offset
+
+
+def _last_unit_sound(
+    commitlog: CommitLog, queue: ConsumeQueue, damaged: DamagedRanges, *, check_crc: bool
+) -> bool:
+    """The queue's last unit points at a whole record of this queue, of the unit's size (and,
+    for the log's newest record, with an intact body: a clean close leaves no torn tail)."""
+    last = queue.max_offset - 1
+    if last < queue.min_offset:
+        return True
+    verdict = _unit_verdict(commitlog, queue, last, damaged, check_crc=check_crc)
+    return verdict is _Verdict.SOUND or (
+        verdict is _Verdict.HEADER_DAMAGED
+        and _neighbour_vouches(commitlog, queue, last, last, damaged)
+    )
+
+
+class _Verdict(Enum):
+    """What a unit's record says about the unit (:func:`_unit_verdict`)."""
+
+    SOUND = "sound"
+    HEADER_DAMAGED = "header damaged"  # right place and size; another topic, queue or offset
+    UNSOUND = "unsound"
+
+
+def _unit_verdict(
+    commitlog: CommitLog,
+    queue: ConsumeQueue,
+    offset: int,
+    damaged: DamagedRanges,
+    *,
+    check_crc: bool,
+) -> _Verdict:
+    """Whether unit ``offset`` of ``queue`` points at a whole record of this queue (see above)
+    or into a damaged range recovery recorded (a placeholder: :mod:`localstore.recovery.damaged`). A
+    record stored where the unit says, of its size, that names another topic, queue id or queue
+    offset is HEADER_DAMAGED: no CRC covers the header, so only the queue's other units can say
+    which of the two is wrong (:func:`_neighbour_vouches`)."""
+    phys, size = queue.unit_head(offset)
+    if phys < commitlog.min_offset:
+        return _Verdict.SOUND  # its record was deleted by retention: nothing to check against
+    damage = damaged.containing(phys) if damaged else None
+    if damage is not None:  # a placeholder, as recovery left it, is sound: nothing else is
+        placeholder = damage.phys_offset < phys and phys + size == damage.end
+        return _Verdict.SOUND if placeholder else _Verdict.UNSOUND
+    located = commitlog.segment_view(phys)
+    if located is None:
+        return _Verdict.UNSOUND
+    try:
+        message = decode_record(*located)
+    except RecordError:
+        return _Verdict.UNSOUND
+    if not (
+        message.phys_offset == phys
+        and message.store_size == size
+        and (not check_crc or body_crc(message.body) == message.body_crc)
+    ):
+        return _Verdict.UNSOUND
+    if (message.topic, message.queue_id, message.queue_offset) != (
+        queue.topic,
+        queue.queue_id,
+        offset,
+    ):
+        return _Verdict.HEADER_DAMAGED
+    return _Verdict.SOUND
+
+
+def _neighbour_vouches(
+    commitlog: CommitLog, queue: ConsumeQueue, offset: int, last: int, damaged: DamagedRanges
+) -> bool:
+    """Whether a neighbour of unit ``offset`` (the one before it, else the one after, up to
+    ``last``) is sound and lies on the right side of it in the log. Units are written in log
+    order, so a unit damaged to point at another record of its queue breaks that order with
+    one of its neighbours; a unit whose neighbours agree with it is right, and its record's
+    disagreeing header is what was damaged."""
+    phys = queue.unit_head(offset)[0]
+    for neighbour in (offset - 1, offset + 1):
+        if not queue.min_offset <= neighbour <= last:
+            continue
+        other = queue.unit_head(neighbour)[0]
+        in_order = other < phys if neighbour < offset else other > phys
+        verdict = _unit_verdict(commitlog, queue, neighbour, damaged, check_crc=False)
+        return in_order and verdict is _Verdict.SOUND
+    return False
+
+
+def _unsound_queues(
+    commitlog: CommitLog, queues: QueueRegistry, end: int, damaged: DamagedRanges
+) -> list[str]:
+    """Consume queues that disagree with the log once it ends at ``end``: damaged or missing
+    files, to be rebuilt from the commitlog (module docstring). Found without changing
+    anything (a unit past ``end`` is about to be cut, not a sign of damage). Queues whose tail
+    may have lost files are checked against one walk of the log, not one walk each."""
+    problems: dict[str, str] = {}
+    suspects: list[ConsumeQueue] = []
+    for queue in queues.queues.values():
+        why = _queue_problem(commitlog, queue, end, damaged)
+        if why is not None:
+            problems[_queue_name(queue)] = why
+        elif queue.last_unit_within(end) == queue.max_offset - 1 and _tail_may_be_lost(
+            commitlog, queue
+        ):
+            suspects.append(queue)
+    for queue, later in _later_records(commitlog, suspects, end):
+        problems[_queue_name(queue)] = (
+            f"the commitlog holds its queue offset {later} past its end {queue.max_offset}"
+        )
+    for name, why in problems.items():
+        log.warning(
+            "consume queue %s disagrees with the commitlog (%s): rebuilding it from the commitlog",
+            name,
+            why,
+        )
+    return list(problems)
+
+
+def _queue_problem(
+    commitlog: CommitLog, queue: ConsumeQueue, end: int, damaged: DamagedRanges
+) -> str | None:
+    """Why ``queue`` must be rebuilt, or None (its tail is checked apart: see above)."""
+    last = queue.last_unit_within(end)
+    if last is None:
+        return None
+    first = queue.min_offset
+    for which, offset in (("last", last), ("first", first)):
+        verdict = _unit_verdict(commitlog, queue, offset, damaged, check_crc=False)
+        if verdict is _Verdict.HEADER_DAMAGED and _neighbour_vouches(
+            commitlog, queue, offset, last, damaged
+        ):
+            phys = queue.unit_head(offset)[0]
+            log.error(
+                "the commitlog record at %d (consume queue %s offset %d) names another topic, "
+                "queue or queue offset in its header: its header is damaged; reads report it "
+                "as a damaged record and verify lists it",
+                phys,
+                _queue_name(queue),
+                offset,
+            )
+        elif verdict is not _Verdict.SOUND:
+            return f"its {which} unit, queue offset {offset}, does not point at its record"
+    if (
+        first > 0
+        and commitlog.min_offset == 0
+        and queue.min_logic_offset == (queue.segments.segments[0].start_offset)
+    ):
+        return f"it starts at queue offset {first} without filler, but the log starts at 0"
+    return None
+
+
+def _tail_may_be_lost(commitlog: CommitLog, queue: ConsumeQueue) -> bool:
+    """Whether the queue's end may be missing files: its last file is full (a deleted next
+    file leaves it so), or its time index names a later file."""
+    last_file = queue.segments.segments[-1]
+    if last_file.wrote_position >= last_file.size:
+        return True
+    timeindex = commitlog.directory.parent / "timeindex" / queue.topic / str(queue.queue_id)
+    base = last_file.start_offset // 20
+    try:
+        names = [p.name.split(".")[0] for p in timeindex.iterdir()]
+    except OSError:
+        return False
+    return any(n.isdigit() and int(n) > base for n in names)
+
+
+def _later_records(
+    commitlog: CommitLog, suspects: list[ConsumeQueue], end: int
+) -> list[tuple[ConsumeQueue, int]]:
+    """The suspects of which the log holds a record past their last unit, with that record's
+    queue offset: one walk from the earliest suspect's last record to ``end``."""
+    if not suspects:
+        return []
+    waiting = {(q.topic, q.queue_id): q for q in suspects}
+    found: list[tuple[ConsumeQueue, int]] = []
+    start = max(min(q.max_phys_offset for q in suspects), commitlog.min_offset)
+    for message in iter_records(commitlog.segment_view, start, end, body=False):
+        queue = waiting.get((message.topic, message.queue_id))
+        if queue is not None and message.queue_offset >= queue.max_offset:
+            found.append((queue, message.queue_offset))
+            del waiting[(message.topic, message.queue_id)]
+            if not waiting:
+                break
+    return found
+
+
+def _queue_name(queue: ConsumeQueue) -> str:
+    return f"{queue.topic}/{queue.queue_id}"
+
+
+def _drop_queues(queues: QueueRegistry, names: list[str]) -> list[str]:
+    """Delete the consume queues ``names`` (:func:`_unsound_queues`); recovery's dispatch
+    rebuilds them from the commitlog. Answers the names."""
+    for key, queue in list(queues.queues.items()):
+        if f"{key[0]}/{key[1]}" in names:
+            queue.destroy()
+            del queues.queues[key]
+    return names
+
+
+def split_hints(commitlog: CommitLog) -> SplitHints:
+    """Where the offset index believes records start, per segment: lets a long CRC scan be
+    walked in parallel pieces (the walk checks every hint it uses)."""
+    return partial(stored_record_starts, commitlog.directory.parent)
