@@ -102,6 +102,17 @@ class MessageStore:
             raise
 
     def _open(self, requested: dict[str, Any]) -> None:
+        """Open in the order the files depend on each other: the log and the queues as they
+        lie, recovery (which makes them agree), the indexes derived from them, then the
+        services that write."""
+        self._load_files(requested)
+        self._recover()
+        self._open_derived_indexes()
+        self._start_services()
+
+    def _load_files(self, requested: dict[str, Any]) -> None:
+        """Geometry, markers, commitlog segments, damaged ranges, consume queues, topics and
+        (in process) the key index, as they lie on disk."""
         options = self.options
         self.geometry: StoreGeometry = resolve_geometry(self.root, requested)
         self._delay_levels = parse_delay_levels(options.delay_levels)
@@ -125,15 +136,18 @@ class MessageStore:
         self.queues.load()
         self.topics = TopicTable(self.root)
         self.topics.load(self.root / "consumequeue")
-        in_process_index = None
         if self.geometry.index_enabled and not options.index_process:
-            in_process_index = self._index = IndexService(
+            self._index = IndexService(
                 self.root / "index", self.geometry.index_slots, self.geometry.index_entries
             )
-            in_process_index.load(
+            self._index.load(
                 crashed=self.crashed_last_time,
                 checkpoint_timestamp=self.checkpoint.index_msg_timestamp,
             )
+
+    def _recover(self) -> None:
+        """Make the log, the queues and an in-process key index agree (:mod:`.recovery`)."""
+        in_process_index = self._index if isinstance(self._index, IndexService) else None
         self.recovery: RecoveryReport = recover(
             self.commitlog,
             self.queues,
@@ -143,6 +157,14 @@ class MessageStore:
             index=in_process_index,
             damaged=self.damaged,
         )
+        for queue in self.queues.queues.values():  # files alone cannot tell what retention cut
+            correct_min_offset(queue, self.commitlog.min_offset)
+
+    def _open_derived_indexes(self) -> None:
+        """The indexes opened after recovery: a key index in its own process (it catches up
+        from the recovered log), and the Kafka-style sparse indexes, repaired or rebuilt when
+        missing or damaged."""
+        options = self.options
         if self.geometry.index_enabled and options.index_process:
             # The child loads the files itself and catches up from the commitlog.
             self._index = IndexProcess(
@@ -155,16 +177,17 @@ class MessageStore:
                 min_offset=self.commitlog.min_offset,
                 end=self.commitlog.max_offset,
             )
-        for queue in self.queues.queues.values():  # files alone cannot tell what retention cut
-            correct_min_offset(queue, self.commitlog.min_offset)
-        self._retired = RetiredFiles()
-        # Derived, Kafka-style sparse indexes: loaded after recovery, repaired or rebuilt if
-        # missing or damaged.
         self.time_indexes: dict[tuple[str, int], QueueTimeIndex] = {
             key: QueueTimeIndex.open(self.root, queue, self.commitlog)
             for key, queue in self.queues.queues.items()
         }
         self.offset_index = CommitLogOffsetIndex.open(self.root, self.commitlog)
+
+    def _start_services(self) -> None:
+        """The abort marker, the clean and flush threads, and the put path."""
+        options = self.options
+        sync = self.geometry.flush_mode == "sync"
+        self._retired = RetiredFiles()
         self._put_lock = threading.Lock()
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
