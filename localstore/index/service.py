@@ -374,16 +374,7 @@ class IndexService:
             count = uniq_keys.length
         else:
             run, uniq_column, count = None, uniq_keys, len(uniq_keys)
-        if (
-            len(all_keys) != count
-            or len(phys_offsets) != count
-            or (sys_flags is not None and len(sys_flags) != count)
-        ):
-            given = "" if sys_flags is None else f" and {len(sys_flags)} SYSFLAGs"
-            raise ValueError(
-                f"{count} messages' UNIQ_KEYs do not match {len(all_keys)} KEYS, "
-                f"{len(phys_offsets)} offsets{given}"
-            )
+        _check_columns(count, all_keys, phys_offsets, sys_flags)
         prefix = self._prefix_hash(topic)
         if run is not None:
             single = None if sys_flags is not None else _single_key_hashes(prefix, all_keys)
@@ -395,74 +386,7 @@ class IndexService:
                 offsets[::2] = offsets[1::2] = phys_offsets
                 return hashes, offsets
             uniq_column = run.keys()
-        powers = _POW31_BY_LENGTH
-        high, low = _HIGH, _LOW
-        hashes = []
-        offsets = []
-        uniq_prefix: str | None = None  # the ASCII start a batch's UNIQ_KEYs share, once seen
-        uniq_base = 0  # the hash of topic#uniq_prefix, times 31**4
-        shared = count > 1  # a single message has no batch-mate to share a prefix with
-        flags: Iterable[int] = repeat(0) if sys_flags is None else sys_flags  # lengths checked
-        for given_uniq, keys, phys, flag in zip(
-            uniq_column, all_keys, phys_offsets, flags, strict=False
-        ):
-            if flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
-                continue
-            uniq = given_uniq  # None once hashed
-            if uniq:
-                counter = uniq[_UNIQ_PREFIX:].encode()
-                if (
-                    uniq_prefix is not None
-                    and len(counter) == _UNIQ_COUNTER
-                    and len(uniq) == _UNIQ_LENGTH
-                    and uniq.startswith(uniq_prefix)
-                ):
-                    h = (
-                        uniq_base
-                        + ((counter[0] * 31 + counter[1]) * 31 + counter[2]) * 31
-                        + counter[3]
-                    ) & 0xFFFFFFFF
-                    if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
-                        h = (0x100000000 - h) & 0x7FFFFFFF
-                    hashes.append(h)
-                    offsets.append(phys)
-                    uniq = None  # hashed
-                elif shared and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
-                    uniq_prefix = uniq[:_UNIQ_PREFIX]  # for the batch-mates that follow
-                    raw = uniq_prefix.encode()
-                    uniq_base = (
-                        (
-                            prefix * _POW31_28
-                            + 31 * int(raw.translate(high), 31)
-                            + int(raw.translate(low), 31)
-                        )
-                        * _POW31_4
-                    ) & 0xFFFFFFFF
-            if keys:
-                chosen: Sequence[str] = keys.split(" ") if " " in keys else (keys,)
-                if uniq:
-                    chosen = (uniq, *chosen)
-            elif uniq:
-                chosen = (uniq,)
-            else:
-                continue
-            for key in chosen:
-                if key.isascii() and 0 < len(key) < _SHORT_KEY:
-                    raw = key.encode()
-                    h = (
-                        prefix * powers[len(raw)]
-                        + 31 * int(raw.translate(high), 31)
-                        + int(raw.translate(low), 31)
-                    ) & 0xFFFFFFFF
-                elif key:
-                    h = java_hash_concat(prefix, key) & 0xFFFFFFFF
-                else:
-                    continue  # two spaces in a row
-                if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
-                    h = (0x100000000 - h) & 0x7FFFFFFF
-                hashes.append(h)
-                offsets.append(phys)
-        return hashes, offsets
+        return _hashes_one_by_one(prefix, uniq_column, all_keys, phys_offsets, sys_flags, count)
 
     def needs(self, phys_offset: int) -> bool:
         """Whether the message at ``phys_offset`` still has to be indexed (re-dispatch)."""
@@ -564,3 +488,100 @@ def matches_key(message: StoredMessage, topic: str, key: str) -> bool:
         return True
     keys = message.properties.get(PROPERTY_KEYS)
     return keys is not None and key in split_keys(keys)
+
+
+def _check_columns(
+    count: int,
+    all_keys: Sequence[str | None],
+    phys_offsets: Sequence[int],
+    sys_flags: Sequence[int] | None,
+) -> None:
+    """The per-message columns of an index batch must be of one length."""
+    if (
+        len(all_keys) != count
+        or len(phys_offsets) != count
+        or (sys_flags is not None and len(sys_flags) != count)
+    ):
+        given = "" if sys_flags is None else f" and {len(sys_flags)} SYSFLAGs"
+        raise ValueError(
+            f"{count} messages' UNIQ_KEYs do not match {len(all_keys)} KEYS, "
+            f"{len(phys_offsets)} offsets{given}"
+        )
+
+
+def _hashes_one_by_one(
+    prefix: int,
+    uniq_column: Sequence[str | None],
+    all_keys: Sequence[str | None],
+    phys_offsets: Sequence[int],
+    sys_flags: Sequence[int] | None,
+    count: int,
+) -> tuple[list[int], list[int]]:
+    """:meth:`IndexService._key_hashes` message by message: any mix of UNIQ_KEYs, KEYS and
+    transaction records. ``prefix`` is the Java hash of ``topic#``."""
+    powers = _POW31_BY_LENGTH
+    high, low = _HIGH, _LOW
+    hashes = []
+    offsets = []
+    uniq_prefix: str | None = None  # the ASCII start a batch's UNIQ_KEYs share, once seen
+    uniq_base = 0  # the hash of topic#uniq_prefix, times 31**4
+    shared = count > 1  # a single message has no batch-mate to share a prefix with
+    flags: Iterable[int] = repeat(0) if sys_flags is None else sys_flags  # lengths checked
+    for given_uniq, keys, phys, flag in zip(
+        uniq_column, all_keys, phys_offsets, flags, strict=False
+    ):
+        if flag & SYSFLAG_TRANSACTION_MASK == _ROLLBACK:
+            continue
+        uniq = given_uniq  # None once hashed
+        if uniq:
+            counter = uniq[_UNIQ_PREFIX:].encode()
+            if (
+                uniq_prefix is not None
+                and len(counter) == _UNIQ_COUNTER
+                and len(uniq) == _UNIQ_LENGTH
+                and uniq.startswith(uniq_prefix)
+            ):
+                h = (
+                    uniq_base + ((counter[0] * 31 + counter[1]) * 31 + counter[2]) * 31 + counter[3]
+                ) & 0xFFFFFFFF
+                if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
+                    h = (0x100000000 - h) & 0x7FFFFFFF
+                hashes.append(h)
+                offsets.append(phys)
+                uniq = None  # hashed
+            elif shared and len(uniq) == _UNIQ_LENGTH and uniq.isascii():
+                uniq_prefix = uniq[:_UNIQ_PREFIX]  # for the batch-mates that follow
+                raw = uniq_prefix.encode()
+                uniq_base = (
+                    (
+                        prefix * _POW31_28
+                        + 31 * int(raw.translate(high), 31)
+                        + int(raw.translate(low), 31)
+                    )
+                    * _POW31_4
+                ) & 0xFFFFFFFF
+        if keys:
+            chosen: Sequence[str] = keys.split(" ") if " " in keys else (keys,)
+            if uniq:
+                chosen = (uniq, *chosen)
+        elif uniq:
+            chosen = (uniq,)
+        else:
+            continue
+        for key in chosen:
+            if key.isascii() and 0 < len(key) < _SHORT_KEY:
+                raw = key.encode()
+                h = (
+                    prefix * powers[len(raw)]
+                    + 31 * int(raw.translate(high), 31)
+                    + int(raw.translate(low), 31)
+                ) & 0xFFFFFFFF
+            elif key:
+                h = java_hash_concat(prefix, key) & 0xFFFFFFFF
+            else:
+                continue  # two spaces in a row
+            if h & 0x80000000:  # abs() of the signed int; MIN_VALUE becomes 0
+                h = (0x100000000 - h) & 0x7FFFFFFF
+            hashes.append(h)
+            offsets.append(phys)
+    return hashes, offsets
