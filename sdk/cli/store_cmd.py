@@ -58,7 +58,13 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Create, describe and check a store directory.",
     )
     actions = store.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _add_init(actions)
+    _add_info(actions)
+    _add_verify(actions)
+    _add_clean(actions)
 
+
+def _add_init(actions: Subparsers) -> None:
     init = actions.add_parser(
         "init",
         help="create a store",
@@ -83,6 +89,8 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(init)
     init.set_defaults(func=run_init)
 
+
+def _add_info(actions: Subparsers) -> None:
     info = actions.add_parser(
         "info",
         help="geometry, segments, topics and offsets",
@@ -93,6 +101,8 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(info)
     info.set_defaults(func=run_info)
 
+
+def _add_verify(actions: Subparsers) -> None:
     verify = actions.add_parser(
         "verify",
         help="check every record and consume-queue unit",
@@ -111,6 +121,8 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(verify)
     verify.set_defaults(func=run_verify)
 
+
+def _add_clean(actions: Subparsers) -> None:
     clean = actions.add_parser(
         "clean",
         help="delete expired segments (retention)",
