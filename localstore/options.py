@@ -19,7 +19,7 @@ class StoreOptions:
     store_host: str = "127.0.0.1:10911"
     warm_segments: bool = False
     # Build the key index in a child process, on another core (localstore.index.process):
-    # puts skip the indexing work (about a third of a put); queries wait for it to catch up.
+    # puts skip the indexing work; queries wait for it to catch up.
     index_process: bool = False
     delay_levels: str = DEFAULT_DELAY_LEVELS
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)

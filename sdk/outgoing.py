@@ -476,7 +476,7 @@ class SendReceipts(Sequence[SendReceipt]):
     batch's messages go to one queue with one append, so its receipts share their topic,
     queue, status and store time, and ``queue_offset`` counts up from the first. The receipts
     are made when first read: a producer that does not look at them does not pay for them (a
-    receipt object costs about as much as building the message did). What is kept until then
+    receipt object is a second object a message). What is kept until then
     is the ids and the broker's answer, never the messages. Compares equal to a list of the
     same receipts, as a list does.
     """

@@ -19,15 +19,15 @@ How the flusher wakes the puts it covered, the invariant the code keeps:
 * The flusher releases a gate once, and each woken put releases it again for the next: the
   flusher makes one wake-up call per flush instead of one per put, and is back at the disk
   sooner. (Each wake-up is a system call made holding the GIL, which the waking thread then
-  waits to get back; with 16 producer threads, waking each put from the flusher cost about a
-  third of its time.)
+  waits to get back: waking every put from the flusher would spend the flusher's time on
+  wake-ups instead of the disk.)
 * Only a round that flushes swaps gates: an idle round keeps the gate, which a put may hold
   with its request not yet queued.
 * Callers that cannot block (asyncio) register a callback, called on the flush thread.
 * An event loop may run its own flushes, whose fdatasync a sync process makes
-  (:mod:`localstore.commitlog.sync_process`); :meth:`FlushService.finish_elsewhere` books them as
-  this
-  thread books its own. One flush runs at a time (:mod:`localstore.commitlog.log`'s flush token).
+  (:mod:`localstore.commitlog.sync_process`); :meth:`FlushService.finish_elsewhere` books them
+  as this thread books its own. One flush runs at a time (:mod:`localstore.commitlog.log`'s flush
+  token).
 
 A flush that fails (with any exception) answers its puts with the failure and leaves its bytes
 for the next one (:meth:`CommitLog.flush` puts them back); while the error stands the flusher

@@ -78,8 +78,8 @@ class ProcessSync:
         self._sequence = 0  # requests sent to the child
         # A sync unanswered this long means a hung child (the store's takeover delay).
         self._overdue_s = max(0.001, store.options.sync_flush_timeout_ms / 2000)
-        # One watchdog timer, not one per flush (scheduling and cancelling a timer per flush
-        # cost about 2 % of the loop's time): armed when a flush is sent and none is armed,
+        # One watchdog timer, not one per flush (a timer scheduled and cancelled per flush is
+        # work on the loop's hot cycle): armed when a flush is sent and none is armed,
         # it gives the child up when the flush in flight is overdue, else re-arms for it.
         self._watchdog: asyncio.TimerHandle | None = None
         self._replies = bytearray()

@@ -20,14 +20,13 @@ normal read-ahead once the writer has moved on, for readers that come back to it
 left the page cache. Segments mapped later (written earlier) keep normal read-ahead, except those
 made with ``read_ahead=False`` (consume-queue files), which are advised ``MADV_RANDOM`` for life:
 they are read a unit, a binary search or a get's few hundred bytes at a time, and a fault with
-read-around over a sparse file zero-fills the whole window (about 0.2 ms for 6 MB), which made
-the open of a store with 5,000 queues take 50 s as the pool mapped their files again and again.
+read-around over a sparse file zero-fills the whole window, a cost the pool would pay again
+each time it maps such a file anew (opening a store of many queues maps them all).
 
 No ``MAP_POPULATE``: on a shared mapping it maps a file's pages read-only, and over pages that
 are clean (a warmed segment's, synced by :func:`warm_file`) every first store into a page then
-takes a write-protect fault. On this kernel (6.18, ext4) that made copying 13 KB batches into a
-warmed segment 18x slower (about 18 us against 1 us) than letting the stores fault the pages in
-themselves: 0.6 us of a 100-byte message's 1.9 us batch put.
+takes a write-protect fault, which costs a batch put far more than letting its stores fault
+the pages in themselves.
 
 Open files are bounded (:class:`OpenSegments`, one per process, since ``ulimit -n`` and
 ``vm.max_map_count`` are the process's): a segment is *mapped* (``view``, ``_map``) or *closed*
@@ -333,8 +332,8 @@ class MappedFile:
         the data spans pages. Within one page a single write is enough: the kernel copies a
         write into the page cache page by page and a killed process stops only between pages,
         so a one-page write lands whole or not at all. Each write hands the GIL over and waits
-        to get it back, which is the sync-flush group commit's cost: one write instead of two
-        gave about 18 % more sync puts with 16 producer threads."""
+        to get it back, which is the sync-flush group commit's cost, so a write is never split
+        further than publishing needs."""
         view = memoryview(data)
         if _within_one_page(position, len(data)):
             self._pwrite_all(position, view)
@@ -434,8 +433,7 @@ class _ClosedSegment(MappedFile):
     pool closed. Touching ``view``, ``_map`` or ``_fd`` maps it again (:meth:`OpenSegments.open`)
     and turns it back into a :class:`MappedFile`. A class of its own, so that a mapped segment's
     class has no ``__getattr__``: with one, CPython 3.11 does not specialize attribute reads on
-    the class, and the single put's reads of ``view`` and the positions cost about 2,300 more
-    instructions a put (callgrind)."""
+    the class, and every put reads ``view`` and the positions."""
 
     __slots__ = ()
 
@@ -458,7 +456,7 @@ def warm_file(path: Path, size: int) -> None:
     On virtual machines the first touch of a page costs a host fault; writing zeros with
     ``pwrite`` pays it here (without the GIL) instead of in the writer's memcpy. Syncing once
     turns the file's blocks into written extents, so the fdatasync of a later append has no
-    allocation metadata to commit (about 0.1 ms here instead of 0.5 ms).
+    allocation metadata to commit, only the data.
     """
     zeros = bytes(_WARM_CHUNK_BYTES)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)

@@ -20,8 +20,8 @@ A file holds ``entries - 1`` keys. Only hashes are stored: a lookup can return a
 message (a collision), so callers re-check the key against the message itself.
 
 Access to slots and entries is by hash and by chain, never sequential, so the mapping is advised
-``MADV_RANDOM``: otherwise each fault in a new file reads around it (8 MiB here), zero-filling a
-window of holes for one 4-byte slot (a 2 ms stall, several times over a new file's slot table).
+``MADV_RANDOM``: otherwise each fault in a new file reads around it, zero-filling a whole
+window of holes for one 4-byte slot, several times over a new file's slot table.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The key index built by a child process (``StoreOptions.index_process``), on another core.
 
-Indexing costs about a third of a put in Python, and under the GIL no thread can take it off the
-put path. With this option the store hands it to a child process (:mod:`localstore.index.worker`)
-as RocketMQ hands it to a dispatcher thread: a put gathers its messages' keys (``UNIQ_KEY`` and
-``KEYS``) with their commitlog offsets, a few dozen nanoseconds a message (a producer's batch
-sends its ids as one run: head, first counter, count), and every few hundred messages they go
+Indexing (hashing keys, writing slots and entries) is a large share of a put in Python, and
+under the GIL no thread can take it off the put path. With this option the store hands it to a
+child process (:mod:`localstore.index.worker`) as RocketMQ hands it to a dispatcher thread: a
+put only gathers its messages' keys (``UNIQ_KEY`` and ``KEYS``) with their commitlog offsets (a
+producer's batch sends its ids as one run: head, first counter, count), and every few hundred
+messages they go
 to the child in one pipe write; the child hashes them and writes the index files. Records
 from before the store opened that the files lack, the child reads from the commitlog itself.
 

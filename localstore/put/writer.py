@@ -15,11 +15,10 @@ and under async flush, or once durable from the flush thread, or from whatever t
 requests instead (``flushed_by``: an event loop's sync process): one call for the batches of
 one :func:`append_all`, and one per put retried on its own.
 
-(Routing blocking puts from many threads through one writer thread was measured too: with 16
-threads under sync flush it was no faster than each thread appending under the store's lock,
-and a lone thread's put took an extra hand-off, so :meth:`MessageStore.put` appends directly.
-A writer thread between an event loop and the store measured about 1.3x slower than appending
-on the loop's own thread.)
+Blocking puts from many threads do not go through a writer thread: group commit already
+shares their flushes, and a hand-off to another thread costs more than the append it carries
+(copying into the page cache), so :meth:`MessageStore.put` appends on the caller's thread under
+the store's lock, and an event loop appends on its own thread.
 """
 
 from __future__ import annotations

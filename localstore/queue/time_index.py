@@ -562,7 +562,8 @@ def offset_for_timestamp(
     hi = min(max(hi, low), high)  # store time at hi >= timestamp_ms (high: +inf)
     lo = min(max(lo, low - 1), hi - 1)  # store time at lo < timestamp_ms (low - 1: -inf)
     # The binary search reads each probe's unit and record straight from the mapped segments,
-    # keeping the last segment of each (a bracket mostly lies in one): about 0.5 us per probe less.
+    # keeping the last segment of each (a bracket mostly lies in one), so a probe looks no
+    # segment up through its owner.
     segments, log_segments = consume_queue.segments, commitlog.segments
     min_phys = commitlog.min_offset
     unit_view = log_view = memoryview(b"")

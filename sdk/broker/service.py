@@ -279,7 +279,7 @@ class BrokerService:
                 )
             return self._send_delayed(first)
         # One message takes the store's single-put fast path (no batch encoder lists, no
-        # segment-run writer): a lone send costs about 30,000 fewer instructions. A batch goes
+        # segment-run writer), which a lone send would pay for nothing. A batch goes
         # as it came (a UniformBatch is encoded from its columns).
         if len(messages) == 1:
             result = self.store.put(messages[0])

@@ -3,9 +3,9 @@
 CPython's threads take turns holding the GIL, so threads that hand work to each other (sixteen
 producers blocked on one flush waking one another in turn, a pull thread handing messages to a
 listener) wake one another all the time, and a wake-up may land on either CPU. On this project's
-virtual machines a wake-up that crosses CPUs is an inter-processor interrupt: ``perf`` put about
-a quarter of the 16-producer run's samples in the kernel's context-switch path. Held on one CPU,
-those threads ran markedly faster here (the README's "Threads and CPUs" has the figures).
+virtual machines a wake-up that crosses CPUs is an inter-processor interrupt, spent in the
+kernel's context-switch path. Held on one CPU, such threads run faster (docs/performance.md has
+the figures).
 
 :func:`pinned` is what ``quiver perf store --pin-cpu`` and ``quiver perf e2e --pin-cpu`` use. It
 pins the calling thread; the threads it starts meanwhile inherit the pin, while the threads and
