@@ -40,6 +40,7 @@ from localstore.commitlog.log import CommitLog
 from localstore.commitlog.offset_index import CommitLogOffsetIndex
 from localstore.index.service import KeyIndex
 from localstore.options import StoreOptions
+from localstore.put.checks import check_batch
 from localstore.put.key_feed import KeyIndexFeed
 from localstore.put.queue_state import QueuePutState
 from localstore.put.single import SinglePut
@@ -50,7 +51,6 @@ from localstore.record.batch_encoder import RejectedMessageError, encode_batch
 from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.record.tags import SCHEDULE_TOPIC
 from localstore.record.uniform_batch import batch_head
-from localstore.record.validation import check_batch
 from localstore.recovery.checkpoint import Checkpoint
 from localstore.results import PutResult, PutStatus, stored_result
 
