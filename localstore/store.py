@@ -41,6 +41,7 @@ from localstore.commitlog.log import CommitLog
 from localstore.commitlog.offset_index import CommitLogOffsetIndex
 from localstore.errors import StoreClosedError, StoreError
 from localstore.files.dir_lock import acquire_directory_lock
+from localstore.files.retired import RetiredFiles
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index.process import IndexProcess
 from localstore.index.service import IndexService, KeyIndex
@@ -65,12 +66,7 @@ from localstore.recovery.checkpoint import AbortMarker, Checkpoint
 from localstore.recovery.damaged import DamagedRanges
 from localstore.recovery.recover import RecoveryReport, recover
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
-from localstore.retention import (
-    CleanReport,
-    RetiredFiles,
-    clean,
-    correct_min_offset,
-)
+from localstore.retention import CleanReport, clean, correct_min_offset
 from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 
@@ -324,7 +320,7 @@ class MessageStore:
     @index.setter
     def index(self, index: KeyIndex | None) -> None:
         """Swap the key index the puts fill (None: puts fill none); the caller owns both."""
-        self._index = self._puts.index = index
+        self._index = self._puts.keys.index = index
 
     def _on_flushed(self, offset: int, store_timestamp: int) -> None:
         if store_timestamp:
@@ -614,7 +610,7 @@ class MessageStore:
         return [m for m in found if m.msg_id == message_id]
 
     def _ensure_key_index_whole(self) -> None:
-        error = self._puts.key_index_error
+        error = self._puts.keys.error
         if error is not None:
             raise StoreError(
                 f"the key index of {self.root} stopped taking keys ({error}): reopen the store "

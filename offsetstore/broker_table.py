@@ -48,9 +48,9 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from offsetstore import fastjson
 from offsetstore.atomic_file import backup_path, read_with_backup, write_atomically
 from offsetstore.base import NOT_FOUND, ReadResult
+from offsetstore.fastjson import loads as fastjson_loads
 from offsetstore.json_shape import (
     ShapeError,
     data_version,
@@ -121,7 +121,7 @@ def parse_offset_file(
     JSON of another shape (:class:`~offsetstore.json_shape.ShapeError` naming the field)."""
     if not text.strip():
         raise ValueError("the file is empty")
-    document = fastjson.loads(text)
+    document = fastjson_loads(text)
     if not isinstance(document, dict):
         raise ShapeError(f"not a JSON object (found {json_kind(document)})")
     table: dict[str, dict[int, int]] = {}

@@ -47,7 +47,6 @@ from typing import Any
 import orjson
 from filelock import FileLock
 
-from offsetstore import fastjson
 from offsetstore.atomic_file import read_with_backup, remove_stale_temp_files, write_atomically
 from offsetstore.base import (
     NOT_FOUND,
@@ -57,6 +56,7 @@ from offsetstore.base import (
     ReadOffsetType,
     ReadResult,
 )
+from offsetstore.fastjson import loads as fastjson_loads
 from offsetstore.json_shape import (
     INT32_MAX,
     ShapeError,
@@ -104,7 +104,7 @@ def decode_offsets(data: bytes) -> dict[MessageQueue, int]:
     try:
         document: Any = orjson.loads(data)
     except orjson.JSONDecodeError:
-        document = fastjson.loads(data)  # RocketMQ's dialect; raises ValueError on garbage
+        document = fastjson_loads(data)  # RocketMQ's dialect; raises ValueError on garbage
     if not isinstance(document, Mapping) or "offsetTable" not in document:
         raise ShapeError(f"not an object with an offsetTable (found {json_kind(document)})")
     table = document["offsetTable"]

@@ -90,9 +90,10 @@ class MemoryOffsets:
 
 
 class PeriodicPersister:
-    """Runs ``persist`` every ``interval_s`` on a daemon thread until :meth:`stop`."""
+    """Runs ``persist`` every ``interval_s`` on a daemon thread until :meth:`stop` (what it
+    returns is ignored; a client's lease renewal runs on one too)."""
 
-    def __init__(self, name: str, persist: Callable[[], None], interval_s: float) -> None:
+    def __init__(self, name: str, persist: Callable[[], object], interval_s: float) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, got {interval_s}")
         self._persist = persist

@@ -6,12 +6,15 @@
         with Producer(broker) as producer:
             producer.send(Message("orders", b"...", tags="paid", keys=["order-42"]))
 
-Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark.
+Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark, nor the store engine
+(nothing of ``localstore`` beyond its record format): :class:`EmbeddedBroker` and
+:class:`BrokerOptions` load it on first use, so a client of a remote broker never pays for it.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from offsetstore import MessageQueue
-from sdk.broker.embedded import EmbeddedBroker
-from sdk.broker.service import BrokerOptions
 from sdk.consumer.membership import ConsumeFrom, MessageModel
 from sdk.consumer.process_queue import FlowControlLimits
 from sdk.consumer.pull import AsyncPullConsumer, PullConsumer
@@ -34,6 +37,32 @@ from sdk.transaction import (
     TransactionReceipt,
     TransactionState,
 )
+
+if TYPE_CHECKING:
+    from sdk.broker.embedded import EmbeddedBroker
+    from sdk.broker.service import BrokerOptions
+
+# Names whose modules load the store engine, imported on first use (PEP 562). The type checkers
+# read the imports above; tests/test_architecture.py checks that ``import sdk`` loads no store
+# module and that making an EmbeddedBroker does.
+_LAZY_EXPORTS = {
+    "BrokerOptions": "sdk.broker.service",
+    "EmbeddedBroker": "sdk.broker.embedded",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_EXPORTS})
+
 
 __all__ = [
     "AsyncProducer",

@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from localstore.errors import IndexProcessError
+from localstore.files.retired import RetiredFiles
 from localstore.index.protocol import (
     CLOSE,
     ERROR,
@@ -49,7 +50,6 @@ from localstore.index.protocol import (
 )
 from localstore.index.service import counter_run_of, key_columns, matches_key, sys_flags_of
 from localstore.record.codec import NewMessage, StoredMessage
-from localstore.retention import RetiredFiles
 from localstore.runtime.pipe_frames import frame, read_frame, write_all
 from localstore.runtime.worker_command import worker_command, worker_env
 

@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 import filelock
 
 from localstore.errors import StoreError
+from localstore.files.retired import RetiredFiles
 from localstore.index.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexFile
 from localstore.record.codec import (
     PROPERTY_KEYS,
@@ -40,9 +41,6 @@ from localstore.record.javahash import _HIGH, _LOW, java_hash, java_hash_concat
 from localstore.record.message_id import UniqKeyRun
 from localstore.record.uniform_batch import UniformBatch
 from localstore.runtime.closing import close_all
-
-if TYPE_CHECKING:
-    from localstore.retention import RetiredFiles
 
 MAX_QUERY_RESULTS = 64  # RocketMQ's maxMsgsNumBatch
 WRITER_LOCK_TIMEOUT_S = 60.0  # for the index process of a killed store to finish

@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from localstore.files.mapped_file import segment_name
+from localstore.files.retired import RetiredFiles
 from localstore.index.protocol import (
     CLOSE,
     ERROR,
@@ -50,7 +51,6 @@ from localstore.index.protocol import (
 from localstore.index.service import CounterRun, IndexService
 from localstore.record.codec import RecordError, StoredMessage, decode_record
 from localstore.recovery.log_scan import iter_records
-from localstore.retention import RetiredFiles
 from localstore.runtime.pipe_frames import frame, split_frames, write_all
 
 _READ_CHUNK = 1 << 16

@@ -13,9 +13,11 @@ What a put keeps true (for this path and :mod:`localstore.put.single`'s fast pat
   last one stored, which a flush covering it covers all of them with (records are written in
   order).
 
-:class:`PutPath` holds the store's parts it writes to and the per-queue put state
-(:class:`~localstore.put.single.QueuePutState`) that both paths share; the store owns their
-lifecycle and the lock.
+:class:`PutPath` holds the store's parts it writes to, the per-queue put states
+(:class:`~localstore.put.queue_state.QueuePutState`) and the key index feed
+(:class:`~localstore.put.key_feed.KeyIndexFeed`) that both paths share, and makes the fast path
+(:class:`~localstore.put.single.SinglePut`) with them; the store owns their lifecycle and the
+lock.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ from localstore.commitlog.log import CommitLog
 from localstore.commitlog.offset_index import CommitLogOffsetIndex
 from localstore.index.service import KeyIndex
 from localstore.options import StoreOptions
-from localstore.put.single import QueuePutState, SinglePut
+from localstore.put.checks import check_batch
+from localstore.put.key_feed import KeyIndexFeed
+from localstore.put.queue_state import QueuePutState
+from localstore.put.single import SinglePut
 from localstore.queue.registry import QueueRegistry
 from localstore.queue.time_index import QueueTimeIndex
 from localstore.queue.topics import TopicTable
@@ -46,7 +51,6 @@ from localstore.record.batch_encoder import RejectedMessageError, encode_batch
 from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.record.tags import SCHEDULE_TOPIC
 from localstore.record.uniform_batch import batch_head
-from localstore.record.validation import check_batch
 from localstore.recovery.checkpoint import Checkpoint
 from localstore.results import PutResult, PutStatus, stored_result
 
@@ -85,7 +89,7 @@ class PutPath:
         self.checkpoint = checkpoint
         self.time_indexes = time_indexes  # shared with the store (retention, close)
         self.offset_index = offset_index
-        self.index = index
+        self.keys = KeyIndexFeed(index, root=root, commitlog=commitlog)  # shared with single
         self.flusher = flusher
         self._store_host = store_host
         self._max_body = max_body
@@ -97,13 +101,14 @@ class PutPath:
         self.valid_topics: set[str] = set()
         self._valid_system_topics: set[str] = set()
         self.closed = False  # through close(), under the put lock
-        self.key_index_error: OSError | None = None  # why the key index stopped (stop_key_index)
         self.single = SinglePut(
             states=self.states,
             valid_topics=self.valid_topics,
             lock=lock,
             commitlog=commitlog,
-            puts=self,
+            checkpoint=checkpoint,
+            offset_index=offset_index,
+            keys=self.keys,
             durability=flusher if commitlog.sync_flush else None,
             store_host=store_host,
             max_body=max_body,
@@ -251,28 +256,14 @@ class PutPath:
             if next_offset > time_index.next_due:  # most puts add no time index entry
                 time_index.append(queue_offset, next_offset - queue_offset, store_timestamp)
         self.offset_index.append_batch(phys_offsets, end_offset)
-        if self.index is not None:
+        index = self.keys.index
+        if index is not None:
             try:
-                self.index.on_appended(
+                index.on_appended(
                     state.queue.topic, messages, phys_offsets, store_timestamp, end_offset
                 )
             except OSError as exc:
-                self.stop_key_index(exc)
-
-    def stop_key_index(self, error: OSError) -> None:
-        """Under the put lock: the key index could not take a stored put's keys (a full disk
-        or no file descriptor for a new index file). The put stands (the log and its consume
-        queue hold it); the key index, a derived file, stops taking keys, queries say why, and
-        the next open catches it up from the commitlog."""
-        log.error(
-            "the key index of %s stopped at commitlog offset %d (%s): queries fail until the "
-            "store is reopened, which rebuilds what it lacks",
-            self._root,
-            self.commitlog.max_offset,
-            error,
-        )
-        self.key_index_error = error
-        self.index = None
+                self.keys.stop(exc)
 
     def _durability_request(
         self,

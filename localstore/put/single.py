@@ -1,8 +1,4 @@
-"""The put path's per-queue state, and the single put's fast path.
-
-:class:`QueuePutState` is what the store keeps for each topic-queue it has written to: the
-consume queue, its time index, the next queue offset, and the topic's encoded field. Both put
-paths read it with one dict lookup.
+"""The single put's fast path.
 
 :class:`SinglePut` packs and writes one message of the common shape in one function. A single
 put's cost is mostly per-call bookkeeping rather than bytes (the encoder's batch lists and
@@ -10,7 +6,9 @@ result tuple, the segment-run writer), so for the common shape the record is pac
 here without them. What a put notes after the write (units, indexes, checkpoint time) is
 ``PutPath.note_appended`` (:mod:`localstore.put.path`), the same for both paths; under sync flush
 it then asks the store's flush thread for its flush. (The single put makes those notes itself,
-in line: see below.) The common shape:
+in line: see below.) It is given what it writes and notes to (the commitlog, the per-queue
+states of :mod:`localstore.put.queue_state`, the checkpoint, the offset index, the key index
+feed of :mod:`localstore.put.key_feed`), never the general path itself. The common shape:
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
@@ -46,16 +44,12 @@ import time
 import zlib
 from typing import TYPE_CHECKING
 
-from localstore.queue.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from localstore.queue.time_index import QueueTimeIndex
+from localstore.put.queue_state import QueuePutState
+from localstore.queue.consume_queue import UNIT, UNIT_SIZE
 from localstore.record.codec import (
     HEADER_V4,
-    MAGIC_V1,
-    MAGIC_V2,
     MAX_PROPERTIES_BYTES,
-    SHORT,
     NewMessage,
-    topic_field,
 )
 from localstore.record.tags import _TAG_CODES, tag_code
 from localstore.results import PutResult, stored_result
@@ -63,7 +57,9 @@ from localstore.results import PutResult, stored_result
 if TYPE_CHECKING:
     from localstore.commitlog.flush import DurableWait, FlushService, FlushWaiter
     from localstore.commitlog.log import CommitLog
-    from localstore.put.path import PutPath
+    from localstore.commitlog.offset_index import CommitLogOffsetIndex
+    from localstore.put.key_feed import KeyIndexFeed
+    from localstore.recovery.checkpoint import Checkpoint
 
 
 _crc32 = zlib.crc32
@@ -72,54 +68,23 @@ _crc32 = zlib.crc32
 # since they are written last.
 _SIZE_AND_MAGIC = struct.Struct(">ii")
 _HEADER_AFTER_MAGIC = struct.Struct(">" + HEADER_V4.format[3:])
-# A record's first 8 bytes by MAGICCODE, then by TOTALSIZE, shared by every queue: sizes repeat,
-# and one pack of two ints costs more than a dict lookup. Bounded (at most 16,384 sizes a magic,
-# about 1.6 MB); a size beyond the bound is packed each time.
-_FIRSTS: dict[int, dict[int, bytes]] = {MAGIC_V1: {}, MAGIC_V2: {}}
+# The bound of the sizes in each magic's shared table of first 8 bytes (QueuePutState.firsts,
+# which this path fills): at most 16,384 sizes a magic, about 1.6 MB; a size beyond the bound
+# is packed each time.
 _FIRSTS_LIMIT = 16_384
-
-
-class QueuePutState:
-    """One writable topic-queue as the put paths see it."""
-
-    __slots__ = (
-        "firsts",
-        "magic",
-        "next_offset",
-        "plain_size",
-        "queue",
-        "tails",
-        "time_index",
-        "topic_field",
-    )
-
-    def __init__(self, queue: ConsumeQueue, time_index: QueueTimeIndex):
-        self.queue = queue
-        self.time_index = time_index
-        self.next_offset = queue.max_offset  # queue offset of the next unit
-        self.magic, self.topic_field = topic_field(queue.topic)
-        # A v1 record with IPv4 hosts, less its body and properties.
-        self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
-        self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
-        self.firsts = _FIRSTS[self.magic]  # record size -> TOTALSIZE and MAGICCODE, packed
-
-    def tail(self, properties_length: int) -> bytes:
-        """The record's bytes between body and properties: topic field, properties length."""
-        tail = self.topic_field + SHORT.pack(properties_length)
-        if len(self.tails) < 256:
-            self.tails[properties_length] = tail
-        return tail
 
 
 class SinglePut:
     """The fast path of ``MessageStore.put`` (see the module docstring)."""
 
     __slots__ = (
+        "_checkpoint",
         "_commitlog",
         "_durability",
+        "_keys",
         "_lock",
         "_max_body",
-        "_puts",
+        "_offset_index",
         "_states",
         "_store_host",
         "_valid_topics",
@@ -133,7 +98,9 @@ class SinglePut:
         valid_topics: set[str],
         lock: threading.Lock,
         commitlog: CommitLog,
-        puts: PutPath,
+        checkpoint: Checkpoint,
+        offset_index: CommitLogOffsetIndex,
+        keys: KeyIndexFeed,
         durability: FlushService | None,
         store_host: bytes,
         max_body: int,
@@ -142,7 +109,10 @@ class SinglePut:
         self._valid_topics = valid_topics
         self._lock = lock
         self._commitlog = commitlog
-        self._puts = puts  # the general path, whose notes (PutPath.note_appended) a put makes
+        # What a put notes besides its queue (PutPath.note_appended's notes, made in line).
+        self._checkpoint = checkpoint
+        self._offset_index = offset_index
+        self._keys = keys  # shared with the general path: a swap or a stop reaches both
         self._durability = durability  # under sync flush: the flush thread, for blocking puts
         self._store_host = store_host if len(store_host) == 8 else None
         self._max_body = max_body
@@ -263,28 +233,28 @@ class SinglePut:
                     return None
             # PutPath.note_appended's notes for one record, made here: its call, with nine
             # arguments, cost about 3 % of a put's instructions.
-            puts = self._puts
             at = units.wrote_position
             UNIT.pack_into(unit_view, at, position, size, code)
             units.wrote_position = at + UNIT_SIZE
             queue.max_phys_offset = end
             state.next_offset = queue_offset + 1
-            puts.checkpoint.logics_msg_timestamp = store_timestamp
+            self._checkpoint.logics_msg_timestamp = store_timestamp
             time_index = state.time_index
             if queue_offset >= time_index.next_due:  # most puts add no time index entry
                 time_index.append(queue_offset, 1, store_timestamp)
-            offsets = puts.offset_index  # no entry due: append_batch's one comparison, here
+            offsets = self._offset_index  # no entry due: append_batch's one comparison, here
             if position == offsets.noted_end and position < offsets.next_due:
                 offsets.records += 1
                 offsets.noted_end = end
             else:
                 offsets.append_batch((position,), end)
-            index = puts.index
+            keys = self._keys
+            index = keys.index
             if index is not None:
                 try:
                     index.on_appended(topic, (message,), (position,), store_timestamp, end)
                 except OSError as exc:
-                    puts.stop_key_index(exc)
+                    keys.stop(exc)
             durability = self._durability
             waiter = durability.request(end, None) if durability is not None else None
         finally:

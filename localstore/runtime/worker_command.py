@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-import localstore
+# The directory that holds the ``localstore`` package (this file is localstore/runtime/...).
+_PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
 def worker_command(module: str, *arguments: str) -> list[str]:
@@ -23,7 +24,7 @@ def worker_command(module: str, *arguments: str) -> list[str]:
 
 def worker_env() -> dict[str, str]:
     """This process's environment, with this package's parent first on ``PYTHONPATH``."""
-    package_parent = str(Path(localstore.__file__).resolve().parent.parent)
+    package_parent = str(_PACKAGE_PARENT)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env

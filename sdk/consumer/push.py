@@ -39,8 +39,8 @@ from types import TracebackType
 from typing import Self
 
 from localstore.record.codec import StoredMessage
-from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
+from offsetstore.memory import PeriodicPersister
 from sdk.consumer.daemon_pool import DaemonThreadPool
 from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
@@ -68,10 +68,11 @@ _INLINE_LISTENER_S = 0.0005
 _InFlight = tuple[MessageQueue, list[StoredMessage] | None]
 
 
-def _start_lease_keeper(core: PushCore, group: str) -> PeriodicTask:
-    """A thread renewing the consumer's queue leases every ``lease_renew_interval_s``."""
+def _start_lease_keeper(core: PushCore, group: str) -> PeriodicPersister:
+    """A thread renewing the consumer's queue leases every ``lease_renew_interval_s`` (a failed
+    renewal is logged and tried again at the next tick), until stopped at close."""
     interval = core.settings.lease_renew_interval_s
-    return PeriodicTask(f"quiver-leases-{group}", core.renew_leases, interval, interval)
+    return PeriodicPersister(f"quiver-leases-{group}", core.renew_leases, interval)
 
 
 def check_listener(listener: object, *, asynchronous: bool) -> None:
@@ -150,7 +151,7 @@ class PushConsumer:
         self._stop = threading.Event()
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
-        self._lease_keeper: PeriodicTask | None = None
+        self._lease_keeper: PeriodicPersister | None = None
         # What runs on the pool (listener batches, orderly runners), submitted and not finished,
         # with the work each holds (a batch's queue and messages, an orderly runner's queue);
         # close() waits for these. The lock also orders submitting against closing the pool.
@@ -396,7 +397,7 @@ class PushConsumer:
                 core.shutdown()  # persist, then leave the group: this also wakes the parked pull
         finally:  # offsets that could not be persisted stop no thread
             if self._lease_keeper is not None:
-                self._lease_keeper.close()
+                self._lease_keeper.stop()
             thread = self._thread
             if thread is not None and pull_idle and thread is not current_thread():
                 thread.join()
@@ -492,7 +493,7 @@ class AsyncPushConsumer:
         self._tasks: set[asyncio.Task[None]] = set()  # listener batches and orderly runners
         self._retries: set[asyncio.Task[None]] = set()  # local retries waiting for their time
         self._orderly_running: set[MessageQueue] = set()
-        self._lease_keeper: PeriodicTask | None = None
+        self._lease_keeper: PeriodicPersister | None = None
         self._closed = False
 
     @property
@@ -678,7 +679,7 @@ class AsyncPushConsumer:
         if core is not None:
             await asyncio.to_thread(core.shutdown)
         if self._lease_keeper is not None:
-            await asyncio.to_thread(self._lease_keeper.close)
+            await asyncio.to_thread(self._lease_keeper.stop)
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The group sizes of ``quiver perf rebalance`` (kept here so --help needs no SDK import).
-DEFAULT_SIZES = (1, 3, 2, 4, 6, 5, 8, 7, 4, 2, 1, 3, 5, 8, 6, 3, 2, 4, 7, 2, 1)
+from sdk.perf.defaults import DEFAULT_SIZES
 
 # A benchmark record's header, topic and properties take less than this beside its body.
 RECORD_ALLOWANCE = 1024

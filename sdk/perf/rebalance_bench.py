@@ -39,7 +39,7 @@ from sdk import (
     PushConsumer,
     ReceivedMessage,
 )
-from sdk.perf.cli import DEFAULT_SIZES
+from sdk.perf.defaults import DEFAULT_SIZES
 from sdk.perf.report import Figure, Progress
 
 TOPIC = "rebalance"

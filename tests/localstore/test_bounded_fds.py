@@ -278,7 +278,8 @@ def test_a_segment_retention_deletes_stays_readable_until_retired(
 ) -> None:
     """A reader that found a segment before retention unlinked it reads it even if the pool
     had closed it: retention maps and pins it before the unlink."""
-    from localstore.retention import RetentionPolicy, RetiredFiles, delete_expired_segments
+    from localstore.files.retired import RetiredFiles
+    from localstore.retention import RetentionPolicy, delete_expired_segments
 
     store = open_store(commitlog_file_size=4096, cq_entries_per_file=4)
     for i in range(120):

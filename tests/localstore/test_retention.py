@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from localstore import GetStatus, MessageStore
+from localstore.files.retired import RetiredFiles
 from localstore.queue.consume_queue import UNIT, UNIT_SIZE
 from localstore.record.codec import decode_record
 from localstore.retention import (
     CleanReport,
     RetentionPolicy,
-    RetiredFiles,
     clean,
     correct_min_offset,
     decide,
