@@ -10,6 +10,7 @@ Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark.
 """
 
 from offsetstore import MessageQueue
+from sdk._version import __version__ as __version__
 from sdk.broker.embedded import EmbeddedBroker
 from sdk.broker.service import BrokerOptions
 from sdk.consumer.membership import ConsumeFrom, MessageModel
@@ -18,9 +19,12 @@ from sdk.consumer.pull import AsyncPullConsumer, PullConsumer
 from sdk.consumer.push import AsyncPushConsumer, PushConsumer
 from sdk.consumer.push_core import RebalanceListener
 from sdk.errors import (
+    ArgumentTypeError,
     BrokerUnavailableError,
     ClientClosedError,
     CloseError,
+    IllegalStateError,
+    InvalidArgumentError,
     InvalidMessageError,
     QuiverError,
     SendRejectedError,
@@ -36,6 +40,7 @@ from sdk.transaction import (
 )
 
 __all__ = [
+    "ArgumentTypeError",
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
@@ -48,6 +53,8 @@ __all__ = [
     "ConsumeResult",
     "EmbeddedBroker",
     "FlowControlLimits",
+    "IllegalStateError",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "Message",
     "MessageModel",
