@@ -1,4 +1,5 @@
-"""The store's exceptions: one tree under :class:`StoreError`.
+"""The store's exceptions: one tree under :class:`StoreError`, itself under the root of every
+Quiver error, :class:`quiver_errors.QuiverError`.
 
 Expected outcomes (a rejected message, an offset past the end) are statuses on the results, not
 exceptions; these are for a store that cannot be opened or used as asked.
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quiver_errors import InvalidArgumentError, QuiverError
 
-class StoreError(Exception):
-    """Base class of every localstore error."""
+
+class StoreError(QuiverError):
+    """Base class of every localstore error (a :class:`~quiver_errors.QuiverError`)."""
 
 
 class StoreLockedError(StoreError):
@@ -23,14 +26,26 @@ class StoreLockedError(StoreError):
         super().__init__(f"store {directory} is already open by {holder}")
 
 
+class StoreDirectoryError(StoreError):
+    """The store's root cannot hold a store: it is a file, it cannot be created, or (for
+    ``EmbeddedBroker`` without ``create=True``) it is a non-empty directory that holds no
+    store. ``directory`` is the root, ``problem`` says which."""
+
+    def __init__(self, directory: Path, problem: str):
+        self.directory = directory
+        self.problem = problem
+        super().__init__(f"store directory {directory}: {problem}")
+
+
 class GeometryMismatchError(StoreError):
     """A store was opened with a geometry that contradicts the one recorded when it was created."""
 
 
-class GeometryError(StoreError, ValueError):
+class GeometryError(StoreError, InvalidArgumentError):
     """A geometry value the store's format cannot hold, or one that makes no sense (a segment too
     small for the largest message): the message names the field, the value and the allowed
-    range, on one line. Also a :class:`ValueError`, as a bad argument is."""
+    range, on one line. Also an :class:`~quiver_errors.InvalidArgumentError` (so a
+    :class:`ValueError`), as a bad argument is."""
 
 
 class CorruptStoreError(StoreError):

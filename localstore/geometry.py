@@ -170,7 +170,7 @@ def _requested_fields(
     chosen = {k: v for k, v in (requested or {}).items() if v is not None}
     unknown = set(chosen) - set(_FIELDS)
     if unknown:
-        raise ValueError(f"unknown geometry settings: {', '.join(sorted(unknown))}")
+        raise GeometryError(f"unknown geometry settings: {', '.join(sorted(unknown))}")
     return {k: v for k, v in chosen.items() if k in names}
 
 

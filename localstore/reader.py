@@ -55,6 +55,7 @@ from localstore.record.codec import (
 from localstore.record.run_decoder import MISPLACED, RunDecodeError, decode_run, misqueued
 from localstore.record.tags import TagFilter
 from localstore.results import FOUND, GetResult, GetStatus
+from quiver_errors import InvalidArgumentError
 
 _NO_VIEW = memoryview(b"")  # before the first segment is located
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
@@ -103,7 +104,7 @@ def read_filter(max_count: int, tags: str | TagFilter | None) -> TagFilter:
     """The tag filter a get with these limits reads with. Raises ValueError for a get the
     store refuses: ``max_count`` below 1, a tag expression naming no tag."""
     if max_count <= 0:
-        raise ValueError(f"max_count must be positive, got {max_count}")
+        raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
     if tags is None:
         return _MATCH_ALL
     return tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)

@@ -59,6 +59,7 @@ from localstore.files.retired import RetiredFiles
 from localstore.files.segments import SegmentQueue
 from localstore.index.service import KeyIndex
 from localstore.queue.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from quiver_errors import InvalidArgumentError
 
 HOUR_MS = 3_600_000
 
@@ -91,9 +92,13 @@ class RetentionPolicy:
 
     def __post_init__(self) -> None:
         if self.file_reserved_hours < 0:
-            raise ValueError(f"file_reserved_hours must be >= 0, got {self.file_reserved_hours}")
+            raise InvalidArgumentError(
+                f"file_reserved_hours must be >= 0, got {self.file_reserved_hours}"
+            )
         if self.delete_batch_max < 1:
-            raise ValueError(f"delete_batch_max must be >= 1, got {self.delete_batch_max}")
+            raise InvalidArgumentError(
+                f"delete_batch_max must be >= 1, got {self.delete_batch_max}"
+            )
         clamped = {
             "disk_max_used_ratio": _clamp(self.disk_max_used_ratio, 10, 95),
             "disk_clean_forcibly_ratio": _clamp(self.disk_clean_forcibly_ratio, 30, 85),
@@ -115,7 +120,7 @@ def parse_delete_when(text: str) -> frozenset[int]:
         if not part:
             continue
         if not part.isdigit() or not 0 <= int(part) <= 23:
-            raise ValueError(f"delete_when {text!r}: {part!r} is not an hour 0-23")
+            raise InvalidArgumentError(f"delete_when {text!r}: {part!r} is not an hour 0-23")
         hours.add(int(part))
     return frozenset(hours)
 

@@ -42,6 +42,7 @@ from localstore.commitlog.offset_index import CommitLogOffsetIndex
 from localstore.errors import StoreClosedError, StoreError
 from localstore.files.dir_lock import acquire_directory_lock
 from localstore.files.retired import RetiredFiles
+from localstore.files.store_directory import make_store_directory
 from localstore.geometry import StoreGeometry, resolve_geometry
 from localstore.index.process import IndexProcess
 from localstore.index.service import IndexService, KeyIndex
@@ -85,7 +86,7 @@ class MessageStore:
     ):
         self.root = Path(root)
         self.options = options or StoreOptions()
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_store_directory(self.root)
         self._lock_file = acquire_directory_lock(self.root)
         self._index: KeyIndex | None = None
         self._closing: CloseSteps | None = None  # the steps of close(), once it began

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
+from quiver_errors import QuiverError
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class MessageQueue:
@@ -61,8 +63,8 @@ READ_FAILED = OffsetStatus.READ_FAILED
 ReadResult: TypeAlias = int | OffsetStatus
 
 
-class OffsetStoreError(Exception):
-    """Base class of offsetstore's errors."""
+class OffsetStoreError(QuiverError):
+    """Base class of offsetstore's errors (a :class:`~quiver_errors.QuiverError`)."""
 
 
 class OffsetFileError(OffsetStoreError):

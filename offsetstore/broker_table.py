@@ -60,6 +60,7 @@ from offsetstore.json_shape import (
     json_kind,
 )
 from offsetstore.memory import PeriodicPersister
+from quiver_errors import InvalidArgumentError
 
 __all__ = [
     "FILE_NAME",
@@ -247,7 +248,9 @@ class ConsumerOffsetTable:
             timestamp_ms = to
             target = lambda q: bounds.offset_for_timestamp(topic, q, timestamp_ms)  # noqa: E731
         else:
-            raise ValueError(f"reset target must be earliest, latest or a timestamp, not {to!r}")
+            raise InvalidArgumentError(
+                f"reset target must be earliest, latest or a timestamp, not {to!r}"
+            )
         offsets = {q: target(q) for q in queue_ids}
         self.commit_many(group, topic, offsets)
         return offsets
@@ -333,5 +336,5 @@ class ConsumerOffsetTable:
 
 def _key(topic: str, group: str) -> str:
     if "@" in topic or "@" in group:
-        raise ValueError(f"a topic or group may not contain '@': {topic!r}, {group!r}")
+        raise InvalidArgumentError(f"a topic or group may not contain '@': {topic!r}, {group!r}")
     return f"{topic}@{group}"

@@ -37,6 +37,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -53,6 +54,7 @@ from offsetstore.base import (
     READ_FAILED,
     MessageQueue,
     OffsetStoreError,
+    OffsetWriteError,
     ReadOffsetType,
     ReadResult,
 )
@@ -66,6 +68,7 @@ from offsetstore.json_shape import (
     json_kind,
 )
 from offsetstore.memory import MAX_OFFSET, MemoryOffsets, PeriodicPersister
+from quiver_errors import IllegalStateError, InvalidArgumentError
 
 __all__ = [
     "DEFAULT_DIR_NAME",
@@ -157,7 +160,7 @@ def _read_offsets(path: Path) -> tuple[dict[MessageQueue, int], bool]:
 
 def _path_component(name: str, what: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise ValueError(f"{what} {name!r} cannot be used as a folder name")
+        raise InvalidArgumentError(f"{what} {name!r} cannot be used as a folder name")
     return name
 
 
@@ -234,7 +237,7 @@ class LocalFileOffsetStore:
         if not snapshot:
             return
         with self._io_lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_folder_of(self.path)
             with self._file_lock:
                 for leftover in remove_stale_temp_files(self.path):
                     logger.info("removed %s, left by a writer killed mid-write", leftover)
@@ -253,7 +256,7 @@ class LocalFileOffsetStore:
         """Persist every queue in memory every ``interval_s`` seconds on a daemon thread, until
         :meth:`close`. Failures are logged and retried at the next tick."""
         if self._persister is not None:
-            raise RuntimeError("auto-persist is already running")
+            raise IllegalStateError("auto-persist is already running")
         self._persister = PeriodicPersister(
             f"offsets-persist-{self.group}", self._persist_everything, interval_s
         )
@@ -275,3 +278,17 @@ class LocalFileOffsetStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _make_folder_of(path: Path) -> None:
+    """Create the folder of offsets file ``path``; :class:`OffsetWriteError` when it cannot be
+    (a file stands where a folder should, no permission, ...)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OffsetWriteError(
+            exc.errno or errno.EIO,
+            f"cannot create the folder of offsets file {path}: {reason}",
+            str(path),
+        ) from exc

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from offsetstore.base import MessageQueue
+from quiver_errors import InvalidArgumentError
 
 MAX_OFFSET = 2**63 - 1
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ class _Entry:
 def check_offset(offset: int) -> None:
     """Offsets are ints in [0, 2**63 - 1] (a Java long); anything else is a caller's bug."""
     if type(offset) is not int or not 0 <= offset <= MAX_OFFSET:
-        raise ValueError(f"an offset is an int in [0, 2**63 - 1], got {offset!r}")
+        raise InvalidArgumentError(f"an offset is an int in [0, 2**63 - 1], got {offset!r}")
 
 
 class MemoryOffsets:
@@ -95,7 +96,7 @@ class PeriodicPersister:
 
     def __init__(self, name: str, persist: Callable[[], object], interval_s: float) -> None:
         if interval_s <= 0:
-            raise ValueError(f"interval_s must be positive, got {interval_s}")
+            raise InvalidArgumentError(f"interval_s must be positive, got {interval_s}")
         self._persist = persist
         self._interval_s = interval_s
         self._stop = threading.Event()

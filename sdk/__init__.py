@@ -15,15 +15,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from offsetstore import MessageQueue
+from sdk._version import __version__ as __version__
 from sdk.consumer.membership import ConsumeFrom, MessageModel
 from sdk.consumer.process_queue import FlowControlLimits
 from sdk.consumer.pull import AsyncPullConsumer, PullConsumer
 from sdk.consumer.push import AsyncPushConsumer, PushConsumer
 from sdk.consumer.push_core import RebalanceListener
 from sdk.errors import (
+    ArgumentTypeError,
     BrokerUnavailableError,
     ClientClosedError,
     CloseError,
+    IllegalStateError,
+    InvalidArgumentError,
     InvalidMessageError,
     QuiverError,
     SendRejectedError,
@@ -65,6 +69,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ArgumentTypeError",
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
@@ -77,6 +82,8 @@ __all__ = [
     "ConsumeResult",
     "EmbeddedBroker",
     "FlowControlLimits",
+    "IllegalStateError",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "Message",
     "MessageModel",

@@ -1,5 +1,9 @@
 """The SDK's exceptions: one tree under :class:`QuiverError`.
 
+``QuiverError`` and the argument and state errors are defined in :mod:`quiver_errors`, below
+localstore and offsetstore too, so that ``except QuiverError`` also catches the store's
+(:class:`localstore.StoreError`) and the offset store's (:class:`offsetstore.OffsetStoreError`).
+
 Every error says whether retrying the same call may succeed (``retriable``), so retry policies
 (tenacity) read one attribute instead of guessing from the class. Expected outcomes (no new
 message, an offset that moved) are statuses, not exceptions.
@@ -7,11 +11,12 @@ message, an offset that moved) are statuses, not exceptions.
 
 from __future__ import annotations
 
-
-class QuiverError(Exception):
-    """Base class of every SDK error."""
-
-    retriable: bool = False
+from quiver_errors import (
+    ArgumentTypeError,
+    IllegalStateError,
+    InvalidArgumentError,
+    QuiverError,
+)
 
 
 class InvalidMessageError(QuiverError, ValueError):
@@ -55,3 +60,17 @@ class CloseError(QuiverError):
     def __init__(self, message: str, errors: list[tuple[str, Exception]]):
         super().__init__(message)
         self.errors = errors
+
+
+__all__ = [
+    "RETRIABLE_PUT_STATUSES",
+    "ArgumentTypeError",
+    "BrokerUnavailableError",
+    "ClientClosedError",
+    "CloseError",
+    "IllegalStateError",
+    "InvalidArgumentError",
+    "InvalidMessageError",
+    "QuiverError",
+    "SendRejectedError",
+]

@@ -59,6 +59,9 @@ __all__ = [
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES = 32767
 MAX_DELAY_LEVEL = 18
+# What separates the tags of a subscription expression ("a || b", localstore.record.tags): a
+# message tag holding it could never match one, so sending it is refused.
+TAG_SEPARATOR = "||"
 
 QueueSelector = Callable[[Message, int], int]
 """``selector(message, queue_count) -> queue id`` in ``[0, queue_count)``."""
@@ -139,6 +142,18 @@ def _text_problem(value: object, what: str) -> str | None:
     if holds_property_separator(value):
         return f"{what} {value!r} holds \\x01 or \\x02, which separate stored properties"
     return None
+
+
+def _tags_problem(tags: object) -> str | None:
+    """Why ``tags`` cannot be a message's tag (None: it can): a property's rules, and no
+    ``||``, which separates the tags of a subscription, so such a tag could never match one."""
+    problem = _text_problem(tags, "tags")
+    if problem is None and TAG_SEPARATOR in str(tags):
+        return (
+            f"tag {tags!r} holds {TAG_SEPARATOR!r}, which separates a subscription's tags: "
+            "no subscription could ever match it"
+        )
+    return problem
 
 
 def _keys_problem(keys: object) -> str:
@@ -257,7 +272,7 @@ class MessageBuilder:
         if message.properties:
             _check_property_names(message.properties)
         _check_scalar_fields(message)
-        if message.tags and (problem := _text_problem(message.tags, "tags")) is not None:
+        if message.tags and (problem := _tags_problem(message.tags)) is not None:
             raise InvalidMessageError(problem)
         if message.keys and _joined_keys(message.keys) is None:
             raise InvalidMessageError(_keys_problem(message.keys))
@@ -315,8 +330,8 @@ class MessageBuilder:
             _check_scalar_fields(message)
         tags = message.tags
         if tags:
-            if type(tags) is not str or holds_property_separator(tags):
-                raise InvalidMessageError(f"message to {topic}: {_text_problem(tags, 'tags')}")
+            if type(tags) is not str or holds_property_separator(tags) or TAG_SEPARATOR in tags:
+                raise InvalidMessageError(f"message to {topic}: {_tags_problem(tags)}")
         else:
             tags = None
         joined = None

@@ -34,7 +34,7 @@ from tenacity import (
 )
 
 from localstore.record.codec import NewMessage
-from sdk.errors import ClientClosedError, InvalidMessageError
+from sdk.errors import ClientClosedError, InvalidArgumentError, InvalidMessageError
 from sdk.message import Message
 from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
@@ -81,7 +81,7 @@ class _ProducerBase:
         max_body_bytes: int,
     ) -> None:
         if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+            raise InvalidArgumentError(f"retries must be >= 0, got {retries}")
         self.group = group
         self.selector = selector
         self.retries = retries

@@ -52,7 +52,7 @@ from localstore.record.codec import (
 )
 from localstore.record.message_id import parse_offset_msg_id
 from sdk.consumer.membership import check_group, new_client_id
-from sdk.errors import InvalidMessageError, QuiverError
+from sdk.errors import InvalidArgumentError, InvalidMessageError, QuiverError
 from sdk.message import Message, ReceivedMessage
 from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts
 from sdk.producer import AsyncProducer, Producer
@@ -194,7 +194,7 @@ def _log_unanswered(group: str, count: int) -> None:
 def _check_settings(group: str, check_wait_ms: int) -> None:
     check_group(group)
     if check_wait_ms < 10:
-        raise ValueError(f"check_wait_ms must be >= 10, got {check_wait_ms}")
+        raise InvalidArgumentError(f"check_wait_ms must be >= 10, got {check_wait_ms}")
 
 
 class TransactionalProducer(Producer):

@@ -42,8 +42,9 @@ PACKAGES = ("localstore", "offsetstore", "sdk")
 
 # What each package may import besides the standard library and itself.
 ALLOWED = {
-    "localstore": {"orjson", "filelock"},
-    "offsetstore": {"orjson", "filelock", "tenacity"},
+    "quiver_errors": set(),
+    "localstore": {"quiver_errors", "orjson", "filelock"},
+    "offsetstore": {"quiver_errors", "orjson", "filelock", "tenacity"},
 }
 
 

@@ -66,6 +66,7 @@ from localstore.queue.time_index import (
     stored_entries,
 )
 from localstore.record.codec import BLANK_STRUCT, LONG, MAGIC_V1, MAGIC_V2, OFFSET_PHYSICAL_OFFSET
+from quiver_errors import InvalidArgumentError
 
 DEFAULT_INTERVAL_BYTES = 64 * 1024
 ENTRY = struct.Struct(">II")
@@ -98,9 +99,11 @@ class CommitLogOffsetIndex:
         interval_bytes: int = DEFAULT_INTERVAL_BYTES,
     ):
         if interval_bytes < 1:
-            raise ValueError(f"interval_bytes must be positive, got {interval_bytes}")
+            raise InvalidArgumentError(f"interval_bytes must be positive, got {interval_bytes}")
         if commitlog.segment_size > _UINT32_LIMIT:
-            raise ValueError(f"segments of {commitlog.segment_size} bytes need 4-byte positions")
+            raise InvalidArgumentError(
+                f"segments of {commitlog.segment_size} bytes need 4-byte positions"
+            )
         self.directory = directory
         self.commitlog = commitlog
         self.interval = interval_bytes
@@ -243,7 +246,7 @@ class CommitLogOffsetIndex:
         fewer ranges. An empty log gives ``[min offset]`` (no range).
         """
         if n < 1:
-            raise ValueError(f"n must be positive, got {n}")
+            raise InvalidArgumentError(f"n must be positive, got {n}")
         low, high = self.commitlog.min_offset, self.commitlog.confirmed_offset
         if high <= low:
             return [low]

@@ -66,6 +66,7 @@ from localstore.files.mapped_file import segment_name
 from localstore.queue.consume_queue import UNIT_SIZE, ConsumeQueue
 from localstore.reader import visible_max_offset
 from localstore.record.codec import read_store_timestamp
+from quiver_errors import InvalidArgumentError
 
 DEFAULT_INTERVAL_UNITS = 1024
 ENTRY = struct.Struct(">qi")
@@ -241,9 +242,11 @@ class QueueTimeIndex:
     ):
         units_per_file = consume_queue.segments.segment_size // UNIT_SIZE
         if interval_units < 1:
-            raise ValueError(f"interval_units must be positive, got {interval_units}")
+            raise InvalidArgumentError(f"interval_units must be positive, got {interval_units}")
         if units_per_file > _INT32_MAX:
-            raise ValueError(f"{units_per_file} units per file do not fit a 4-byte offset")
+            raise InvalidArgumentError(
+                f"{units_per_file} units per file do not fit a 4-byte offset"
+            )
         self.directory = directory
         self.consume_queue = consume_queue
         self.commitlog = commitlog

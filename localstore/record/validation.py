@@ -1,8 +1,9 @@
 """Topic rules (RocketMQ's ``TopicValidator``), with RocketMQ's own error texts.
 
-A topic is 1-127 characters of ``[%|a-zA-Z0-9_-]``; retry topics (``%RETRY%...``) may be up to
-255. System topics are the store's own: applications may not create them, and some may not be
-sent to at all; the store's own services put into them with ``system=True``.
+A topic is 1-127 characters of ``[%|a-zA-Z0-9_-]``; retry and dead-letter topics (``%RETRY%...``,
+``%DLQ%...``) may be up to 255. System topics are the store's own: applications may not create
+them, and some may not be sent to at all; the store's own services put into them with
+``system=True``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 
 TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
-MAX_RETRY_TOPIC_LENGTH = 255
+MAX_RETRY_OR_DLQ_TOPIC_LENGTH = 255
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
@@ -54,7 +55,8 @@ def topic_error(topic: str, *, system: bool = False) -> str | None:
             f"The specified topic[{topic}] contains illegal characters, allowing only "
             "^[%|a-zA-Z0-9_-]+$"
         )
-    limit = MAX_RETRY_TOPIC_LENGTH if topic.startswith(RETRY_PREFIX) else MAX_TOPIC_LENGTH
+    long_allowed = topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
+    limit = MAX_RETRY_OR_DLQ_TOPIC_LENGTH if long_allowed else MAX_TOPIC_LENGTH
     if len(topic) > limit:
         return f"The specified topic is longer than topic max length {limit}: {len(topic)}"
     if not system:

@@ -9,10 +9,12 @@ transports of remote mode implement.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from localstore import StoreOptions
+from localstore.files.store_directory import check_store_directory
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.transport.in_process import AsyncInProcessTransport, InProcessTransport
 
@@ -24,6 +26,9 @@ class EmbeddedBroker:
 
     ``options`` sets the broker (:class:`BrokerOptions`); ``store_options`` and ``geometry``
     (e.g. ``commitlog_file_size=...``, ``flush_mode="sync"``) are shortcuts for its store part.
+    ``root`` is a store directory, an empty one, or one that does not exist yet; a non-empty
+    directory that holds no store is refused (:class:`localstore.errors.StoreDirectoryError`)
+    unless ``create=True`` says to make the store there.
     Close it (or use ``with``) after the clients that use it: closing flushes and releases the
     store directory.
     """
@@ -34,8 +39,10 @@ class EmbeddedBroker:
         *,
         options: BrokerOptions | None = None,
         store_options: StoreOptions | None = None,
+        create: bool = False,
         **geometry: Any,
     ) -> None:
+        check_store_directory(Path(root), create=create)
         options = options or BrokerOptions()
         if store_options is not None:
             options.store = store_options

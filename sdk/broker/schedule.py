@@ -88,6 +88,7 @@ from offsetstore.json_shape import (
     expect_object,
     json_kind,
 )
+from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT
 
 __all__ = [
@@ -122,9 +123,9 @@ def delay_levels(levels: DelayLevels) -> tuple[int, ...]:
         return parse_delay_levels(levels)
     delays = tuple(int(d) for d in levels)
     if not delays:
-        raise ValueError("the delay level table is empty")
+        raise InvalidArgumentError("the delay level table is empty")
     if any(d <= 0 for d in delays):
-        raise ValueError(f"delays must be positive, got {delays}")
+        raise InvalidArgumentError(f"delays must be positive, got {delays}")
     return delays
 
 
@@ -155,9 +156,9 @@ def delayed_message(
     ``store.put(..., system=True)``.
     """
     if (level is None) == (deliver_at_ms is None):
-        raise ValueError("give exactly one of level and deliver_at_ms")
+        raise InvalidArgumentError("give exactly one of level and deliver_at_ms")
     if message.topic == SCHEDULE_TOPIC:
-        raise ValueError(f"the message is already under {SCHEDULE_TOPIC}")
+        raise InvalidArgumentError(f"the message is already under {SCHEDULE_TOPIC}")
     delays = delay_levels(levels)
     properties = dict(message.properties)
     if deliver_at_ms is not None:
@@ -167,7 +168,7 @@ def delayed_message(
     else:
         assert level is not None
         if level < 1:
-            raise ValueError(f"delay level must be >= 1, got {level}")
+            raise InvalidArgumentError(f"delay level must be >= 1, got {level}")
         level = min(level, len(delays))
     properties[PROPERTY_REAL_TOPIC] = message.topic
     properties[PROPERTY_REAL_QUEUE_ID] = str(message.queue_id)
@@ -410,7 +411,7 @@ class ScheduleService:
         """Start the background thread (first round at once: messages due during a downtime
         are delivered right away)."""
         if self._thread is not None:
-            raise RuntimeError("the schedule service is already started")
+            raise IllegalStateError("the schedule service is already started")
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="quiver-schedule", daemon=True)
         self._thread.start()

@@ -363,11 +363,27 @@ class BrokerService:
         done = original.reconsume_times if reconsume_times < 0 else reconsume_times
         message = self._retry_copy(original, done)
         if done >= limit or delay_level < 0:
-            dead = dataclasses.replace(message, topic=dlq_topic(group), queue_id=0)
-            return self._put_system(dead)
+            return self._dead_letter(group, message, done)
         retry = dataclasses.replace(message, topic=retry_topic(group), queue_id=0)
         level = delay_level or _RETRY_BASE_LEVEL + done
         return self._put_system(delayed_message(retry, level=level, levels=self._delays))
+
+    def _dead_letter(self, group: str, message: NewMessage, reconsumed: int) -> SendResult:
+        """Store ``message`` in ``group``'s dead-letter queue, and say so at WARNING: nothing
+        delivers it again unless someone consumes ``%DLQ%{group}``."""
+        dead = dataclasses.replace(message, topic=dlq_topic(group), queue_id=0)
+        answer = self._put_system(dead)
+        if answer.stored:
+            log.warning(
+                "message %s of topic %s moved to the dead-letter queue %s of group %s after %d "
+                "reconsumes",
+                message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID),
+                message.properties.get(PROPERTY_RETRY_TOPIC, message.topic),
+                dead.topic,
+                group,
+                reconsumed,
+            )
+        return answer
 
     @staticmethod
     def _retry_copy(original: StoredMessage, reconsumed: int) -> NewMessage:

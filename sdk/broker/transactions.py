@@ -99,6 +99,7 @@ from sdk.broker.transaction_records import (
     resolved_offsets,
     transaction_id,
 )
+from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT
 from sdk.transport.transaction_models import (
     ALREADY_RESOLVED,
@@ -165,7 +166,7 @@ class TransactionService:
         on_committed: Callable[[PutResult], None] | None = None,
     ) -> None:
         if timeout_ms < 0 or check_interval_ms <= 0 or max_checks < 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"need timeout_ms >= 0, check_interval_ms > 0, max_checks >= 0; got "
                 f"{timeout_ms}, {check_interval_ms}, {max_checks}"
             )
@@ -548,7 +549,7 @@ class TransactionService:
         """Start the check thread (first round at once: half messages left open while the
         broker was down are asked about right away)."""
         if self._thread is not None:
-            raise RuntimeError("the transaction check service is already started")
+            raise IllegalStateError("the transaction check service is already started")
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._run, name="quiver-transaction-check", daemon=True

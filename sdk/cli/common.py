@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
+from sdk.errors import QuiverError
+
 if TYPE_CHECKING:
     from localstore.store import MessageStore
 
@@ -33,7 +35,7 @@ EXIT_USAGE = 2
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-class CliError(Exception):
+class CliError(QuiverError):
     """An expected failure: ``main`` prints ``message`` on one line and exits with ``status``."""
 
     def __init__(self, message: str, status: int = EXIT_FAILED):

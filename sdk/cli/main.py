@@ -80,7 +80,7 @@ def _add_perf(subparsers: Subparsers, *, load: bool) -> None:
 
 
 class _VersionAction(argparse.Action):
-    """``--version``, looking the version up only when asked (importlib.metadata is slow)."""
+    """``--version``: the version written in ``sdk/_version.py``, the one the build reads."""
 
     def __call__(
         self,
@@ -89,13 +89,9 @@ class _VersionAction(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from sdk._version import __version__
 
-        try:
-            text = version("quiver")
-        except PackageNotFoundError:
-            text = "(not installed)"
-        parser.exit(0, f"quiver {text}\n")
+        parser.exit(0, f"quiver {__version__}\n")
 
 
 def _command_index(argv: Sequence[str]) -> int:
@@ -133,11 +129,12 @@ def _expected_status(exc: Exception) -> int | None:
     """The exit status of an expected error, None for a bug (which keeps its traceback)."""
     if isinstance(exc, CliError):
         return exc.status
-    from localstore.errors import GeometryError, GeometryMismatchError, StoreError
+    from localstore.errors import GeometryMismatchError
+    from sdk.errors import InvalidArgumentError, QuiverError
 
-    if isinstance(exc, (GeometryError, GeometryMismatchError)):
-        return EXIT_USAGE
-    if isinstance(exc, (StoreError, OSError)):
+    if isinstance(exc, (InvalidArgumentError, GeometryMismatchError)):
+        return EXIT_USAGE  # GeometryError is an InvalidArgumentError too
+    if isinstance(exc, (QuiverError, OSError)):
         return EXIT_FAILED
     return None
 

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from offsetstore.base import MessageQueue
+from sdk.errors import InvalidArgumentError
 
 __all__ = [
     "AllocateAveragely",
@@ -75,13 +76,13 @@ def _normalise(
     """Check the inputs as RocketMQ does; the sorted unique queues and cids, or None when
     ``current_cid`` is not a member (its share is then empty)."""
     if not current_cid:
-        raise ValueError("current_cid is empty")
+        raise InvalidArgumentError("current_cid is empty")
     queues = sorted(set(all_queues))
     if not queues:
-        raise ValueError("all_queues is empty: nothing to allocate")
+        raise InvalidArgumentError("all_queues is empty: nothing to allocate")
     cids = sorted(set(all_cids))
     if not cids:
-        raise ValueError("all_cids is empty: the consumer group has no members")
+        raise InvalidArgumentError("all_cids is empty: the consumer group has no members")
     if current_cid not in cids:
         return None
     return queues, cids
@@ -185,7 +186,7 @@ class AllocateConsistentHash:
     def __init__(self, virtual_nodes: int = 10) -> None:
         """``virtual_nodes`` points per member (RocketMQ's default 10); must be positive."""
         if virtual_nodes <= 0:
-            raise ValueError(f"virtual_nodes must be positive, got {virtual_nodes}")
+            raise InvalidArgumentError(f"virtual_nodes must be positive, got {virtual_nodes}")
         self.virtual_nodes = virtual_nodes
 
     def allocate(

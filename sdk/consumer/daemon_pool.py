@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from sdk.errors import IllegalStateError, InvalidArgumentError
+
 __all__ = ["DaemonThreadPool"]
 
 _Task = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
@@ -30,7 +32,7 @@ class DaemonThreadPool:
 
     def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
         if max_workers < 1:
-            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+            raise InvalidArgumentError(f"max_workers must be >= 1, got {max_workers}")
         self._max_workers = max_workers
         self._prefix = thread_name_prefix
         self._tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
@@ -43,7 +45,7 @@ class DaemonThreadPool:
         """Run ``task(*args)`` on a pool thread; RuntimeError after :meth:`shutdown`."""
         with self._lock:
             if self._shut_down:
-                raise RuntimeError("cannot submit to a pool that was shut down")
+                raise IllegalStateError("cannot submit to a pool that was shut down")
             future: Future[Any] = Future()
             self._tasks.put((future, task, args))
             if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:

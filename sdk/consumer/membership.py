@@ -34,6 +34,7 @@ from offsetstore import (
     RemoteBrokerOffsetStore,
 )
 from sdk.consumer.allocate import AllocateSticky, AllocateStrategy
+from sdk.errors import InvalidArgumentError
 from sdk.transport.base import BrokerTransport
 from sdk.transport.models import BROADCASTING, CLUSTERING
 
@@ -71,11 +72,13 @@ class ConsumeFrom(enum.Enum):
 def check_group(group: str) -> str:
     """``group`` if it is a valid consumer group name (RocketMQ's rules), else ValueError."""
     if not group or not group.strip():
-        raise ValueError("the specified group is blank")
+        raise InvalidArgumentError("the specified group is blank")
     if len(group) > MAX_GROUP_LENGTH:
-        raise ValueError(f"the specified group is longer than group max length {MAX_GROUP_LENGTH}")
+        raise InvalidArgumentError(
+            f"the specified group is longer than group max length {MAX_GROUP_LENGTH}"
+        )
     if not TOPIC_PATTERN.fullmatch(group):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"the specified group[{group}] contains illegal characters, allowing only "
             "^[%|a-zA-Z0-9_-]+$"
         )
@@ -174,11 +177,11 @@ def check_start(message_model: object, consume_from: object, consume_timestamp_m
     answer the timestamp it uses: ``consume_timestamp_ms``, or 30 minutes ago (RocketMQ's
     default) for TIMESTAMP without one. ValueError naming a setting of the wrong kind."""
     if not isinstance(message_model, MessageModel):
-        raise ValueError(f"message_model must be a MessageModel, got {message_model!r}")
+        raise InvalidArgumentError(f"message_model must be a MessageModel, got {message_model!r}")
     if not isinstance(consume_from, ConsumeFrom):
-        raise ValueError(f"consume_from must be a ConsumeFrom, got {consume_from!r}")
+        raise InvalidArgumentError(f"consume_from must be a ConsumeFrom, got {consume_from!r}")
     if type(consume_timestamp_ms) is not int or consume_timestamp_ms < 0:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"consume_timestamp_ms must be >= 0 (an int), got {consume_timestamp_ms!r}"
         )
     if consume_from is ConsumeFrom.TIMESTAMP and not consume_timestamp_ms:
@@ -216,15 +219,27 @@ def check_subscription(
 ) -> dict[str, str | None]:
     """A subscription as ``{topic: tag expression or None}``, checked: at least one topic, each
     a valid name (system topics such as ``%DLQ%`` ones allowed), each expression parsed (a bad
-    one fails here, not at the first pull). ValueError naming the problem otherwise."""
+    one fails here, not at the first pull). InvalidArgumentError naming the problem otherwise."""
     if isinstance(topics, str | bytes):
-        raise ValueError(f"give topics as a list or a mapping, not the bare string {topics!r}")
+        raise InvalidArgumentError(
+            f"give topics as a list or a mapping, not the bare string {topics!r}"
+        )
     chosen = dict(topics) if isinstance(topics, Mapping) else dict.fromkeys(topics)
     if not chosen:
-        raise ValueError("subscribe to at least one topic")
+        raise InvalidArgumentError("subscribe to at least one topic")
     for topic, expression in chosen.items():
         problem = topic_error(topic, system=True) if isinstance(topic, str) else "not a str"
         if problem is not None:
-            raise ValueError(f"cannot subscribe to topic {topic!r}: {problem}")
-        TagFilter.parse(expression)  # a bad tag expression fails here, not at the first poll
+            raise InvalidArgumentError(f"cannot subscribe to topic {topic!r}: {problem}")
+        _check_tag_expression(topic, expression)
     return chosen
+
+
+def _check_tag_expression(topic: str, expression: str | None) -> None:
+    """A bad tag expression fails when subscribing, not at the first poll."""
+    try:
+        TagFilter.parse(expression)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"cannot subscribe to topic {topic!r}: tag expression {expression!r}: {exc}"
+        ) from exc

@@ -76,7 +76,7 @@ from sdk.consumer.membership import (
     new_client_id,
 )
 from sdk.consumer.pull_state import Offsets, QueueTable
-from sdk.errors import ClientClosedError
+from sdk.errors import ClientClosedError, IllegalStateError, InvalidArgumentError
 from sdk.message import ReceivedMessage
 from sdk.transport.models import PullBatch, PullBatchResult
 
@@ -114,7 +114,7 @@ _POLL_MORE_OFTEN = (
 def check_topic(topic: str) -> str:
     """``topic`` if queues of it can be listed, else ValueError."""
     if not isinstance(topic, str) or (problem := topic_error(topic, system=True)):
-        raise ValueError(f"no queues of topic {topic!r}: {problem or 'not a str'}")
+        raise InvalidArgumentError(f"no queues of topic {topic!r}: {problem or 'not a str'}")
     return topic
 
 
@@ -144,9 +144,11 @@ class PullCore(ABC):
             ("pull_batch_size", pull_batch_size),
         ):
             if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if not auto_commit_interval_s > 0:
-            raise ValueError(f"auto_commit_interval_s must be > 0, got {auto_commit_interval_s!r}")
+            raise InvalidArgumentError(
+                f"auto_commit_interval_s must be > 0, got {auto_commit_interval_s!r}"
+            )
         consume_timestamp_ms = check_start(message_model, consume_from, consume_timestamp_ms)
         self.message_model = message_model
         self.consume_from = consume_from
@@ -186,16 +188,18 @@ class PullCore(ABC):
     def _is_assigned(self, queue: object) -> bool:
         """Whether ``queue`` (any queue, for ``committed``) is assigned to this consumer."""
         if not isinstance(queue, MessageQueue):
-            raise ValueError(f"committed takes a MessageQueue, got {queue!r}")
+            raise InvalidArgumentError(f"committed takes a MessageQueue, got {queue!r}")
         return queue in self._queues
 
     def _checked_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         broker = self._broker_name
         for queue, ts in timestamps.items():
             if not isinstance(queue, MessageQueue) or queue.broker_name != broker:
-                raise ValueError(f"{queue!r} is not a queue of broker {broker!r}")
+                raise InvalidArgumentError(f"{queue!r} is not a queue of broker {broker!r}")
             if type(ts) is not int or ts < 0:
-                raise ValueError(f"a timestamp is an int of ms >= 0; got {ts!r} for {queue}")
+                raise InvalidArgumentError(
+                    f"a timestamp is an int of ms >= 0; got {ts!r} for {queue}"
+                )
         return dict(timestamps)
 
     # -- what the application sees -----------------------------------------------------------
@@ -211,7 +215,7 @@ class PullCore(ABC):
         subscription. Not together with :meth:`assign`."""
         self._check_open()
         if self._manual:
-            raise RuntimeError(
+            raise IllegalStateError(
                 f"this consumer of {self.group} assigned queues: it cannot subscribe"
             )
         self._subscription = check_subscription(topics)
@@ -223,16 +227,20 @@ class PullCore(ABC):
         consuming. Not together with :meth:`subscribe`."""
         self._check_open()
         if self._subscription is not None:
-            raise RuntimeError(f"this consumer of {self.group} subscribed: it cannot assign queues")
+            raise IllegalStateError(
+                f"this consumer of {self.group} subscribed: it cannot assign queues"
+            )
         wanted = list(queues)
         broker = self._broker_name
         for queue in wanted:
             if not isinstance(queue, MessageQueue):
-                raise ValueError(f"assign takes MessageQueue objects, got {queue!r}")
+                raise InvalidArgumentError(f"assign takes MessageQueue objects, got {queue!r}")
             if queue.broker_name != broker:
-                raise ValueError(f"{queue} is not a queue of broker {broker!r}, which this reaches")
+                raise InvalidArgumentError(
+                    f"{queue} is not a queue of broker {broker!r}, which this reaches"
+                )
             if problem := topic_error(queue.topic, system=True):
-                raise ValueError(f"cannot assign {queue}: {problem}")
+                raise InvalidArgumentError(f"cannot assign {queue}: {problem}")
         self._manual = True
         self._queues.set_assignment(set(wanted), {}, commit_released=self.auto_commit)
 
@@ -393,11 +401,13 @@ class PullCore(ABC):
         """Checks; the poll's deadline (monotonic). Takes the poll lock (see ``_end_poll``)."""
         self._check_open()
         if not isinstance(timeout_s, int | float) or not math.isfinite(timeout_s) or timeout_s < 0:
-            raise ValueError(f"timeout_s must be a finite number >= 0, got {timeout_s!r}")
+            raise InvalidArgumentError(f"timeout_s must be a finite number >= 0, got {timeout_s!r}")
         if self._subscription is None and not self._manual:
-            raise RuntimeError(f"subscribe() or assign() before polling (group {self.group})")
+            raise IllegalStateError(f"subscribe() or assign() before polling (group {self.group})")
         if not self._poll_lock.acquire(blocking=False):
-            raise RuntimeError(f"consumer of {self.group} is already polling: one caller at a time")
+            raise IllegalStateError(
+                f"consumer of {self.group} is already polling: one caller at a time"
+            )
         return time.monotonic() + timeout_s
 
     def _end_poll(self) -> None:

@@ -46,6 +46,7 @@ from localstore.record.codec import StoredMessage
 from localstore.record.tags import TagFilter
 from offsetstore import MessageQueue
 from sdk.consumer.damaged import ConsumerStats, read_queue_answer
+from sdk.errors import InvalidArgumentError
 from sdk.message import ReceivedMessage
 from sdk.transport.models import (
     OFFSET_MOVED,
@@ -65,7 +66,7 @@ Offsets = dict[MessageQueue, int]
 def check_offset(what: object, offset: object) -> int:
     """``offset`` if it is an int >= 0, else ValueError naming ``what`` (its queue)."""
     if type(offset) is not int or offset < 0:
-        raise ValueError(f"an offset is an int >= 0; got {offset!r} for {what}")
+        raise InvalidArgumentError(f"an offset is an int >= 0; got {offset!r} for {what}")
     return offset
 
 
@@ -118,7 +119,7 @@ class QueueTable:
     def assigned(self, queue: object) -> MessageQueue:
         """``queue`` if it is assigned, else ValueError."""
         if not isinstance(queue, MessageQueue) or queue not in self._states:
-            raise ValueError(f"{queue} is not assigned to this consumer of {self._group}")
+            raise InvalidArgumentError(f"{queue} is not assigned to this consumer of {self._group}")
         return queue
 
     def chosen(self, queues: tuple[MessageQueue, ...]) -> list[MessageQueue]:

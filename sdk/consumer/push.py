@@ -46,7 +46,7 @@ from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
-from sdk.errors import ClientClosedError
+from sdk.errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from sdk.message import ConsumeResult, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
@@ -87,15 +87,15 @@ def check_listener(listener: object, *, asynchronous: bool) -> None:
     mark it with :func:`inspect.markcoroutinefunction` (Python 3.12+) or wrap it in an ``async def``
     to give it to :class:`AsyncPushConsumer`."""
     if not callable(listener):
-        raise TypeError(f"the listener must be callable, got {listener!r}")
+        raise ArgumentTypeError(f"the listener must be callable, got {listener!r}")
     is_async = is_async_callable(listener)
     if asynchronous and not is_async:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"AsyncPushConsumer needs an async def listener (a coroutine function), got "
             f"{listener!r}, which is not one: give a blocking listener to PushConsumer"
         )
     if not asynchronous and is_async:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"PushConsumer calls its listener synchronously, and {listener!r} is an async def "
             f"(coroutine) function: give it to AsyncPushConsumer"
         )
@@ -134,7 +134,7 @@ class PushConsumer:
     ) -> None:
         subscription = check_subscription(subscription)
         if consume_threads < 1:
-            raise ValueError(f"consume_threads must be >= 1, got {consume_threads}")
+            raise InvalidArgumentError(f"consume_threads must be >= 1, got {consume_threads}")
         check_listener(listener, asynchronous=False)
         self.group = check_group(group)
         self.listener = listener
@@ -294,7 +294,7 @@ class PushConsumer:
             answer = self.listener(core.prepare(messages))
             result = _outcome(answer, self.group)
         except Exception:
-            log.exception("listener of %s raised; reconsuming later", self.group)
+            log.exception("listener of %s raised; %s", self.group, core.failure_outcome)
             result = ConsumeResult.RECONSUME_LATER
         took = time.perf_counter() - started
         self._listener_ewma_s += (took - self._listener_ewma_s) * 0.2
@@ -377,7 +377,7 @@ class PushConsumer:
         if timeout_s is None:
             timeout_s = self.settings.release_timeout_s
         elif not timeout_s >= 0:
-            raise ValueError(f"timeout_s must be a number >= 0, got {timeout_s!r}")
+            raise InvalidArgumentError(f"timeout_s must be a number >= 0, got {timeout_s!r}")
         if self._closed:
             return
         self._closed = True
@@ -476,7 +476,7 @@ class AsyncPushConsumer:
     ) -> None:
         subscription = check_subscription(subscription)
         if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+            raise InvalidArgumentError(f"max_concurrency must be >= 1, got {max_concurrency}")
         check_listener(listener, asynchronous=True)
         self.group = check_group(group)
         self.listener = listener
@@ -627,7 +627,7 @@ class AsyncPushConsumer:
                 answer = await self.listener(core.prepare(messages))
                 result = _outcome(answer, self.group)
             except Exception:
-                log.exception("listener of %s raised; reconsuming later", self.group)
+                log.exception("listener of %s raised; %s", self.group, core.failure_outcome)
                 result = ConsumeResult.RECONSUME_LATER
             if result is ConsumeResult.SUCCESS:
                 core.finish(queue, state, messages, result)

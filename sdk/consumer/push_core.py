@@ -19,7 +19,8 @@
   leave the process queue and the queue's offset advances to the smallest one still in flight
   (increase-only), which the offset store persists every 5 s and on close.
 * **consume timeout**: messages in a listener longer than ``consume_timeout_ms`` are sent back
-  and released, so one stuck message does not pin the committed offset forever.
+  (at delay level 3, whatever their reconsume count, as RocketMQ's ``cleanExpiredMsg``) and
+  released, so one stuck message does not pin the committed offset forever.
 
 Broadcasting differs as RocketMQ's does: failures are logged and dropped (nothing is sent back),
 offsets live in a local file.
@@ -50,6 +51,7 @@ from sdk.consumer.membership import (
 )
 from sdk.consumer.ownership import QueueOwnership
 from sdk.consumer.process_queue import FlowControlLimits, ProcessQueue
+from sdk.errors import InvalidArgumentError
 from sdk.message import ConsumeResult, retry_topic
 from sdk.transport.base import BrokerTransport
 from sdk.transport.models import (
@@ -62,6 +64,12 @@ from sdk.transport.models import (
 __all__ = ["PushCore", "PushSettings", "RebalanceListener"]
 
 log = logging.getLogger(__name__)
+# A message that outlived the consume timeout is sent back at this delay level whatever its
+# reconsume count, as RocketMQ's ProcessQueue.cleanExpiredMsg does (a failed one waits longer
+# each time: level 3 + its reconsume count, chosen by the broker).
+CONSUME_TIMEOUT_DELAY_LEVEL = 3
+# What RocketMQ does with a broadcast message whose listener failed.
+BROADCAST_FAILURE_OUTCOME = "a broadcast message is not retried (as in RocketMQ)"
 
 PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 _EXPIRY_CHECK_MAX_S = 60.0
@@ -120,12 +128,14 @@ class PushSettings:
         for name in ("consume_batch_size", "pull_batch_size", "consume_timeout_ms"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if type(self.pull_wait_ms) is not int or self.pull_wait_ms < 0:
-            raise ValueError(f"pull_wait_ms must be an int >= 0, got {self.pull_wait_ms!r}")
+            raise InvalidArgumentError(
+                f"pull_wait_ms must be an int >= 0, got {self.pull_wait_ms!r}"
+            )
         times = self.max_reconsume_times
         if type(times) is not int or times < -1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"max_reconsume_times must be an int >= 0 (or -1: the broker's), got {times!r}"
             )
         for name in (
@@ -136,7 +146,7 @@ class PushSettings:
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be a number > 0, got {value!r}")
 
 
 @dataclass(slots=True)
@@ -562,7 +572,12 @@ class PushCore:
         """Send failed messages back; answers those that may be released now."""
         if not self.clustering:
             for message in messages:
-                log.warning("broadcast message %s failed; dropping it", message.msg_id)
+                log.warning(
+                    "broadcast message %s of %s failed; dropped: %s",
+                    message.msg_id,
+                    message.topic,
+                    BROADCAST_FAILURE_OUTCOME,
+                )
             return messages
         released, kept = [], []
         for message in messages:
@@ -575,11 +590,21 @@ class PushCore:
             self.retry_later((queue, process_queue, kept))
         return released
 
-    def _send_back(self, message: StoredMessage) -> bool:
+    @property
+    def failure_outcome(self) -> str:
+        """What becomes of the messages of a failed listener call, for its log line."""
+        if self.clustering:
+            return "reconsuming later (sent back to the broker, or retried here)"
+        return f"its messages are dropped: {BROADCAST_FAILURE_OUTCOME}"
+
+    def _send_back(self, message: StoredMessage, delay_level: int = 0) -> bool:
+        """Send ``message`` back to the broker (``delay_level`` 0: the broker picks the level
+        from its reconsume count); whether it was stored."""
         try:
             answer = self.transport.send_back(
                 self.group,
                 message.phys_offset,
+                delay_level=delay_level,
                 max_reconsume_times=self.settings.max_reconsume_times,
             )
         except Exception as exc:  # the broker is away: retry locally
@@ -595,7 +620,8 @@ class PushCore:
         return answer.stored
 
     def expire_stuck(self) -> int:
-        """Send back messages stuck in a listener past the consume timeout; how many."""
+        """Send back messages stuck in a listener past the consume timeout, at delay level
+        :data:`CONSUME_TIMEOUT_DELAY_LEVEL`; how many."""
         self._last_expiry_check = time.monotonic()
         now = _now_ms()
         count = 0
@@ -604,7 +630,7 @@ class PushCore:
             if not stuck:
                 continue
             for message in stuck:
-                if not self._send_back(message):
+                if not self._send_back(message, CONSUME_TIMEOUT_DELAY_LEVEL):
                     continue
                 count += 1
                 with state.commit_lock:

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from sdk.errors import ArgumentTypeError
 from sdk.idempotency.records import (
     ClaimStatus,
     ConsumeResult,
@@ -104,7 +105,7 @@ class _Claims(Generic[M]):
 def _require_sync(listener: Callable[..., object], wrapper: str) -> None:
     """Refuse an ``async def`` listener: a synchronous wrapper would get a coroutine back."""
     if is_async_callable(listener):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{wrapper}() wraps synchronous listeners; {listener!r} is a coroutine function"
         )
 

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
+from sdk.errors import InvalidArgumentError
 from sdk.idempotency.records import (
     ClaimStatus,
     Clock,
@@ -63,7 +64,7 @@ class SqliteDedupStore:
         synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "FULL",
     ) -> None:
         if not _TABLE_NAME.match(table):
-            raise ValueError(f"not a plain SQL identifier: {table!r}")
+            raise InvalidArgumentError(f"not a plain SQL identifier: {table!r}")
         self.path = os.fspath(path)
         self._table = table
         self._clock = clock

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from localstore import StoreClosedError
 from localstore.record.codec import NewMessage
 from offsetstore import MessageQueue
-from sdk.errors import BrokerUnavailableError
+from sdk.errors import BrokerUnavailableError, InvalidArgumentError
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
@@ -117,7 +117,7 @@ class InProcessTransport:
     def _check_broker(self, broker_name: str) -> None:
         self._check_open()
         if broker_name != self.service.broker_name:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"queue of broker {broker_name!r} asked of broker {self.service.broker_name!r}"
             )
 

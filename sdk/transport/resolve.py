@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from sdk.errors import ArgumentTypeError
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 
 __all__ = ["BrokerTarget", "resolve", "resolve_async"]
@@ -27,7 +28,7 @@ def resolve(target: object) -> BrokerTransport:
         return target.transport()
     if callable(getattr(target, "pull", None)) and callable(getattr(target, "send", None)):
         return target  # type: ignore[return-value]
-    raise TypeError(f"cannot reach a broker through {target!r}: give an EmbeddedBroker")
+    raise ArgumentTypeError(f"cannot reach a broker through {target!r}: give an EmbeddedBroker")
 
 
 def resolve_async(target: object) -> AsyncBrokerTransport:
@@ -36,4 +37,4 @@ def resolve_async(target: object) -> AsyncBrokerTransport:
         return target.async_transport()
     if callable(getattr(target, "pull", None)) and hasattr(target, "sync"):
         return target  # type: ignore[return-value]
-    raise TypeError(f"cannot reach a broker through {target!r}: give an EmbeddedBroker")
+    raise ArgumentTypeError(f"cannot reach a broker through {target!r}: give an EmbeddedBroker")
