@@ -26,6 +26,14 @@ def add_parser(subparsers: Any) -> None:
     """Register ``perf`` and its sub-commands on the CLI's sub-parsers."""
     perf = subparsers.add_parser("perf", help="measure throughput and latency")
     commands = perf.add_subparsers(dest="perf_command", metavar="BENCHMARK", required=True)
+    _add_store(commands)
+    _add_lookup(commands)
+    _add_recovery(commands)
+    _add_e2e(commands)
+    _add_rebalance(commands)
+
+
+def _add_store(commands: Any) -> None:
     store = commands.add_parser(
         "store",
         help="the embedded store: batch and single put, get, sync flush",
@@ -69,6 +77,8 @@ def add_parser(subparsers: Any) -> None:
     store.add_argument("--quiet", action="store_true", help="no progress on stderr")
     store.set_defaults(func=_run_store)
 
+
+def _add_lookup(commands: Any) -> None:
     lookup = commands.add_parser(
         "lookup",
         help="key query and seek-by-time latency on a large store",
@@ -83,6 +93,8 @@ def add_parser(subparsers: Any) -> None:
     lookup.add_argument("--quiet", action="store_true", help="no progress on stderr")
     lookup.set_defaults(func=_run_lookup)
 
+
+def _add_recovery(commands: Any) -> None:
     recovery = commands.add_parser(
         "recovery",
         help="crash recovery: CRC-checking scan and re-dispatch speed",
@@ -97,6 +109,8 @@ def add_parser(subparsers: Any) -> None:
     recovery.add_argument("--quiet", action="store_true", help="no progress on stderr")
     recovery.set_defaults(func=_run_recovery)
 
+
+def _add_e2e(commands: Any) -> None:
     e2e = commands.add_parser(
         "e2e",
         help="the SDK end to end on an embedded broker: produce, consume, latency",
@@ -129,6 +143,8 @@ def add_parser(subparsers: Any) -> None:
     e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")
     e2e.set_defaults(func=_run_e2e)
 
+
+def _add_rebalance(commands: Any) -> None:
     rebalance = commands.add_parser(
         "rebalance",
         help="consumer-group rebalance time and ownership overlaps under load",
