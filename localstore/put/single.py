@@ -14,7 +14,7 @@ in line: see below.) The common shape:
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
-* a body of 1 to ``max_message_size`` bytes, properties of at most 32,767 bytes;
+* a body of 1 to ``max_message_size`` bytes, properties of at most ``MAX_PROPERTIES_BYTES``;
 * room for the record in the last commitlog segment, with a blank record's 8 bytes behind it,
   and no segment due to be prepared;
 * room for its unit in the consume queue's last file, within the blocks already reserved (the
@@ -24,11 +24,11 @@ Anything else answers None and the caller takes the general path (``MessageStore
 ``encode_batch``), which owns every other rule: rejections and their texts, blank records and
 segment rolls, IPv6 hosts, transactions, the schedule topic's tag codes, and a disk that refuses
 blocks (``CREATE_MAPPED_FILE_FAILED``; nothing was written). Both paths write the
-same bytes (a v1 record, or v2 for topics over 127 characters: :mod:`localstore.record.codec`); a
-test compares them.
+same bytes (a v1 record, or v2 for topics over 127 bytes: :mod:`localstore.record.layout`, the
+properties text by :func:`~localstore.record.properties.encode_properties`); a test compares them.
 
-Calls are the single put's main cost (a Python call costs hundreds of instructions, a put about
-27,000 in all), so where the common case allows, the put writes without them: the record into
+Calls are the single put's main cost, so where the common case allows, the put writes without
+them: the record into
 the commitlog's append window (:mod:`localstore.commitlog.log`), the unit into the consume queue's
 last file (:mod:`localstore.queue.consume_queue`), the offset index's count when no entry is due
 (:mod:`localstore.commitlog.offset_index`), and ``PutPath.note_appended``'s notes in line; anything
@@ -40,7 +40,6 @@ to noting the unit, as the general path does.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 import zlib
@@ -48,15 +47,19 @@ from typing import TYPE_CHECKING
 
 from localstore.queue.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.queue.time_index import QueueTimeIndex
-from localstore.record.codec import (
-    HEADER_V4,
+from localstore.record.codec import NewMessage
+from localstore.record.layout import (
+    HEADER_V4_AFTER_MAGIC,
+    HEADER_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_BYTES,
+    PROPERTIES_LENGTH_BYTES,
     SHORT,
-    NewMessage,
+    SIZE_AND_MAGIC,
     topic_field,
 )
+from localstore.record.properties import PROPERTY_TAGS, encode_properties
 from localstore.record.tags import _TAG_CODES, tag_code
 from localstore.results import PutResult, stored_result
 
@@ -68,10 +71,6 @@ if TYPE_CHECKING:
 
 _crc32 = zlib.crc32
 
-# The IPv4 header (codec.HEADER_V4) as the single put packs it: TOTALSIZE and MAGICCODE apart,
-# since they are written last.
-_SIZE_AND_MAGIC = struct.Struct(">ii")
-_HEADER_AFTER_MAGIC = struct.Struct(">" + HEADER_V4.format[3:])
 # A record's first 8 bytes by MAGICCODE, then by TOTALSIZE, shared by every queue: sizes repeat,
 # and one pack of two ints costs more than a dict lookup. Bounded (at most 16,384 sizes a magic,
 # about 1.6 MB); a size beyond the bound is packed each time.
@@ -99,7 +98,7 @@ class QueuePutState:
         self.next_offset = queue.max_offset  # queue offset of the next unit
         self.magic, self.topic_field = topic_field(queue.topic)
         # A v1 record with IPv4 hosts, less its body and properties.
-        self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
+        self.plain_size = HEADER_V4_SIZE + len(self.topic_field) + PROPERTIES_LENGTH_BYTES
         self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
         self.firsts = _FIRSTS[self.magic]  # record size -> TOTALSIZE and MAGICCODE, packed
 
@@ -169,13 +168,10 @@ class SinglePut:
             return None
         properties = message.properties
         if properties:
-            text = ""
-            for name, value in properties.items():  # faster than joins for a few properties
-                text += f"{name}\x01{value}\x02"
-            props = text.encode()
+            props = encode_properties(properties).encode()
             if len(props) > MAX_PROPERTIES_BYTES:
                 return None
-            tags = properties.get("TAGS")
+            tags = properties.get(PROPERTY_TAGS)
             code = _TAG_CODES.get(tags)
             if code is None:
                 code = tag_code(tags)
@@ -192,7 +188,7 @@ class SinglePut:
         firsts = state.firsts
         first = firsts.get(size)
         if first is None:
-            first = _SIZE_AND_MAGIC.pack(size, state.magic)
+            first = SIZE_AND_MAGIC.pack(size, state.magic)
             if len(firsts) < _FIRSTS_LIMIT:
                 firsts[size] = first
         lock = self._lock
@@ -223,7 +219,8 @@ class SinglePut:
             store_timestamp = time.time_ns() // 1_000_000
             rest = b"".join(
                 (
-                    _HEADER_AFTER_MAGIC.pack(
+                    # the IPv4 header but TOTALSIZE and MAGICCODE, written last
+                    HEADER_V4_AFTER_MAGIC.pack(
                         crc,
                         queue_id,
                         message.flag,
@@ -247,7 +244,7 @@ class SinglePut:
             segment = commitlog.window
             if end <= commitlog.window_end and segment is not None:
                 # Inside the commitlog's append window: written here, in the order its module
-                # docstring gives, without two calls (about 4 % of a put's instructions).
+                # docstring gives, without the two calls append_record makes.
                 at = position - segment.start_offset
                 view = segment.view
                 view[at + 8 : at + size] = rest
@@ -261,8 +258,7 @@ class SinglePut:
                         return None
                 except OSError:  # no disk blocks (nothing written): the general path says so
                     return None
-            # PutPath.note_appended's notes for one record, made here: its call, with nine
-            # arguments, cost about 3 % of a put's instructions.
+            # PutPath.note_appended's notes for one record, made here without its call.
             puts = self._puts
             at = units.wrote_position
             UNIT.pack_into(unit_view, at, position, size, code)
