@@ -37,6 +37,7 @@ from localstore.record.codec import (
     holds_property_separator,
 )
 from localstore.record.javahash import java_hash
+from localstore.record.layout import MAX_PROPERTIES_BYTES
 from localstore.record.message_id import UniqKeyGenerator
 from localstore.record.uniform_batch import UniformBatch
 from localstore.record.validation import topic_error
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_PROPERTIES_BYTES = 32767
 MAX_DELAY_LEVEL = 18
 # What separates the tags of a subscription expression ("a || b", localstore.record.tags): a
 # message tag holding it could never match one, so sending it is refused.

@@ -60,7 +60,9 @@ from typing import NamedTuple
 from localstore.files.atomic_file import fsync_directory
 from localstore.files.mapped_file import MappedFile, segment_name, warm_file
 from localstore.files.segments import SegmentQueue
-from localstore.record.codec import BLANK_RECORD_SIZE, INT, MAGIC_V1, MAGIC_V2, RecordError
+from localstore.record.codec import RecordError
+from localstore.record.frame import head_problem
+from localstore.record.layout import BLANK_RECORD_SIZE, SIZE_AND_MAGIC
 from localstore.runtime.closing import close_all
 
 log = logging.getLogger(__name__)
@@ -442,11 +444,12 @@ class CommitLog:
         if located is None or phys_offset >= self.confirmed_offset:
             raise RecordError(f"no record at commitlog offset {phys_offset}")
         view, pos = located
-        if pos + 8 > len(view):
+        if pos + BLANK_RECORD_SIZE > len(view):
             raise RecordError(f"no record starts at commitlog offset {phys_offset}")
-        size, magic = INT.unpack_from(view, pos)[0], INT.unpack_from(view, pos + 4)[0]
-        if magic not in (MAGIC_V1, MAGIC_V2) or size <= 0 or pos + size > len(view):
-            raise RecordError(f"no record starts at commitlog offset {phys_offset}")
+        size, magic = SIZE_AND_MAGIC.unpack_from(view, pos)
+        problem = head_problem(size, magic, len(view) - pos)
+        if problem is not None:
+            raise RecordError(f"no record starts at commitlog offset {phys_offset}: {problem}")
         return int(size)
 
     # -- segments --------------------------------------------------------------------------

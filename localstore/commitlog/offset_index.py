@@ -65,7 +65,8 @@ from localstore.queue.time_index import (
     read_index_file,
     stored_entries,
 )
-from localstore.record.codec import BLANK_STRUCT, LONG, MAGIC_V1, MAGIC_V2, OFFSET_PHYSICAL_OFFSET
+from localstore.record.frame import head_problem
+from localstore.record.layout import LONG, PHYSICAL_OFFSET_AT, SIZE_AND_MAGIC
 from quiver_errors import InvalidArgumentError
 
 DEFAULT_INTERVAL_BYTES = 64 * 1024
@@ -75,7 +76,6 @@ FILE_SUFFIX = ".index"
 DIRECTORY_NAME = "offsetindex"
 _POSITION = struct.Struct(">I")
 _UINT32_LIMIT = 1 << 32
-_MAGICS = frozenset((MAGIC_V1, MAGIC_V2))
 _NO_UPPER = 1 << 62
 
 Buffer = bytes | memoryview  # a commitlog segment's mapped bytes
@@ -380,7 +380,7 @@ class CommitLogOffsetIndex:
                 entries.append((number, position))
                 due = position + self.interval
             number += 1
-            position += BLANK_STRUCT.unpack_from(view, position)[0]
+            position += SIZE_AND_MAGIC.unpack_from(view, position)[0]
         return b"".join(ENTRY.pack(*entry) for entry in entries), number
 
     def _valid_entries(
@@ -423,12 +423,12 @@ def stored_record_starts(root: Path, segment_start: int) -> list[int]:
 def _is_record(view: Buffer, start: int, position: int, limit: int) -> bool:
     """Whether a record (not the blank one) of the segment at ``start`` begins at
     ``position`` and ends within ``limit``."""
-    if position + OFFSET_PHYSICAL_OFFSET + 8 > limit:
+    if position + PHYSICAL_OFFSET_AT + 8 > limit:
         return False
-    size, magic = BLANK_STRUCT.unpack_from(view, position)
-    if magic not in _MAGICS or not 0 < size <= limit - position:
+    size, magic = SIZE_AND_MAGIC.unpack_from(view, position)
+    if head_problem(size, magic, limit - position) is not None:
         return False
-    return bool(LONG.unpack_from(view, position + OFFSET_PHYSICAL_OFFSET)[0] == start + position)
+    return bool(LONG.unpack_from(view, position + PHYSICAL_OFFSET_AT)[0] == start + position)
 
 
 def _record_at_or_after(view: Buffer, start: int, position: int, target: int, limit: int) -> int:
@@ -437,7 +437,7 @@ def _record_at_or_after(view: Buffer, start: int, position: int, target: int, li
     while position < target:
         if not _is_record(view, start, position, limit):
             return -1
-        position += BLANK_STRUCT.unpack_from(view, position)[0]
+        position += SIZE_AND_MAGIC.unpack_from(view, position)[0]
     return position if _is_record(view, start, position, limit) else -1
 
 

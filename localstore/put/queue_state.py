@@ -5,7 +5,7 @@ the parts of its records' bytes that repeat (the topic field and the header's si
 Invariant: ``next_offset`` is the queue offset of the next unit (the consume queue's max offset
 when the state was made, then advanced by every put under the store's put lock); the general
 path (:mod:`localstore.put.path`) makes a state on a queue's first put and both paths advance
-it. Record layout: :mod:`localstore.record.codec` (``plain_size`` is a v1 record with IPv4
+it. Record layout: :mod:`localstore.record.layout` (``plain_size`` is a v1 record with IPv4
 hosts, less its body and properties).
 """
 
@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from localstore.queue.consume_queue import ConsumeQueue
 from localstore.queue.time_index import QueueTimeIndex
-from localstore.record.codec import HEADER_V4, MAGIC_V1, MAGIC_V2, SHORT, topic_field
+from localstore.record.layout import (
+    HEADER_V4_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTIES_LENGTH_BYTES,
+    SHORT,
+    topic_field,
+)
 
 # A record's first 8 bytes by MAGICCODE, then by TOTALSIZE, shared by every queue: sizes repeat,
 # and one pack of two ints costs more than a dict lookup (the single put fills it, bounded).
@@ -40,7 +47,7 @@ class QueuePutState:
         self.next_offset = queue.max_offset  # queue offset of the next unit
         self.magic, self.topic_field = topic_field(queue.topic)
         # A v1 record with IPv4 hosts, less its body and properties.
-        self.plain_size = HEADER_V4.size + len(self.topic_field) + 2
+        self.plain_size = HEADER_V4_SIZE + len(self.topic_field) + PROPERTIES_LENGTH_BYTES
         self.tails: dict[int, bytes] = {}  # properties length -> topic field + length field
         self.firsts = _FIRSTS[self.magic]  # record size -> TOTALSIZE and MAGICCODE, packed
 

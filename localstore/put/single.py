@@ -12,7 +12,7 @@ feed of :mod:`localstore.put.key_feed`), never the general path itself. The comm
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
-* a body of 1 to ``max_message_size`` bytes, properties of at most 32,767 bytes;
+* a body of 1 to ``max_message_size`` bytes, properties of at most ``MAX_PROPERTIES_BYTES``;
 * room for the record in the last commitlog segment, with a blank record's 8 bytes behind it,
   and no segment due to be prepared;
 * room for its unit in the consume queue's last file, within the blocks already reserved (the
@@ -21,16 +21,16 @@ feed of :mod:`localstore.put.key_feed`), never the general path itself. The comm
 Anything else answers None and the caller takes the general path (``MessageStore.append`` with
 ``encode_batch``), which owns every other rule: rejections and their texts, blank records and
 segment rolls, IPv6 hosts, transactions, the schedule topic's tag codes, and a disk that refuses
-blocks (``CREATE_MAPPED_FILE_FAILED``; nothing was written). Both paths write the
-same bytes (a v1 record, or v2 for topics over 127 characters: :mod:`localstore.record.codec`); a
-test compares them.
+blocks (``CREATE_MAPPED_FILE_FAILED``; nothing was written). Both paths write the same bytes (a
+v1 record, or v2 for topics over 127 bytes: :mod:`localstore.record.layout`, the properties text
+by :func:`~localstore.record.properties.encode_properties`); a test compares them.
 
-Calls are the single put's main cost (a Python call costs hundreds of instructions, a put about
-27,000 in all), so where the common case allows, the put writes without them: the record into
-the commitlog's append window (:mod:`localstore.commitlog.log`), the unit into the consume queue's
-last file (:mod:`localstore.queue.consume_queue`), the offset index's count when no entry is due
-(:mod:`localstore.commitlog.offset_index`), and ``PutPath.note_appended``'s notes in line; anything
-these do not allow goes through the owners' methods.
+Calls are the single put's main cost, so where the common case allows, the put writes without
+them: the record into the commitlog's append window (:mod:`localstore.commitlog.log`), the unit
+into the consume queue's last file (:mod:`localstore.queue.consume_queue`), the offset index's
+count when no entry is due (:mod:`localstore.commitlog.offset_index`), and
+``PutPath.note_appended``'s notes in line; anything these do not allow goes through the owners'
+methods.
 
 Thread safety: :meth:`SinglePut.put` holds the store's put lock from reading the write position
 to noting the unit, as the general path does.
@@ -38,7 +38,6 @@ to noting the unit, as the general path does.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 import zlib
@@ -46,11 +45,13 @@ from typing import TYPE_CHECKING
 
 from localstore.put.queue_state import QueuePutState
 from localstore.queue.consume_queue import UNIT, UNIT_SIZE
-from localstore.record.codec import (
-    HEADER_V4,
+from localstore.record.codec import NewMessage
+from localstore.record.layout import (
+    HEADER_V4_AFTER_MAGIC,
     MAX_PROPERTIES_BYTES,
-    NewMessage,
+    SIZE_AND_MAGIC,
 )
+from localstore.record.properties import PROPERTY_TAGS, encode_properties
 from localstore.record.tags import _TAG_CODES, tag_code
 from localstore.results import PutResult, stored_result
 
@@ -64,10 +65,6 @@ if TYPE_CHECKING:
 
 _crc32 = zlib.crc32
 
-# The IPv4 header (codec.HEADER_V4) as the single put packs it: TOTALSIZE and MAGICCODE apart,
-# since they are written last.
-_SIZE_AND_MAGIC = struct.Struct(">ii")
-_HEADER_AFTER_MAGIC = struct.Struct(">" + HEADER_V4.format[3:])
 # The bound of the sizes in each magic's shared table of first 8 bytes (QueuePutState.firsts,
 # which this path fills): at most 16,384 sizes a magic, about 1.6 MB; a size beyond the bound
 # is packed each time.
@@ -139,13 +136,10 @@ class SinglePut:
             return None
         properties = message.properties
         if properties:
-            text = ""
-            for name, value in properties.items():  # faster than joins for a few properties
-                text += f"{name}\x01{value}\x02"
-            props = text.encode()
+            props = encode_properties(properties).encode()
             if len(props) > MAX_PROPERTIES_BYTES:
                 return None
-            tags = properties.get("TAGS")
+            tags = properties.get(PROPERTY_TAGS)
             code = _TAG_CODES.get(tags)
             if code is None:
                 code = tag_code(tags)
@@ -162,7 +156,7 @@ class SinglePut:
         firsts = state.firsts
         first = firsts.get(size)
         if first is None:
-            first = _SIZE_AND_MAGIC.pack(size, state.magic)
+            first = SIZE_AND_MAGIC.pack(size, state.magic)
             if len(firsts) < _FIRSTS_LIMIT:
                 firsts[size] = first
         lock = self._lock
@@ -193,7 +187,8 @@ class SinglePut:
             store_timestamp = time.time_ns() // 1_000_000
             rest = b"".join(
                 (
-                    _HEADER_AFTER_MAGIC.pack(
+                    # the IPv4 header but TOTALSIZE and MAGICCODE, written last
+                    HEADER_V4_AFTER_MAGIC.pack(
                         crc,
                         queue_id,
                         message.flag,
@@ -217,7 +212,7 @@ class SinglePut:
             segment = commitlog.window
             if end <= commitlog.window_end and segment is not None:
                 # Inside the commitlog's append window: written here, in the order its module
-                # docstring gives, without two calls (about 4 % of a put's instructions).
+                # docstring gives, without the two calls append_record makes.
                 at = position - segment.start_offset
                 view = segment.view
                 view[at + 8 : at + size] = rest
@@ -231,8 +226,7 @@ class SinglePut:
                         return None
                 except OSError:  # no disk blocks (nothing written): the general path says so
                     return None
-            # PutPath.note_appended's notes for one record, made here: its call, with nine
-            # arguments, cost about 3 % of a put's instructions.
+            # PutPath.note_appended's notes for one record, made here without its call.
             at = units.wrote_position
             UNIT.pack_into(unit_view, at, position, size, code)
             units.wrote_position = at + UNIT_SIZE

@@ -18,22 +18,29 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from localstore.record.codec import (
+from localstore.record.codec import NewMessage
+from localstore.record.layout import (
     BLANK_MAGIC,
     BLANK_RECORD_SIZE,
     BLANK_STRUCT,
     HEADER_STRUCTS,
+    HOST_V6_BYTES,
     LONG,
     MAX_PROPERTIES_BYTES,
+    PROPERTIES_LENGTH_BYTES,
+    QUEUE_ID_AND_FLAG,
+    RECONSUME_AND_PREPARED,
     SHORT,
+    SYSFLAG_AND_BORN_TIMESTAMP,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_HOSTS_V6,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
-    NewMessage,
+    UNIFORM_HEADERS,
 )
-from localstore.record.codec import topic_field as encode_topic_field
+from localstore.record.layout import topic_field as encode_topic_field
+from localstore.record.properties import PROPERTY_DELAY, PROPERTY_TAGS, encode_properties
 from localstore.record.tags import _TAG_CODES, schedule_tag_code, tag_code
 from localstore.record.uniform_batch import UniformBatch
 
@@ -92,9 +99,9 @@ def encode_batch(
             max_record_size,
         )
     magic, topic_field = _topic_field(topic)
-    store_bit = SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0
+    store_bit = SYSFLAG_STOREHOST_V6 if len(store_host) == HOST_V6_BYTES else 0
     plain_header = HEADER_STRUCTS[store_bit >> 4]
-    fixed = len(topic_field) + 2
+    fixed = len(topic_field) + PROPERTIES_LENGTH_BYTES
     segment_end = position - position % segment_size + segment_size
     tails: dict[int, bytes] = {}  # properties length -> topic field + length field
     tag_codes = _TAG_CODES
@@ -113,23 +120,19 @@ def encode_batch(
     for message in messages:
         properties = message.properties
         if properties:
-            text = ""
-            for name, value in properties.items():  # faster than joins for a few properties
-                text += f"{name}\x01{value}\x02"
-            props = text.encode()
-            props_len = len(props)
-            tags = properties.get("TAGS")
+            props = encode_properties(properties).encode()
+            tags = properties.get(PROPERTY_TAGS)
         else:
             props = b""
-            props_len = 0
             tags = None
+        props_len = len(props)
         body = message.body
         body_len = len(body)
         born_host = message.born_host
         sys_flag = message.sys_flag
         if sys_flag or len(born_host) != 8:
             sys_flag = (sys_flag & _V6_BITS) | store_bit
-            if len(born_host) == 20:
+            if len(born_host) == HOST_V6_BYTES:
                 sys_flag |= SYSFLAG_BORNHOST_V6
             header = HEADER_STRUCTS[(sys_flag >> 4) & 3]
             size = header.size + fixed + body_len + props_len
@@ -156,7 +159,9 @@ def encode_batch(
                 if code is None:
                     code = tag_code(tags)
             else:
-                code = schedule_tag_code(store_timestamp, properties.get("DELAY"), delay_levels)
+                code = schedule_tag_code(
+                    store_timestamp, properties.get(PROPERTY_DELAY), delay_levels
+                )
             units += (position, size, code)
             unit_end = position + size
         append(
@@ -214,20 +219,21 @@ def encode_uniform(
     body length. Never for ``SCHEDULE_TOPIC_XXXX`` (its tag codes are delivery times)."""
     magic, topic_field = _topic_field(batch.topic)
     born_host = batch.born_host
-    sys_flag = (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0) | (
-        SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0
+    sys_flag = (SYSFLAG_STOREHOST_V6 if len(store_host) == HOST_V6_BYTES else 0) | (
+        SYSFLAG_BORNHOST_V6 if len(born_host) == HOST_V6_BYTES else 0
     )
     shared = (
-        _SYSFLAG_AND_TIME.pack(sys_flag, batch.born_timestamp or store_timestamp)
+        SYSFLAG_AND_BORN_TIMESTAMP.pack(sys_flag, batch.born_timestamp or store_timestamp)
         + born_host
         + LONG.pack(store_timestamp)
         + store_host
         + _NO_RECONSUME_NO_PREPARED
     )
-    header = _uniform_header(len(shared))
+    header = UNIFORM_HEADERS[(sys_flag >> 4) & 3]
     pack = header.pack
-    queue_and_flag = _QUEUE_AND_FLAG.pack(batch.queue_id, batch.flag)
-    plain_size = header.size + len(topic_field) + 2  # a record's size but body and properties
+    queue_and_flag = QUEUE_ID_AND_FLAG.pack(batch.queue_id, batch.flag)
+    # a record's size but body and properties
+    plain_size = header.size + len(topic_field) + PROPERTIES_LENGTH_BYTES
     segment_end = position - position % segment_size + segment_size
     fits_below = segment_end - BLANK_RECORD_SIZE
     tails: dict[int, bytes] = {}
@@ -305,22 +311,7 @@ def _end_segment(parts: list[bytes], runs: list[bytes], position: int, segment_e
     return segment_end
 
 
-_QUEUE_AND_FLAG = struct.Struct(">ii")
-_SYSFLAG_AND_TIME = struct.Struct(">iq")
-_NO_RECONSUME_NO_PREPARED = struct.pack(">iq", 0, 0)
-_UNIFORM_HEADERS: dict[int, struct.Struct] = {}
-
-
-def _uniform_header(shared_len: int) -> struct.Struct:
-    """A record header whose shared middle (SYSFLAG to prepared-transaction offset, as bytes)
-    is ``shared_len`` long: total size, magic, body CRC, queue id + flag (8 bytes), queue
-    offset, commitlog offset, the middle, body length."""
-    known = _UNIFORM_HEADERS.get(shared_len)
-    if known is None:
-        known = _UNIFORM_HEADERS[shared_len] = struct.Struct(f">iii8sqq{shared_len}si")
-    return known
-
-
+_NO_RECONSUME_NO_PREPARED = RECONSUME_AND_PREPARED.pack(0, 0)
 _TOPIC_FIELDS: dict[str, tuple[int, bytes]] = {}
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
 

@@ -1,33 +1,11 @@
 """The commitlog record: RocketMQ's stored-message layout, encoded and decoded.
 
-Every integer is big-endian. One record per message; records never span two segments.
-
-    off  size  field
-      0     4  TOTALSIZE            whole record length, this field included
-      4     4  MAGICCODE            v1 0xDAA320A7, v2 0xDAA320AB (2-byte topic length)
-      8     4  BODYCRC              zlib.crc32(body) & 0x7FFFFFFF, over the body as stored
-     12     4  QUEUEID
-     16     4  FLAG                 the producer's int flag
-     20     8  QUEUEOFFSET          slot in the consume queue (0 for prepared/rollback records)
-     28     8  PHYSICALOFFSET       this record's commitlog byte position
-     36     4  SYSFLAG              bits below
-     40     8  BORNTIMESTAMP        producer ms
-     48   8|20 BORNHOST             IPv4 (4) or IPv6 (16) address + int port; 20 when SYSFLAG & 0x10
-      .     8  STORETIMESTAMP       broker ms
-      .   8|20 STOREHOSTADDRESS     as BORNHOST; 20 when SYSFLAG & 0x20
-      .     4  RECONSUMETIMES
-      .     8  PREPARED_TRANSACTION_OFFSET
-      .   4+B  BODY                 int length, then the bytes
-      . 1|2+T  TOPIC                v1: 1-byte length, v2: 2-byte length, then UTF-8 bytes
-      .   2+P  PROPERTIES           short length, then ``name\\x01value\\x02`` pairs in UTF-8
-
-With IPv4 hosts the fixed part is 91 bytes (v1) and the body starts at 88. A record goes into a
-segment only if at least 8 bytes remain after it; otherwise the segment ends with the 8-byte blank
-record ``(remaining: int, 0xCBD43194: int)`` and the rest of the segment stays zero.
-
-SYSFLAG bits: 0x1 compressed body, 0x2 multi tags, 0xC transaction type (0x0 NOT, 0x4 PREPARED,
-0x8 COMMIT, 0xC ROLLBACK), 0x10 born host IPv6, 0x20 store host IPv6, 0x40 need-unwrap (batch),
-0x80 inner batch, 0x700 compression type.
+The byte layout, its Structs, offsets and limits are :mod:`localstore.record.layout`'s; the
+properties text is :mod:`localstore.record.properties`'; whether bytes are a valid record is
+:mod:`localstore.record.frame`'s. This module holds the message types (:class:`NewMessage` to
+store, :class:`StoredMessage` read back), host and message-id helpers, and the decoders of one
+record (:func:`decode_record`, :func:`read_properties`, :func:`read_store_timestamp`). The names
+of those three modules that readers of stored records use are importable from here too.
 """
 
 from __future__ import annotations
@@ -40,82 +18,121 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
-BLANK_MAGIC = -875286124  # 0xCBD43194
-BLANK_RECORD_SIZE = 8
-MAX_PROPERTIES_BYTES = 32767
-MAX_V1_TOPIC_BYTES = 127
-
-SYSFLAG_COMPRESSED = 0x1
-SYSFLAG_MULTI_TAGS = 0x2
-SYSFLAG_TRANSACTION_MASK = 0xC
-SYSFLAG_TRANSACTION_NOT = 0x0
-SYSFLAG_TRANSACTION_PREPARED = 0x4
-SYSFLAG_TRANSACTION_COMMIT = 0x8
-SYSFLAG_TRANSACTION_ROLLBACK = 0xC
-SYSFLAG_BORNHOST_V6 = 0x10
-SYSFLAG_STOREHOST_V6 = 0x20
-SYSFLAG_HOSTS_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6  # either host IPv6: a longer header
-
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
-
-def holds_property_separator(text: str) -> bool:
-    """Whether ``text``, stored as a property name or value, would cut or forge a property:
-    it holds one of the two separators of the ``name\\x01value\\x02`` pairs."""
-    return NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text
-
-
-# Well-known property names (MessageConst).
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_WAIT = "WAIT"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-
-KEY_SEPARATOR = " "
-
-# Offsets of fields that sit before any host field.
-OFFSET_TOTAL_SIZE = 0
-OFFSET_MAGIC = 4
-OFFSET_BODY_CRC = 8
-OFFSET_QUEUE_ID = 12
-OFFSET_QUEUE_OFFSET = 20
-OFFSET_PHYSICAL_OFFSET = 28
-OFFSET_SYSFLAG = 36
-OFFSET_BORN_HOST = 48
-
-
-def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
-    born = "20s" if born_v6 else "8s"
-    store = "20s" if store_v6 else "8s"
-    # total, magic, crc, queue id, flag, queue offset, phys offset, sysflag, born ts, born host,
-    # store ts, store host, reconsume times, prepared tx offset, body length
-    return struct.Struct(f">iiiiiqqiq{born}q{store}iqi")
-
-
-# Indexed by (sysflag >> 4) & 3: bit 0 = born host IPv6, bit 1 = store host IPv6.
-HEADER_STRUCTS: tuple[struct.Struct, ...] = (
-    _header_struct(False, False),
-    _header_struct(True, False),
-    _header_struct(False, True),
-    _header_struct(True, True),
+from localstore.record.frame import frame_problem
+from localstore.record.layout import (
+    BLANK_MAGIC,
+    BLANK_RECORD_SIZE,
+    BLANK_STRUCT,
+    BODY_LENGTH_AT_V4,
+    BODY_LENGTH_INDEX,
+    HEADER_STRUCTS,
+    HEADER_V4,
+    HEADER_V4_SIZE,
+    INT,
+    LONG,
+    MAGIC_AT,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_BYTES,
+    MAX_V1_TOPIC_BYTES,
+    SHORT,
+    STORE_TIMESTAMP_AT,
+    SYSFLAG_AT,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_HOSTS_V6,
+    SYSFLAG_INDEX,
+    SYSFLAG_MULTI_TAGS,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_NOT,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    header_with_body_format,
+    record_overhead,
+    topic_field,
 )
-HEADER_V4 = HEADER_STRUCTS[0]
+from localstore.record.properties import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    decode_properties,
+    encode_properties,
+    holds_property_separator,
+    split_keys,
+)
 
-BLANK_STRUCT = struct.Struct(">ii")
-INT = struct.Struct(">i")
-SHORT = struct.Struct(">h")
-LONG = struct.Struct(">q")
+__all__ = [  # the layout's and the properties' names readers of stored records use, here too
+    "BLANK_MAGIC",
+    "BLANK_RECORD_SIZE",
+    "BLANK_STRUCT",
+    "HEADER_STRUCTS",
+    "HEADER_V4",
+    "HOST_TEXTS",
+    "INT",
+    "KEY_SEPARATOR",
+    "LONG",
+    "MAGIC_V1",
+    "MAGIC_V2",
+    "MAX_PROPERTIES_BYTES",
+    "MAX_V1_TOPIC_BYTES",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_DELAY",
+    "PROPERTY_KEYS",
+    "PROPERTY_MAX_RECONSUME_TIMES",
+    "PROPERTY_ORIGIN_MESSAGE_ID",
+    "PROPERTY_REAL_QUEUE_ID",
+    "PROPERTY_REAL_TOPIC",
+    "PROPERTY_RECONSUME_TIME",
+    "PROPERTY_RETRY_TOPIC",
+    "PROPERTY_SEPARATOR",
+    "PROPERTY_TAGS",
+    "PROPERTY_TRANSACTION_PREPARED",
+    "PROPERTY_UNIQ_KEY",
+    "PROPERTY_WAIT",
+    "SHORT",
+    "SYSFLAG_BORNHOST_V6",
+    "SYSFLAG_COMPRESSED",
+    "SYSFLAG_HOSTS_V6",
+    "SYSFLAG_MULTI_TAGS",
+    "SYSFLAG_STOREHOST_V6",
+    "SYSFLAG_TRANSACTION_COMMIT",
+    "SYSFLAG_TRANSACTION_MASK",
+    "SYSFLAG_TRANSACTION_NOT",
+    "SYSFLAG_TRANSACTION_PREPARED",
+    "SYSFLAG_TRANSACTION_ROLLBACK",
+    "NewMessage",
+    "RecordError",
+    "StoredMessage",
+    "body_crc",
+    "decode_properties",
+    "decode_record",
+    "encode_properties",
+    "format_offset_msg_id",
+    "holds_property_separator",
+    "host_text",
+    "make_offset_msg_id",
+    "pack_host",
+    "read_properties",
+    "read_store_timestamp",
+    "record_overhead",
+    "split_keys",
+    "topic_field",
+    "unpack_host",
+]
 
 
 def body_crc(body: bytes) -> int:
@@ -140,57 +157,6 @@ def unpack_host(raw: bytes) -> str:
         return f"{raw[12]}.{raw[13]}.{raw[14]}.{raw[15]}:{port}"
     groups = struct.unpack(">8H", raw[:16])
     return ":".join(f"{g:x}" for g in groups) + f":{port}"
-
-
-def encode_properties(properties: dict[str, str]) -> str:
-    """``name\\x01value\\x02`` for every entry, in the dict's order."""
-    return "\x02".join(map("\x01".join, properties.items())) + "\x02" if properties else ""
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """Parse a properties string the way RocketMQ's ``string2messageProperties`` does.
-
-    Segments without a separator, with an empty name or an empty value are skipped; a repeated
-    name keeps the later value.
-    """
-    items = text.split(PROPERTY_SEPARATOR)
-    if not items[-1]:
-        items.pop()
-    try:  # fast path: every segment is exactly name \x01 value
-        result = dict([item.split(NAME_VALUE_SEPARATOR) for item in items])
-    except ValueError:
-        return _decode_properties_tolerantly(items)
-    if "" in result or "" in result.values():
-        return _decode_properties_tolerantly(items)
-    return result
-
-
-def _decode_properties_tolerantly(items: list[str]) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if sep and name and value:
-            result[name] = value
-    return result
-
-
-def split_keys(keys: str) -> list[str]:
-    """The ``KEYS`` property holds keys separated by single spaces; empty tokens are dropped."""
-    return [key for key in keys.split(KEY_SEPARATOR) if key]
-
-
-def topic_field(topic: str) -> tuple[int, bytes]:
-    """(magic, encoded TOPIC field): v1 with a 1-byte length up to 127 bytes, v2 (2-byte
-    length) above."""
-    raw = topic.encode()
-    if len(raw) <= MAX_V1_TOPIC_BYTES:
-        return MAGIC_V1, bytes((len(raw),)) + raw
-    return MAGIC_V2, SHORT.pack(len(raw)) + raw
-
-
-def record_overhead(topic_field_len: int, born_v6: bool = False, store_v6: bool = False) -> int:
-    """Bytes of a record beyond its body and properties string: header, topic, lengths."""
-    return HEADER_STRUCTS[int(born_v6) | int(store_v6) << 1].size + topic_field_len + 2
 
 
 @dataclass(slots=True)
@@ -362,36 +328,28 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
     ``body=False`` skips copying the body and parses the properties at once: dispatch needs
     every field but the body, properties included. With the body they are parsed on first read.
 
-    Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record.
+    Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record (the rules
+    of :mod:`localstore.record.frame`, which names what is wrong) or its topic or properties are
+    not UTF-8.
     """
     try:
         # Common case in one unpack: IPv4 hosts and a body length seen before, whose cached
         # Struct reads the header and the body together (without the body: the header and an
-        # empty field). BODYLENGTH is read where an IPv4 header keeps it; a record with an IPv6
-        # host (SYSFLAG says so) is read again below.
+        # empty field). Any other record is read by _read_any_shape.
         layout = (
-            _V4_WITH_BODY.get(_INT_AT(buf, pos + _V4_BODY_LENGTH_AT)[0]) if body else _V4_NO_BODY
+            _V4_WITH_BODY.get(_INT_AT(buf, pos + BODY_LENGTH_AT_V4)[0]) if body else _V4_NO_BODY
         )
         fields = None
-        header_size = _V4_HEADER_SIZE
         if layout is not None:
             try:
                 fields = layout.unpack_from(buf, pos)
             except struct.error:  # not a v4 record after all: the general path decides
                 fields = None
-            if fields is not None and fields[7] & SYSFLAG_HOSTS_V6:
+            if fields is not None and fields[SYSFLAG_INDEX] & SYSFLAG_HOSTS_V6:
                 fields = None
+        header_size = HEADER_V4_SIZE
         if fields is None:
-            header = HEADER_STRUCTS[(_INT_AT(buf, pos + OFFSET_SYSFLAG)[0] >> 4) & 3]
-            head = header.unpack_from(buf, pos)
-            header_size = header.size
-            body_bytes = b""
-            if body:
-                start = pos + header_size
-                body_bytes = bytes(buf[start : start + head[14]])
-                if len(body_bytes) == head[14] and not head[7] & SYSFLAG_HOSTS_V6:
-                    _remember_layout(head[14])
-            fields = (*head, body_bytes)
+            fields, header_size = _read_any_shape(buf, pos, body)
         (
             total,
             magic,
@@ -411,26 +369,23 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
             body_bytes,
         ) = fields
         cursor = pos + header_size + body_len
-        if magic != MAGIC_V1 and magic != MAGIC_V2:  # noqa: PLR1714 - two int compares are faster
-            raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at buffer position {pos}")
         if magic == MAGIC_V1:
             topic_end = cursor + 1 + buf[cursor]
             topic = str(buf[cursor + 1 : topic_end], "utf-8")
-        else:
+        elif magic == MAGIC_V2:
             topic_end = cursor + 2 + _SHORT_AT(buf, cursor)[0]
+            if topic_end < cursor + 2:  # a negative length would read backwards
+                raise _invalid(buf, pos)
             topic = str(buf[cursor + 2 : topic_end], "utf-8")
+        else:
+            raise _invalid(buf, pos)
         props_len = _SHORT_AT(buf, topic_end)[0]
         cursor = topic_end + 2 + props_len
-        if cursor > len(buf):
-            raise RecordError(f"record at buffer position {pos} is cut off in its properties")
+        if cursor - pos != total or cursor > len(buf) or body_len < 0 or props_len < 0:
+            raise _invalid(buf, pos)
         props = str(buf[topic_end + 2 : cursor], "utf-8") if props_len > 0 else ""
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc
-    if cursor - pos != total or (body and len(body_bytes) != body_len) or props_len < 0:
-        raise RecordError(
-            f"record at buffer position {pos} declares {total} bytes but its fields take "
-            f"{cursor - pos}"
-        )
+        raise _invalid(buf, pos, exc) from exc
     return StoredMessage(
         topic,
         queue_id,
@@ -452,12 +407,34 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
     )
 
 
+def _read_any_shape(buf: bytes | memoryview, pos: int, body: bool) -> tuple[tuple[Any, ...], int]:
+    """(header fields and the body, header size) of a record of any host shape; remembers the
+    one-unpack layout of an IPv4 record's body length for the next one."""
+    header = HEADER_STRUCTS[(_INT_AT(buf, pos + SYSFLAG_AT)[0] >> 4) & 3]
+    head = header.unpack_from(buf, pos)
+    body_bytes = b""
+    if body:
+        start = pos + header.size
+        body_len = head[BODY_LENGTH_INDEX]
+        body_bytes = bytes(buf[start : start + body_len])
+        if len(body_bytes) == body_len and not head[SYSFLAG_INDEX] & SYSFLAG_HOSTS_V6:
+            _remember_layout(body_len)
+    return (*head, body_bytes), header.size
+
+
+def _invalid(buf: bytes | memoryview, pos: int, exc: Exception | None = None) -> RecordError:
+    """The error for bytes at ``pos`` that did not decode: what the shared rules say is wrong,
+    else (their frame is sound) the text that is not UTF-8."""
+    problem = frame_problem(buf, pos, len(buf))
+    if problem is None:
+        problem = f"malformed: its topic or properties are not UTF-8 ({exc})"
+    return RecordError(f"record at buffer position {pos}: {problem}")
+
+
 _INT_AT = INT.unpack_from
 _SHORT_AT = SHORT.unpack_from
-_V4_HEADER_SIZE = HEADER_V4.size
-_V4_BODY_LENGTH_AT = _V4_HEADER_SIZE - 4
 _V4_WITH_BODY: dict[int, struct.Struct] = {}  # body length -> IPv4 header + body
-_V4_NO_BODY = struct.Struct(f"{HEADER_V4.format}0s")  # the header and an empty "body" field
+_V4_NO_BODY = struct.Struct(header_with_body_format(0))  # the header and an empty "body" field
 _LAYOUT_CACHE_LIMIT = 4096
 _MAX_LAYOUT_BODY = 1 << 16  # larger bodies: the unpack saves nothing next to the copy
 
@@ -465,7 +442,7 @@ _MAX_LAYOUT_BODY = 1 << 16  # larger bodies: the unpack saves nothing next to th
 def _remember_layout(body_len: int) -> None:
     """Cache the one-unpack layout of IPv4 records with ``body_len``-byte bodies."""
     if 0 <= body_len <= _MAX_LAYOUT_BODY and len(_V4_WITH_BODY) < _LAYOUT_CACHE_LIMIT:
-        _V4_WITH_BODY[body_len] = struct.Struct(f"{HEADER_V4.format}{body_len}s")
+        _V4_WITH_BODY[body_len] = struct.Struct(header_with_body_format(body_len))
 
 
 HOST_TEXTS: dict[bytes, str] = {}  # a stored host's bytes -> "address:port", by host_text
@@ -483,9 +460,9 @@ def host_text(raw: bytes) -> str:
 
 def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:
     """The STORETIMESTAMP of the record at ``pos`` without decoding the rest."""
-    sys_flag = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)[0]
-    born_len = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-    return int(LONG.unpack_from(buf, pos + OFFSET_BORN_HOST + born_len)[0])
+    sys_flag = INT.unpack_from(buf, pos + SYSFLAG_AT)[0]
+    born_v6 = 1 if sys_flag & SYSFLAG_BORNHOST_V6 else 0
+    return int(LONG.unpack_from(buf, pos + STORE_TIMESTAMP_AT[born_v6])[0])
 
 
 def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
@@ -494,8 +471,8 @@ def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
     Raises :class:`RecordError` for bytes that do not read as a record's properties (damage
     that still reads, such as a length pointing elsewhere, is left to a full decode)."""
     try:
-        (magic,) = INT.unpack_from(buf, pos + OFFSET_MAGIC)
-        (sys_flag,) = INT.unpack_from(buf, pos + OFFSET_SYSFLAG)
+        (magic,) = INT.unpack_from(buf, pos + MAGIC_AT)
+        (sys_flag,) = INT.unpack_from(buf, pos + SYSFLAG_AT)
         cursor = pos + HEADER_STRUCTS[(sys_flag >> 4) & 3].size
         cursor += INT.unpack_from(buf, cursor - 4)[0]
         if magic == MAGIC_V1:

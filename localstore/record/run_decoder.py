@@ -9,17 +9,18 @@ a record one cached ``Struct`` reads everything but the properties in one call:
 and the properties are the ``PROPLEN`` bytes that end the record. The record is taken this way
 only if its fields agree with each other: magic v1, no IPv6 bit, the topic field equal to the
 expected topic's, TOTALSIZE equal to the sum of its parts, the record inside the buffer, its
-properties valid UTF-8. Anything else (another shape, or damage) goes through
-:func:`localstore.record.codec.decode_record`, which decodes every shape and names what is wrong; so
-both routes give the same :class:`~localstore.record.codec.StoredMessage`, field for field, or the
+properties valid UTF-8 (a record so accepted is valid by the shared rules of
+:mod:`localstore.record.frame`). Anything else (another shape, or damage) goes through
+:func:`localstore.record.codec.decode_record`, which decodes every shape and, by those rules,
+names what is wrong; so both routes give the same
+:class:`~localstore.record.codec.StoredMessage`, field for field, or the
 same error. Either way a record must say it is stored where it was read (PHYSICALOFFSET), and
 of the topic and queue and at the queue offset its unit gives (TOPIC, QUEUEID, QUEUEOFFSET: no
 CRC covers the header, so a damaged one is caught here or not at all).
 
-The messages are built without ``StoredMessage.__init__``: in Python 3.11 a class's
-``__init__`` runs in a fresh interpreter frame, which costs about as much as the 17 slot stores
-it makes. Properties are kept as their stored text, parsed on first read, as
-``decode_record`` keeps them.
+The messages are built without ``StoredMessage.__init__`` (slot stores in the loop, no call
+per record): every slot of :class:`~localstore.record.codec.StoredMessage` must be set here.
+Properties are kept as their stored text, parsed on first read, as ``decode_record`` keeps them.
 """
 
 from __future__ import annotations
@@ -28,24 +29,28 @@ import struct
 from collections.abc import Sequence
 
 from localstore.record.codec import (
-    HEADER_V4,
     HOST_TEXTS,
-    INT,
-    MAGIC_V1,
-    SYSFLAG_HOSTS_V6,
     RecordError,
     StoredMessage,
     decode_record,
     host_text,
+)
+from localstore.record.layout import (
+    BODY_LENGTH_AT_V4,
+    HEADER_V4_SIZE,
+    INT,
+    MAGIC_V1,
+    PROPERTIES_LENGTH_BYTES,
+    SYSFLAG_HOSTS_V6,
+    header_with_body_format,
     topic_field,
 )
 
-_BODY_LENGTH_AT = HEADER_V4.size - 4
 _INT_AT = INT.unpack_from
 _MAX_LAYOUT_BODY = 1 << 16  # larger bodies: one unpack saves nothing next to the copy
 _LAYOUTS_PER_TOPIC = 256  # body lengths remembered per topic; others take the general decode
 _TOPICS_LIMIT = 4096
-MISPLACED = "the record there says it is elsewhere"
+MISPLACED = "the record there says it is elsewhere (its PHYSICALOFFSET field names another offset)"
 
 
 def misqueued(message: StoredMessage) -> str:
@@ -73,7 +78,8 @@ class _TopicLayouts:
     def __init__(self, field: bytes):
         self.field = field
         self.by_body_length: dict[int, struct.Struct] = {}
-        self.fixed_size = HEADER_V4.size + len(field) + 2  # all but body and properties
+        # all but body and properties
+        self.fixed_size = HEADER_V4_SIZE + len(field) + PROPERTIES_LENGTH_BYTES
 
     def layout(self, body_length: int) -> struct.Struct | None:
         """The layout for ``body_length``-byte bodies, made now; None where none is kept."""
@@ -81,7 +87,7 @@ class _TopicLayouts:
         if not 0 <= body_length <= _MAX_LAYOUT_BODY or len(layouts) >= _LAYOUTS_PER_TOPIC:
             return None
         made = layouts[body_length] = struct.Struct(
-            f"{HEADER_V4.format}{body_length}s{len(self.field)}sh"
+            f"{header_with_body_format(body_length)}{len(self.field)}sh"
         )
         return made
 
@@ -130,7 +136,7 @@ def decode_run(
     for index, pos in enumerate(positions):
         fields = None
         if pos <= room:
-            body_length = _INT_AT(buf, pos + _BODY_LENGTH_AT)[0]
+            body_length = _INT_AT(buf, pos + BODY_LENGTH_AT_V4)[0]
             layout = known.get(body_length) or layouts.layout(body_length)
             if layout is not None and pos + body_length <= room:
                 fields = layout.unpack_from(buf, pos)

@@ -6,7 +6,8 @@ for the host bits), none was reconsumed. What differs is kept in parallel lists,
 message:
 
     bodies      the body (bytes)
-    properties  the properties as stored: ``name\\x01value\\x02`` pairs, UTF-8 (bytes)
+    properties  the properties as stored: :func:`~localstore.record.properties.encode_properties`
+                of the message's dict, UTF-8 (bytes)
     uniq_keys   the ``UNIQ_KEY`` value, or None           (what the key index needs,
     keys        the ``KEYS`` value, or None                so that it never parses the
     tags        the ``TAGS`` value, or None; or the whole  properties)
@@ -28,13 +29,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-from localstore.record.codec import (
+from localstore.record.codec import NewMessage
+from localstore.record.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    NewMessage,
+    decode_written_properties,
 )
 
 DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
@@ -119,7 +121,9 @@ class UniformBatch(Sequence[NewMessage]):
             topic, queue_id, flag = self.topic, self.queue_id, self.flag
             born, host = self.born_timestamp, self.born_host
             made = self._messages = [
-                NewMessage(topic, body, queue_id, _pairs(text), flag, 0, born, host)
+                NewMessage(
+                    topic, body, queue_id, decode_written_properties(text), flag, 0, born, host
+                )
                 for body, text in zip(self.bodies, self.properties, strict=True)
             ]
         return made
@@ -154,13 +158,3 @@ def batch_head(messages: Sequence[NewMessage]) -> tuple[str, int, int]:
         return messages.topic, messages.queue_id, 0
     first = messages[0]
     return first.topic, first.queue_id, first.sys_flag
-
-
-def _pairs(text: bytes) -> dict[str, str]:
-    """The properties a batch's text was written from, exactly (an empty value too, which a
-    reader of the stored record skips, as RocketMQ's does)."""
-    if not text:
-        return {}
-    pairs = text.decode().split(PROPERTY_SEPARATOR)
-    pairs.pop()  # the text ends with a separator
-    return dict(pair.split(NAME_VALUE_SEPARATOR, 1) for pair in pairs)

@@ -1,10 +1,12 @@
 """The validity walk over one commitlog segment: the inner loop of recovery's CRC scan.
 
-A position holds a valid record when its magic is v1/v2, its TOTALSIZE fits the segment and
-equals the sum of its fields (header by SYSFLAG's host widths, body, topic of 1 (v1) or 2 (v2)
-length bytes, properties of 2), its PHYSICALOFFSET field equals the position in the log, and
-(when asked) the CRC32 of its body, masked to 31 bits, equals BODYCRC. A blank record (magic
-0xCBD43194), or fewer than 8 bytes left, ends the segment.
+A position holds a valid record when :mod:`localstore.record.frame`'s rules say so, with the
+record's log offset known (PHYSICALOFFSET must equal it) and the body CRC checked when asked. A
+blank record (magic 0xCBD43194), or fewer than 8 bytes left, ends the segment.
+
+The common record (IPv4 hosts) is accepted by one fused check here; any record that check does
+not accept (IPv6 hosts, or damage) is judged by :func:`localstore.record.frame.frame_problem`, so
+the walk's verdict is always the shared rules'.
 
 Pure: it reads a buffer and returns numbers, so the same function runs in the store's process
 and in the worker processes of :mod:`localstore.recovery.parallel_scan`.
@@ -12,17 +14,19 @@ and in the worker processes of :mod:`localstore.recovery.parallel_scan`.
 
 from __future__ import annotations
 
-import struct
 import zlib
 
-from localstore.record.codec import (
+from localstore.record.frame import frame_problem
+from localstore.record.layout import (
     BLANK_MAGIC,
-    HEADER_STRUCTS,
-    INT,
+    BLANK_RECORD_SIZE,
+    HEADER_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
     SHORT,
+    SIZE_AND_MAGIC,
     SYSFLAG_HOSTS_V6,
+    WALK_FIELDS_V4,
 )
 
 Buffer = bytes | memoryview
@@ -31,13 +35,6 @@ Buffer = bytes | memoryview
 WALK_INVALID = 0  # an invalid record: the valid log ends where the walk stopped
 WALK_SEGMENT_END = 1  # a blank record or the segment's end: the log goes on in the next segment
 WALK_LIMIT = 2  # reached or passed the limit it was given (the position says which)
-
-# The fields the walk checks, read in one call from the 88-byte header of a record with IPv4
-# hosts: TOTALSIZE, MAGICCODE, BODYCRC, PHYSICALOFFSET, SYSFLAG, BODYLENGTH (the rest skipped).
-_HEAD_V4 = struct.Struct(">iii16xqi44xi")
-_HEADER_V4_SIZE = HEADER_STRUCTS[0].size
-_PAIR = struct.Struct(">ii")  # total, magic
-_HEADER_SIZES = tuple(h.size for h in HEADER_STRUCTS)
 
 
 def walk_segment(
@@ -50,47 +47,48 @@ def walk_segment(
     """
     records = 0
     crc32 = zlib.crc32
-    head = _HEAD_V4.unpack_from
-    read_int = INT.unpack_from
+    head = WALK_FIELDS_V4.unpack_from
     read_short = SHORT.unpack_from
-    header_v4 = _HEADER_V4_SIZE
+    header_v4 = HEADER_V4_SIZE
     while pos < limit:
-        if pos + header_v4 > size:  # no room for a record: a blank one, the end, or garbage
-            if pos + 8 > size or _PAIR.unpack_from(view, pos)[1] == BLANK_MAGIC:
+        if pos + header_v4 > size:  # no room for an IPv4 header: a blank record, the end, or not
+            if (
+                pos + BLANK_RECORD_SIZE > size
+                or SIZE_AND_MAGIC.unpack_from(view, pos)[1] == BLANK_MAGIC
+            ):
                 return pos, records, WALK_SEGMENT_END
             return pos, records, WALK_INVALID
         total, magic, crc, phys, sys_flag, body_len = head(view, pos)
         if magic == BLANK_MAGIC:
             return pos, records, WALK_SEGMENT_END
+        # The fused check: an IPv4 record of v1 or v2 whose fields add up, at its log offset.
         stop = pos + total
-        if (
-            (magic != MAGIC_V1 and magic != MAGIC_V2)  # noqa: PLR1714
-            or total <= 0
-            or stop > size
-            or phys != base + pos
-        ):
-            return pos, records, WALK_INVALID
-        if sys_flag & SYSFLAG_HOSTS_V6:  # longer header: BODYLENGTH sits further on
-            body_at = pos + _HEADER_SIZES[(sys_flag >> 4) & 3]
-            if body_at > stop:
-                return pos, records, WALK_INVALID
-            body_len = read_int(view, body_at - 4)[0]
-        else:
+        cursor = pos + header_v4 + body_len
+        valid = (
+            (magic == MAGIC_V1 or magic == MAGIC_V2)  # noqa: PLR1714, SIM109
+            and not sys_flag & SYSFLAG_HOSTS_V6
+            and stop <= size
+            and phys == base + pos
+            and body_len >= 0
+            and cursor + 3 <= stop
+        )
+        if valid:
+            if magic == MAGIC_V1:
+                cursor += 1 + view[cursor]
+            else:
+                topic_len = read_short(view, cursor)[0]
+                valid = topic_len >= 0  # a signed short: negative would walk backwards
+                cursor += 2 + topic_len
+            valid = (
+                valid and cursor + 2 <= stop and cursor + 2 + read_short(view, cursor)[0] == stop
+            )
+        if valid and check_crc:
             body_at = pos + header_v4
-        cursor = body_at + body_len
-        if body_len < 0 or cursor + 3 > stop:
-            return pos, records, WALK_INVALID
-        if magic == MAGIC_V1:
-            cursor += 1 + view[cursor]
-        else:
-            topic_len = read_short(view, cursor)[0]
-            if topic_len < 0:  # a signed short: negative would walk backwards
-                return pos, records, WALK_INVALID
-            cursor += 2 + topic_len
-        if cursor + 2 > stop or cursor + 2 + read_short(view, cursor)[0] != stop:
-            return pos, records, WALK_INVALID
-        if check_crc and crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+            valid = crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF == crc
+        if not valid and frame_problem(
+            view, pos, size, phys_offset=base + pos, check_crc=check_crc
+        ):
             return pos, records, WALK_INVALID
         pos = stop
         records += 1
-    return pos, records, WALK_SEGMENT_END if pos + 8 > size else WALK_LIMIT
+    return pos, records, WALK_SEGMENT_END if pos + BLANK_RECORD_SIZE > size else WALK_LIMIT

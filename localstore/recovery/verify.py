@@ -19,12 +19,13 @@ Roughly 70,000 records a second; run it on a quiescent store (concurrent puts lo
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from localstore.queue.consume_queue import UNIT, ConsumeQueue
 from localstore.record import codec
+from localstore.record.frame import frame_problem
+from localstore.record.layout import BLANK_RECORD_SIZE, BLANK_STRUCT
 from localstore.record.tags import SCHEDULE_TOPIC, parse_delay_levels, unit_tag_code
 from localstore.recovery.log_scan import next_record_start
 from localstore.store import MessageStore
@@ -32,9 +33,7 @@ from localstore.store import MessageStore
 DEFAULT_MAX_PROBLEMS = 100
 _UNITS_PER_READ = 4096
 _NO_UNIT = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
-_HEAD = struct.Struct(">ii")
 _Unit = tuple[int, int, int]  # physical offset, size, tagsCode
-_MIN_RECORD = codec.HEADER_V4.size + 1 + 2  # header, v1 topic length, properties length
 _LOCATION = ("phys_offset", "topic", "queue_id", "queue_offset")
 _COUNTS = ("records", "units", "queues", "blank_records", "segments", "problem_count")
 _OFFSETS = ("min_offset", "max_offset", "valid_to", "stopped_at")
@@ -115,17 +114,11 @@ class _MalformedError(Exception):
 
 
 def _record_at(view: memoryview, pos: int) -> codec.StoredMessage:
-    """The record at ``pos`` of a segment's bytes; :class:`_MalformedError` says why not."""
-    room = len(view) - pos
-    if room < 8:
-        raise _MalformedError(f"only {room} bytes are left in the segment")
-    total, magic = _HEAD.unpack_from(view, pos)
-    if magic not in (codec.MAGIC_V1, codec.MAGIC_V2):
-        if total == 0 and magic == 0:
-            raise _MalformedError("zero bytes where a record should start")
-        raise _MalformedError(f"bad magic code {magic & 0xFFFFFFFF:#010x}")
-    if not _MIN_RECORD <= total <= room:
-        raise _MalformedError(f"record size {total} does not fit the {room} bytes left")
+    """The record at ``pos`` of a segment's bytes; :class:`_MalformedError` says why not (the
+    shared frame rules, :mod:`localstore.record.frame`, then the decode's own: UTF-8 text)."""
+    problem = frame_problem(view, pos, len(view))
+    if problem is not None:
+        raise _MalformedError(problem)
     try:
         return codec.decode_record(view, pos)
     except codec.RecordError as exc:
@@ -176,9 +169,10 @@ class _Verifier:
                 break
             view, pos = segment.view, position - segment.start_offset
             room, name = segment.size - pos, segment.path.name
-            if room >= 8 and _HEAD.unpack_from(view, pos)[1] == codec.BLANK_MAGIC:
+            head = BLANK_STRUCT.unpack_from(view, pos) if room >= BLANK_RECORD_SIZE else None
+            if head is not None and head[1] == codec.BLANK_MAGIC:
                 report.blank_records += 1
-                if _HEAD.unpack_from(view, pos)[0] != room:
+                if head[0] != room:
                     problem(f"the blank record does not declare the {room} bytes left in {name}")
                 if end < segment.end_offset:
                     problem(f"the max offset {end} falls inside the blank record ending {name}")

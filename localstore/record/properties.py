@@ -1,0 +1,107 @@
+"""The PROPERTIES field's text: ``name\\x01value\\x02`` for every property, in UTF-8.
+
+A record's properties are one string of pairs, each a name, ``\\x01``, a value and ``\\x02``, in
+the order the message's dict gives them; its UTF-8 bytes take at most
+:data:`~localstore.record.layout.MAX_PROPERTIES_BYTES`. Every writer (the single put, the batch
+encoder, a producer's batch columns) makes the text with :func:`encode_properties`; every reader
+parses it with :func:`decode_properties`, as RocketMQ's ``string2messageProperties`` does (a pair
+without a separator, with an empty name or an empty value is skipped; a repeated name keeps the
+later value). :func:`decode_written_properties` gives back exactly the dict a text was written
+from (an empty value too), for a batch that turns its own columns back into messages.
+
+A name or a value holding either separator would cut or forge a pair: writers refuse them
+(:func:`holds_property_separator`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from localstore.record.layout import MAX_PROPERTIES_BYTES
+
+__all__ = [
+    "KEY_SEPARATOR",
+    "MAX_PROPERTIES_BYTES",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
+    "decode_properties",
+    "decode_written_properties",
+    "encode_properties",
+    "holds_property_separator",
+    "split_keys",
+]
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "  # between the keys of the KEYS property
+
+# Well-known property names (MessageConst).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+
+
+def encode_properties(properties: Mapping[str, str]) -> str:
+    """The properties text: ``name\\x01value\\x02`` for every entry, in the mapping's order
+    (the caller encodes it to UTF-8 and checks the limit)."""
+    text = ""
+    for name, value in properties.items():  # faster than joins for the few a message has
+        text += f"{name}\x01{value}\x02"
+    return text
+
+
+def holds_property_separator(text: str) -> bool:
+    """Whether ``text``, stored as a property name or value, would cut or forge a property:
+    it holds one of the two separators of the ``name\\x01value\\x02`` pairs."""
+    return NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a properties text the way RocketMQ's ``string2messageProperties`` does.
+
+    Segments without a separator, with an empty name or an empty value are skipped; a repeated
+    name keeps the later value.
+    """
+    items = text.split(PROPERTY_SEPARATOR)
+    if not items[-1]:
+        items.pop()
+    try:  # fast path: every segment is exactly name \x01 value
+        result = dict([item.split(NAME_VALUE_SEPARATOR) for item in items])
+    except ValueError:
+        return _decode_properties_tolerantly(items)
+    if "" in result or "" in result.values():
+        return _decode_properties_tolerantly(items)
+    return result
+
+
+def _decode_properties_tolerantly(items: list[str]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            result[name] = value
+    return result
+
+
+def decode_written_properties(text: bytes) -> dict[str, str]:
+    """The dict :func:`encode_properties` made ``text`` from (UTF-8), exactly: an empty value
+    too, which :func:`decode_properties` (a reader of the stored record) skips."""
+    if not text:
+        return {}
+    pairs = text.decode().split(PROPERTY_SEPARATOR)
+    pairs.pop()  # the text ends with a separator
+    return dict(pair.split(NAME_VALUE_SEPARATOR, 1) for pair in pairs)
+
+
+def split_keys(keys: str) -> list[str]:
+    """The ``KEYS`` property holds keys separated by single spaces; empty tokens are dropped."""
+    return [key for key in keys.split(KEY_SEPARATOR) if key]
