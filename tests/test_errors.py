@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from localstore import MessageStore
+from localstore import MessageStore, NewMessage
 from localstore.errors import StoreError
+from localstore.record.tags import TagFilter
 from offsetstore import (
     ConsumerOffsetTable,
     LocalFileOffsetStore,
@@ -248,3 +249,22 @@ def test_the_cli_process_exits_nonzero_without_a_traceback(tmp_path: Path):
     assert done.returncode == 1
     assert done.stderr.startswith("quiver: error: cannot read consumer offsets")
     assert "Traceback" not in done.stderr
+
+
+def test_the_record_format_errors_the_store_hands_out_are_quiver_errors(tmp_path: Path):
+    """The record package sits below the store, but what it raises reaches users through it: a
+    message asked for where no record starts, a malformed offsetMsgId, a tag expression that
+    names no tag, an unknown StoredMessage field."""
+    with MessageStore(tmp_path / "store", **SMALL) as store:
+        store.put(NewMessage("Errors", b"x" * 50, 0))
+        attempts: list[Callable[[], object]] = [
+            lambda: store.message_at(3),
+            lambda: store.message_by_offset_msg_id("zz" * 16),
+            lambda: store.message_by_offset_msg_id("abc"),
+            lambda: TagFilter.parse("||"),
+            lambda: store.message_at(0).replace(no_such_field=1),
+        ]
+        for attempt in attempts:
+            with pytest.raises(QuiverError) as raised:
+                attempt()
+            assert str(raised.value)

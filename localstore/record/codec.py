@@ -74,6 +74,7 @@ from localstore.record.properties import (
     holds_property_separator,
     split_keys,
 )
+from quiver_errors import ArgumentTypeError, QuiverError
 
 __all__ = [  # the layout's and the properties' names readers of stored records use, here too
     "BLANK_MAGIC",
@@ -269,7 +270,7 @@ class StoredMessage:
         """A copy with ``changes`` (field name -> value) applied, as ``dataclasses.replace``."""
         unknown = changes.keys() - set(_STORED_FIELDS)
         if unknown:
-            raise TypeError(f"StoredMessage has no field {', '.join(sorted(unknown))}")
+            raise ArgumentTypeError(f"StoredMessage has no field {', '.join(sorted(unknown))}")
         copied = copy.copy(self)
         for name, value in changes.items():
             setattr(copied, name, value)
@@ -316,7 +317,7 @@ def format_offset_msg_id(store_host_hex: str, phys_offset: int) -> str:
     return f"{store_host_hex}{phys_offset:016X}"
 
 
-class RecordError(ValueError):
+class RecordError(QuiverError, ValueError):
     """Bytes at a position are not a valid record (bad magic, size, length or CRC). Every
     decoder here raises it, never the ``struct.error``, ``IndexError`` or
     ``UnicodeDecodeError`` the bytes provoke; the store's reads turn it into a

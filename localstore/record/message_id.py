@@ -19,6 +19,7 @@ import threading
 import time
 
 from localstore.record.codec import LONG, make_offset_msg_id, unpack_host
+from quiver_errors import InvalidArgumentError
 
 __all__ = ["UniqKeyGenerator", "UniqKeyRun", "make_offset_msg_id", "parse_offset_msg_id"]
 
@@ -27,12 +28,16 @@ _SUFFIX = struct.Struct(">IH")  # Java writes an int that wraps after 24.8 days:
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
-    """``offsetMsgId`` -> (``host:port``, commitlog offset). Raises ValueError if malformed."""
+    """``offsetMsgId`` -> (``host:port``, commitlog offset). Raises
+    :class:`~quiver_errors.InvalidArgumentError` if malformed."""
     if len(msg_id) not in (32, 56):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"an offsetMsgId has 32 or 56 hex characters, not {len(msg_id)}: {msg_id!r}"
         )
-    raw = bytes.fromhex(msg_id)
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise InvalidArgumentError(f"an offsetMsgId is hex, not {msg_id!r}") from None
     return unpack_host(raw[:-8]), int(LONG.unpack_from(raw, len(raw) - 8)[0])
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from localstore.record.javahash import java_hash
+from quiver_errors import InvalidArgumentError
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -47,12 +48,12 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
             continue
         unit = _UNIT_MS.get(token[-1])
         if unit is None or not token[:-1].isdigit():
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"bad delay level {token!r} in {spec!r}: want a number and s, m, h or d"
             )
         delays.append(int(token[:-1]) * unit)
     if not delays:
-        raise ValueError("the delay level table is empty")
+        raise InvalidArgumentError("the delay level table is empty")
     return tuple(delays)
 
 
@@ -98,7 +99,7 @@ class TagFilter:
         else:
             tags = frozenset(t.strip() for t in text.split("||") if t.strip())
             if not tags:
-                raise ValueError(f"tag expression {expression!r} names no tag")
+                raise InvalidArgumentError(f"tag expression {expression!r} names no tag")
             parsed = cls(text, tags, frozenset(tag_code(t) for t in tags))
         if len(_PARSED) < _TAG_CACHE_LIMIT:
             _PARSED[expression] = parsed

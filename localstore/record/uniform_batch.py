@@ -38,6 +38,7 @@ from localstore.record.properties import (
     PROPERTY_UNIQ_KEY,
     decode_written_properties,
 )
+from quiver_errors import InvalidArgumentError
 
 DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 _INDEXED_NAMES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
@@ -81,7 +82,7 @@ class UniformBatch(Sequence[NewMessage]):
             len(properties) == len(uniq_keys) == len(keys) == count
             and (tags is None or len(tags) == count)
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"a uniform batch needs one item a message in every column: {count} bodies, "
                 f"{len(properties)} properties, {len(uniq_keys)} UNIQ_KEYs, {len(keys)} KEYS"
                 + ("" if tags is None else f", {len(tags)} TAGS")

@@ -14,7 +14,7 @@ starts there, with the unit's size, the queue's topic, id and queue offset, and 
 (Java hash of TAGS, or the delivery time under ``SCHEDULE_TOPIC_XXXX``); physical offsets
 increase along a queue.
 
-Roughly 70,000 records a second; run it on a quiescent store (concurrent puts look like problems).
+It reads every record and unit: run it on a quiescent store (concurrent puts look like problems).
 """
 
 from __future__ import annotations
