@@ -51,6 +51,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Protocol
 
@@ -253,20 +254,41 @@ def delete_expired_segments(
 
 def correct_min_offset(queue: ConsumeQueue, commitlog_min: int) -> int:
     """Step 2: move the queue's min offset to its first unit whose record is at or past
-    ``commitlog_min`` (the queue's end if none is); returns the new min (a queue offset)."""
+    ``commitlog_min`` (the queue's end if none is); returns the new min (a queue offset).
+
+    Units point at increasing offsets, so a binary search finds the first; a damaged unit
+    must not make it skip sound ones. A negative offset is never taken for a deleted record,
+    and when the units around the found boundary are out of order (one of them is damaged),
+    the units are walked from the old min instead, stopping at the first that is not below."""
     segments = queue.segments.segments
     if not segments:
         return queue.min_offset
-    lo = max(queue.min_offset, segments[0].start_offset // UNIT_SIZE)
-    hi = queue.max_offset
+    start = max(queue.min_offset, segments[0].start_offset // UNIT_SIZE)
+    end = queue.max_offset
+
+    def below(offset: int) -> bool:
+        return 0 <= queue.unit_head(offset)[0] < commitlog_min
+
+    lo, hi = start, end
     while lo < hi:
         mid = (lo + hi) // 2
-        if queue.unit_head(mid)[0] < commitlog_min:
+        if below(mid):
             lo = mid + 1
         else:
             hi = mid
+    if lo > start and not _boundary_in_order(queue, start, lo, end):
+        lo = start
+        while lo < end and below(lo):
+            lo += 1
     queue.min_logic_offset = max(queue.min_logic_offset, lo * UNIT_SIZE)
     return queue.min_offset
+
+
+def _boundary_in_order(queue: ConsumeQueue, start: int, boundary: int, end: int) -> bool:
+    """Whether the units just before ``boundary`` and the one at it point at increasing
+    commitlog offsets (``start`` <= those units < ``end``)."""
+    heads = [queue.unit_head(o)[0] for o in range(max(start, boundary - 2), min(end, boundary + 1))]
+    return all(a < b for a, b in pairwise(heads))
 
 
 def delete_queue_files(

@@ -21,6 +21,9 @@ units that point into a damaged range. A skip with no damaged range to explain i
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
+
 from localstore.errors import CorruptStoreError
 from localstore.index.service import IndexService
 from localstore.queue.consume_queue import UNIT, ConsumeQueue
@@ -31,6 +34,8 @@ from localstore.record.codec import (
 )
 from localstore.record.tags import unit_tag_code
 from localstore.recovery.damaged import DamagedRanges
+
+log = logging.getLogger(__name__)
 
 
 class _PendingUnits:
@@ -61,6 +66,7 @@ class Dispatcher:
         damaged: DamagedRanges | None = None,
         *,
         units_known_to: int = 0,
+        rebuilt: Collection[tuple[str, int]] = (),
     ):
         self._queues = queues
         self._damaged = damaged
@@ -70,6 +76,8 @@ class Dispatcher:
         self._index_run: list[StoredMessage] = []
         self._index_started = index is None
         self._units_known_to = units_known_to
+        self._queues_end = queues.dispatch_from()  # where the existing queues' units end
+        self._rebuilt = frozenset(rebuilt)
         self._since_flush = 0
         self.units_added = 0
 
@@ -102,7 +110,9 @@ class Dispatcher:
         key = (message.topic, message.queue_id)
         pending = self._pending.get(key)
         if pending is None:
-            queue = self._queues.get_or_create(message.topic, message.queue_id)
+            queue = self._queues.get(message.topic, message.queue_id)
+            if queue is None:
+                queue = self._new_queue(message)
             end = message.phys_offset + message.store_size
             if end <= queue.max_phys_offset or message.queue_offset < queue.max_offset:
                 return  # already there
@@ -126,6 +136,24 @@ class Dispatcher:
         )
         pending.next_offset += 1
         pending.phys_end = message.phys_offset + message.store_size
+
+    def _new_queue(self, message: StoredMessage) -> ConsumeQueue:
+        """The queue for a record whose queue has no files. Below where the other queues'
+        units end, that is news: the queue's files were lost, or the record's header names it
+        by damage (:mod:`localstore.recovery.queue_check`); recovery says so."""
+        key = (message.topic, message.queue_id)
+        if message.phys_offset < self._queues_end and key not in self._rebuilt:
+            log.warning(
+                "recovery made consume queue %s/%d for the commitlog record at %d (queue offset "
+                "%d), below where the other queues' units end (%d): its files were lost, or the "
+                "record's header was damaged to name it; `quiver store verify` tells which",
+                message.topic,
+                message.queue_id,
+                message.phys_offset,
+                message.queue_offset,
+                self._queues_end,
+            )
+        return self._queues.get_or_create(*key)
 
     def _fill_damaged(self, pending: _PendingUnits, message: StoredMessage, after: int) -> None:
         """Units for the queue offsets between ``pending``'s next one and ``message``'s, whose

@@ -20,12 +20,10 @@ bytes stay on disk, its range is recorded in :mod:`localstore.recovery.damaged` 
 and logged at ERROR with file, offset and length, and readers skip it. Damage with nothing valid
 after it is the torn tail: cut, and logged at WARNING with its byte range when it held bytes.
 
-Consume queues are checked against the log, cheaply: each queue's first and last units must
-point at their own records, a queue must not miss its first files (when the log still starts at
-offset 0) nor its last ones (when its last file is full, or its time index names a later file,
-the log after its last record is searched for a later record of it), and a queue whose files do
-not load is rebuilt. Unsound queues are deleted and rebuilt from the whole log (walked first, so
-its damage is known and stepped over), logged at WARNING.
+Consume queues are checked against the log, cheaply (:mod:`.queue_check`: first and last units,
+missing first or last files, records whose header was damaged), and a queue whose files do not
+load is rebuilt. Unsound queues are deleted and rebuilt from the whole log (walked first, so its
+damage is known and stepped over), logged at WARNING.
 
 Both then: cut the commitlog at the valid end (later segments deleted, a trailing all-zero
 preallocated segment included), cut consume-queue units that point past it (with sync flush a
@@ -38,17 +36,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import partial
 from pathlib import Path
 
 from localstore.commitlog.log import CommitLog
 from localstore.commitlog.offset_index import stored_record_starts
 from localstore.index.service import IndexService
-from localstore.queue.consume_queue import ConsumeQueue
 from localstore.queue.dispatch import Dispatcher
 from localstore.queue.registry import QueueRegistry
-from localstore.record.codec import RecordError, body_crc, decode_record
 from localstore.record.walk import walk_segment
 from localstore.recovery.checkpoint import Checkpoint
 from localstore.recovery.damaged import DamagedRange, DamagedRanges
@@ -59,6 +54,7 @@ from localstore.recovery.log_scan import (
     iter_records,
     scan_log,
 )
+from localstore.recovery.queue_check import QueueCheck
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +88,13 @@ def recover(
 ) -> RecoveryReport:
     """Recover the store's commitlog, consume queues and index in place."""
     damaged = damaged if damaged is not None else DamagedRanges(commitlog.directory.parent)
-    start = None if crashed else _normal_start(commitlog, queues, index, damaged)
+    queue_check = QueueCheck(commitlog, queues, damaged)
+    start = None if crashed else _normal_start(commitlog, queues, index, queue_check)
     abnormal = start is None
     if start is None:
         start = _abnormal_start(commitlog, checkpoint)
     scan = _scan(commitlog, start)
-    unsound = _unsound_queues(commitlog, queues, scan.end, damaged) + queues.unloadable
+    unsound = queue_check.unsound_queues(scan.end) + queues.unloadable
     if unsound and start > commitlog.min_offset:  # rebuilt from the whole log: walk it all
         scan = _scan(commitlog, commitlog.min_offset)
     _forget_mended(commitlog, damaged)
@@ -107,7 +104,8 @@ def recover(
     damaged.drop_from(scan.end)
     truncated = sum(queue.truncate_beyond(scan.end) for queue in list(queues.queues.values()))
     old_ends = {name: _old_end(queues, name) for name in unsound}
-    rebuilt = _drop_queues(queues, unsound)
+    dropped = _drop_queues(queues, unsound)
+    rebuilt = unsound
     redispatch_from = min(queues.dispatch_from(), scan.end)
     if index is not None:
         redispatch_from = min(redispatch_from, index.end_phy_offset)
@@ -115,7 +113,14 @@ def recover(
         redispatch_from = commitlog.min_offset
     redispatch_from = max(redispatch_from, commitlog.min_offset)
     units_known_to = 0 if abnormal or rebuilt else queues.dispatch_from()
-    dispatcher = Dispatcher(queues, index, delay_levels, damaged, units_known_to=units_known_to)
+    dispatcher = Dispatcher(
+        queues,
+        index,
+        delay_levels,
+        damaged,
+        units_known_to=units_known_to,
+        rebuilt=dropped,
+    )
 
     def undecodable(start: int, stop: int) -> None:  # frame valid, fields not (properties)
         found.extend(_record_damage(commitlog, damaged, [(start, stop)]))
@@ -266,13 +271,13 @@ def _normal_start(
     commitlog: CommitLog,
     queues: QueueRegistry,
     index: IndexService | None,
-    damaged: DamagedRanges,
+    queue_check: QueueCheck,
 ) -> int | None:
     """Where a cleanly closed store's walk starts, or None if its state is not sound."""
     newest = max(queues.queues.values(), key=lambda q: q.max_phys_offset, default=None)
     start = commitlog.min_offset
     if newest is not None and newest.max_phys_offset > start:
-        if not _last_unit_sound(commitlog, newest, damaged, check_crc=True):
+        if not queue_check.last_unit_sound(newest, check_crc=True):
             return None
         start = newest.max_phys_offset
     if index is not None and index.end_phy_offset and index.end_phy_offset < start:
@@ -292,200 +297,16 @@ def _abnormal_start(commitlog: CommitLog, checkpoint: Checkpoint) -> int:
     return commitlog.min_offset
 
 
-def _last_unit_sound(
-    commitlog: CommitLog, queue: ConsumeQueue, damaged: DamagedRanges, *, check_crc: bool
-) -> bool:
-    """The queue's last unit points at a whole record of this queue, of the unit's size (and,
-    for the log's newest record, with an intact body: a clean close leaves no torn tail)."""
-    last = queue.max_offset - 1
-    if last < queue.min_offset:
-        return True
-    verdict = _unit_verdict(commitlog, queue, last, damaged, check_crc=check_crc)
-    return verdict is _Verdict.SOUND or (
-        verdict is _Verdict.HEADER_DAMAGED
-        and _neighbour_vouches(commitlog, queue, last, last, damaged)
-    )
-
-
-class _Verdict(Enum):
-    """What a unit's record says about the unit (:func:`_unit_verdict`)."""
-
-    SOUND = "sound"
-    HEADER_DAMAGED = "header damaged"  # right place and size; another topic, queue or offset
-    UNSOUND = "unsound"
-
-
-def _unit_verdict(
-    commitlog: CommitLog,
-    queue: ConsumeQueue,
-    offset: int,
-    damaged: DamagedRanges,
-    *,
-    check_crc: bool,
-) -> _Verdict:
-    """Whether unit ``offset`` of ``queue`` points at a whole record of this queue (see above)
-    or into a damaged range recovery recorded (a placeholder: :mod:`localstore.recovery.damaged`). A
-    record stored where the unit says, of its size, that names another topic, queue id or queue
-    offset is HEADER_DAMAGED: no CRC covers the header, so only the queue's other units can say
-    which of the two is wrong (:func:`_neighbour_vouches`)."""
-    phys, size = queue.unit_head(offset)
-    if phys < commitlog.min_offset:
-        return _Verdict.SOUND  # its record was deleted by retention: nothing to check against
-    damage = damaged.containing(phys) if damaged else None
-    if damage is not None:  # a placeholder, as recovery left it, is sound: nothing else is
-        placeholder = damage.phys_offset < phys and phys + size == damage.end
-        return _Verdict.SOUND if placeholder else _Verdict.UNSOUND
-    located = commitlog.segment_view(phys)
-    if located is None:
-        return _Verdict.UNSOUND
-    try:
-        message = decode_record(*located)
-    except RecordError:
-        return _Verdict.UNSOUND
-    if not (
-        message.phys_offset == phys
-        and message.store_size == size
-        and (not check_crc or body_crc(message.body) == message.body_crc)
-    ):
-        return _Verdict.UNSOUND
-    if (message.topic, message.queue_id, message.queue_offset) != (
-        queue.topic,
-        queue.queue_id,
-        offset,
-    ):
-        return _Verdict.HEADER_DAMAGED
-    return _Verdict.SOUND
-
-
-def _neighbour_vouches(
-    commitlog: CommitLog, queue: ConsumeQueue, offset: int, last: int, damaged: DamagedRanges
-) -> bool:
-    """Whether a neighbour of unit ``offset`` (the one before it, else the one after, up to
-    ``last``) is sound and lies on the right side of it in the log. Units are written in log
-    order, so a unit damaged to point at another record of its queue breaks that order with
-    one of its neighbours; a unit whose neighbours agree with it is right, and its record's
-    disagreeing header is what was damaged."""
-    phys = queue.unit_head(offset)[0]
-    for neighbour in (offset - 1, offset + 1):
-        if not queue.min_offset <= neighbour <= last:
-            continue
-        other = queue.unit_head(neighbour)[0]
-        in_order = other < phys if neighbour < offset else other > phys
-        verdict = _unit_verdict(commitlog, queue, neighbour, damaged, check_crc=False)
-        return in_order and verdict is _Verdict.SOUND
-    return False
-
-
-def _unsound_queues(
-    commitlog: CommitLog, queues: QueueRegistry, end: int, damaged: DamagedRanges
-) -> list[str]:
-    """Consume queues that disagree with the log once it ends at ``end``: damaged or missing
-    files, to be rebuilt from the commitlog (module docstring). Found without changing
-    anything (a unit past ``end`` is about to be cut, not a sign of damage). Queues whose tail
-    may have lost files are checked against one walk of the log, not one walk each."""
-    problems: dict[str, str] = {}
-    suspects: list[ConsumeQueue] = []
-    for queue in queues.queues.values():
-        why = _queue_problem(commitlog, queue, end, damaged)
-        if why is not None:
-            problems[_queue_name(queue)] = why
-        elif queue.last_unit_within(end) == queue.max_offset - 1 and _tail_may_be_lost(
-            commitlog, queue
-        ):
-            suspects.append(queue)
-    for queue, later in _later_records(commitlog, suspects, end):
-        problems[_queue_name(queue)] = (
-            f"the commitlog holds its queue offset {later} past its end {queue.max_offset}"
-        )
-    for name, why in problems.items():
-        log.warning(
-            "consume queue %s disagrees with the commitlog (%s): rebuilding it from the commitlog",
-            name,
-            why,
-        )
-    return list(problems)
-
-
-def _queue_problem(
-    commitlog: CommitLog, queue: ConsumeQueue, end: int, damaged: DamagedRanges
-) -> str | None:
-    """Why ``queue`` must be rebuilt, or None (its tail is checked apart: see above)."""
-    last = queue.last_unit_within(end)
-    if last is None:
-        return None
-    first = queue.min_offset
-    for which, offset in (("last", last), ("first", first)):
-        verdict = _unit_verdict(commitlog, queue, offset, damaged, check_crc=False)
-        if verdict is _Verdict.HEADER_DAMAGED and _neighbour_vouches(
-            commitlog, queue, offset, last, damaged
-        ):
-            phys = queue.unit_head(offset)[0]
-            log.error(
-                "the commitlog record at %d (consume queue %s offset %d) names another topic, "
-                "queue or queue offset in its header: its header is damaged; reads report it "
-                "as a damaged record and verify lists it",
-                phys,
-                _queue_name(queue),
-                offset,
-            )
-        elif verdict is not _Verdict.SOUND:
-            return f"its {which} unit, queue offset {offset}, does not point at its record"
-    if (
-        first > 0
-        and commitlog.min_offset == 0
-        and queue.min_logic_offset == (queue.segments.segments[0].start_offset)
-    ):
-        return f"it starts at queue offset {first} without filler, but the log starts at 0"
-    return None
-
-
-def _tail_may_be_lost(commitlog: CommitLog, queue: ConsumeQueue) -> bool:
-    """Whether the queue's end may be missing files: its last file is full (a deleted next
-    file leaves it so), or its time index names a later file."""
-    last_file = queue.segments.segments[-1]
-    if last_file.wrote_position >= last_file.size:
-        return True
-    timeindex = commitlog.directory.parent / "timeindex" / queue.topic / str(queue.queue_id)
-    base = last_file.start_offset // 20
-    try:
-        names = [p.name.split(".")[0] for p in timeindex.iterdir()]
-    except OSError:
-        return False
-    return any(n.isdigit() and int(n) > base for n in names)
-
-
-def _later_records(
-    commitlog: CommitLog, suspects: list[ConsumeQueue], end: int
-) -> list[tuple[ConsumeQueue, int]]:
-    """The suspects of which the log holds a record past their last unit, with that record's
-    queue offset: one walk from the earliest suspect's last record to ``end``."""
-    if not suspects:
-        return []
-    waiting = {(q.topic, q.queue_id): q for q in suspects}
-    found: list[tuple[ConsumeQueue, int]] = []
-    start = max(min(q.max_phys_offset for q in suspects), commitlog.min_offset)
-    for message in iter_records(commitlog.segment_view, start, end, body=False):
-        queue = waiting.get((message.topic, message.queue_id))
-        if queue is not None and message.queue_offset >= queue.max_offset:
-            found.append((queue, message.queue_offset))
-            del waiting[(message.topic, message.queue_id)]
-            if not waiting:
-                break
-    return found
-
-
-def _queue_name(queue: ConsumeQueue) -> str:
-    return f"{queue.topic}/{queue.queue_id}"
-
-
-def _drop_queues(queues: QueueRegistry, names: list[str]) -> list[str]:
-    """Delete the consume queues ``names`` (:func:`_unsound_queues`); recovery's dispatch
-    rebuilds them from the commitlog. Answers the names."""
+def _drop_queues(queues: QueueRegistry, names: list[str]) -> list[tuple[str, int]]:
+    """Delete the consume queues ``names`` (:mod:`.queue_check`); recovery's dispatch
+    rebuilds them from the commitlog. Answers their keys (topic, queue id)."""
+    dropped = []
     for key, queue in list(queues.queues.items()):
         if f"{key[0]}/{key[1]}" in names:
             queue.destroy()
             del queues.queues[key]
-    return names
+            dropped.append(key)
+    return dropped
 
 
 def split_hints(commitlog: CommitLog) -> SplitHints:

@@ -8,8 +8,10 @@ its own (:mod:`sdk.transport.models`); for one queue:
   damaged one is logged at ERROR (topic, queue, queue offset, commitlog offset, what is wrong),
   counted in :attr:`ConsumerStats.damaged_skipped`, and the queue goes on at its queue offset
   + 1. The record stays in the log: the consumer steps over it, the store does not hide it.
-* The broker copied the records without decoding them, and one does not decode here: the
-  records before it are taken, and the queue's next pull starts just after them with
+* The broker copied the records without decoding them, and one does not decode here, or names
+  another topic, queue or queue offset than the pull it answers (no CRC covers a record's
+  header; the pulled queue offsets must increase within ``[pulled offset, next offset)``):
+  the records before it are taken, and the queue's next pull starts just after them with
   ``check`` set, so the broker decodes the records and names the damaged one (above).
 
 So every message before and after a damaged record is delivered, in queue order.
@@ -22,7 +24,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from localstore.record.codec import StoredMessage
+from localstore.record.codec import RecordError, StoredMessage
+from localstore.record.run_decoder import misqueued
 from offsetstore import MessageQueue
 from sdk.transport.models import QueuePullResult, decode_records_before_damage
 
@@ -61,10 +64,14 @@ def read_queue_answer(
     """Read ``answer``, the reply to a pull of ``queue`` from ``pulled_offset`` that found
     messages or named a damaged record (see the module docstring)."""
     messages, error = decode_records_before_damage(answer.raw)
+    misplaced = _first_misplaced(queue, pulled_offset, answer.next_offset, messages)
+    if misplaced is not None:
+        error = RecordError(misqueued(messages[misplaced]))
+        del messages[misplaced:]
     if error is not None:  # the broker copied them: it will decode them when asked to check
         resume = messages[-1].queue_offset + 1 if messages else pulled_offset
         log.warning(
-            "%s: a record at or after queue offset %d does not decode (%s); asking the broker",
+            "%s: a record at or after queue offset %d cannot be read here (%s); asking the broker",
             queue,
             resume,
             error,
@@ -83,3 +90,20 @@ def read_queue_answer(
     )
     stats.count_damaged()
     return QueueAnswer(messages, damaged.queue_offset + 1, False)
+
+
+def _first_misplaced(
+    queue: MessageQueue, pulled_offset: int, next_offset: int, messages: list[StoredMessage]
+) -> int | None:
+    """The index of the first of ``messages`` whose header does not place it in ``queue``
+    between ``pulled_offset`` and ``next_offset``, after the one before it; None if all do."""
+    previous = pulled_offset - 1
+    for index, message in enumerate(messages):
+        if not (
+            previous < message.queue_offset < next_offset
+            and message.queue_id == queue.queue_id
+            and message.topic == queue.topic
+        ):
+            return index
+        previous = message.queue_offset
+    return None

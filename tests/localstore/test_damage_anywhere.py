@@ -109,3 +109,23 @@ def _crc_only_damage_unseen(store: MessageStore, phys: int) -> bool:
     """A clean open walks only the log's tail: damage in an older record is found by verify
     (and reads hand it out damaged only without the read-side CRC check)."""
     return not store.crashed_last_time
+
+
+@pytest.mark.parametrize("flip", [0x80, 0x01], ids=["negative", "far"])
+def test_a_damaged_unit_offset_hides_no_other_message(template, tmp_path, flip):
+    """A unit of queue 0 whose commitlog offset's top byte is damaged (negative, or far past
+    the log): the queue's first unit must still be found where it is (a damaged unit is not a
+    record deleted by retention), so only the damaged unit's message may be unreadable."""
+    source, placed, _ = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    damaged_unit = 5
+    unit_file = root / "consumequeue" / TOPIC / "0" / ("0" * 20)
+    raw = bytearray(unit_file.read_bytes())
+    raw[damaged_unit * 20] ^= flip
+    unit_file.write_bytes(raw)
+    with MessageStore(root) as store:
+        assert store.min_offset(TOPIC, 0) == 0
+        found, _ = readable(store, placed)
+        lost = {p[0] for p in placed} - found
+        assert lost <= {p[0] for p in placed if p[1:3] == (0, damaged_unit)}

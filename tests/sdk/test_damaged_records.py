@@ -67,11 +67,40 @@ def _damage_properties(root: Path, phys_offset: int) -> None:
         handle.write(b"\xff")
 
 
+def _damage_header(root: Path, phys_offset: int, at: int, patch: bytes) -> None:
+    """The record's header field at ``at`` (no CRC covers it) is overwritten with ``patch``."""
+    segment = root / "commitlog" / str(phys_offset - phys_offset % SEGMENT_SIZE).zfill(20)
+    with open(segment, "r+b") as handle:
+        handle.seek(phys_offset % SEGMENT_SIZE + at)
+        handle.write(patch)
+
+
+DAMAGE = {
+    "properties": _damage_properties,
+    # QUEUEOFFSET says 2**56, QUEUEID says queue 3: each copied to the client as it lies
+    "queue-offset": lambda root, phys: _damage_header(root, phys, 20, (1 << 56).to_bytes(8, "big")),
+    "queue-id": lambda root, phys: _damage_header(root, phys, 12, (3).to_bytes(4, "big")),
+}
+
+
 @pytest.fixture
 def damaged(tmp_path: Path) -> Iterator[tuple[EmbeddedBroker, int]]:
     with EmbeddedBroker(tmp_path / "b", commitlog_file_size=SEGMENT_SIZE) as broker:
         bad_phys = _send_all(broker)
         _damage_properties(broker.root, bad_phys)
+        yield broker, bad_phys
+
+
+@pytest.fixture(params=list(DAMAGE))
+def damaged_any(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[EmbeddedBroker, int]]:
+    """The damaged record's properties, or a header field that names another queue offset or
+    queue (a consumer must not deliver it as if it were that queue's, nor commit past what
+    the queue holds)."""
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=SEGMENT_SIZE) as broker:
+        bad_phys = _send_all(broker)
+        DAMAGE[request.param](broker.root, bad_phys)
         yield broker, bad_phys
 
 
@@ -134,9 +163,9 @@ def test_a_pull_over_four_queues_answers_each_on_its_own(
 
 @pytest.mark.parametrize("tags", [None, "A"], ids=["all", "tagged"])
 def test_a_push_consumer_steps_over_the_damaged_record(
-    damaged: tuple[EmbeddedBroker, int], tags: str | None, caplog: pytest.LogCaptureFixture
+    damaged_any: tuple[EmbeddedBroker, int], tags: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker, bad_phys = damaged
+    broker, bad_phys = damaged_any
     expected = _expected(tags)
     got: dict[int, list[int]] = {q: [] for q in range(QUEUES)}
     lock = threading.Lock()
@@ -162,9 +191,9 @@ def test_a_push_consumer_steps_over_the_damaged_record(
 
 @pytest.mark.parametrize("tags", [None, "A"], ids=["all", "tagged"])
 def test_a_pull_consumer_steps_over_the_damaged_record(
-    damaged: tuple[EmbeddedBroker, int], tags: str | None, caplog: pytest.LogCaptureFixture
+    damaged_any: tuple[EmbeddedBroker, int], tags: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker, bad_phys = damaged
+    broker, bad_phys = damaged_any
     expected = _expected(tags)
     want = sum(len(offsets) for offsets in expected.values())
     got: dict[int, list[int]] = {q: [] for q in range(QUEUES)}
