@@ -502,10 +502,10 @@ class SendReceipts(Sequence[SendReceipt]):
     What ``send_batch`` answers: a sequence, not a list (``list(receipts)`` makes one). A
     batch's messages go to one queue with one append, so its receipts share their topic,
     queue, status and store time, and ``queue_offset`` counts up from the first. The receipts
-    are made when first read: a producer that does not look at them does not pay for them (a
-    receipt object is a second object a message). What is kept until then
-    is the ids and the broker's answer, never the messages. Compares equal to a list of the
-    same receipts, as a list does.
+    are made when first read: a producer that does not look at them does not pay for them
+    (made eagerly, they would double the objects a batch allocates: one receipt beside each
+    message). Until then only the ids and the broker's answer are kept, never the messages.
+    Compares equal to a list of the same receipts, as a list does.
     """
 
     __slots__ = ("_made", "_msg_ids", "_queue_id", "_result", "_topic")
