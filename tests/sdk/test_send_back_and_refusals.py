@@ -173,6 +173,22 @@ def test_a_message_moved_to_the_dead_letter_queue_is_logged(broker, caplog):
     assert record.levelno == logging.WARNING
     text = record.getMessage()
     assert receipt.msg_id in text and "topic orders" in text and "group g" in text
+    assert text.endswith("without a retry, as its consumer asked (delay level -1)")
+    assert "reconsumes" not in text  # none ran out: the consumer sent it there
+
+
+def test_a_message_whose_reconsumes_ran_out_is_logged_with_their_count(broker, caplog):
+    with Producer(broker) as producer:
+        receipt = producer.send(Message("orders", b"x"), queue_id=0)
+    with caplog.at_level(logging.WARNING, logger="sdk.broker.service"):
+        answer = broker.service.send_back(
+            "g", receipt.phys_offset, max_reconsume_times=2, reconsume_times=2
+        )
+    assert answer.stored
+    [record] = [r for r in caplog.records if "dead-letter" in r.getMessage()]
+    text = record.getMessage()
+    assert receipt.msg_id in text and "group g" in text
+    assert text.endswith("after 2 reconsumes (limit 2)")
 
 
 def test_a_failed_broadcast_listener_is_logged_as_dropped(broker, tmp_path: Path, caplog):
