@@ -6,7 +6,8 @@ a frozen entry (:meth:`MemoryOffsets.freeze`) ignores every update until it is r
 guards the table; no I/O ever happens under it.
 
 :class:`PeriodicPersister` calls a persist function every interval on a daemon thread until
-stopped; a failing call is logged and tried again at the next tick.
+stopped (or, if asked, until the function returns False); a failing call is logged and tried
+again at the next tick.
 """
 
 from __future__ import annotations
@@ -91,24 +92,41 @@ class MemoryOffsets:
 
 
 class PeriodicPersister:
-    """Runs ``persist`` every ``interval_s`` on a daemon thread until :meth:`stop` (what it
-    returns is ignored; a client's lease renewal runs on one too)."""
+    """Runs ``persist`` every ``interval_s`` on a daemon thread until :meth:`stop`. A call that
+    raises is logged as ``what`` failing and made again at the next tick. With
+    ``until_false``, the call returning False ends the thread (a client's lease renewal, once
+    its consumer closed); otherwise what it returns is ignored."""
 
-    def __init__(self, name: str, persist: Callable[[], object], interval_s: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        persist: Callable[[], object],
+        interval_s: float,
+        *,
+        what: str = "periodic persist",
+        until_false: bool = False,
+    ) -> None:
         if interval_s <= 0:
             raise InvalidArgumentError(f"interval_s must be positive, got {interval_s}")
         self._persist = persist
         self._interval_s = interval_s
+        self._what = what
+        self._until_false = until_false
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            try:
-                self._persist()
-            except Exception:  # a full disk or an unreachable broker: try again next tick
-                log.exception("periodic persist (%s) failed", self._thread.name)
+            if self._run_once() is False and self._until_false:
+                return
+
+    def _run_once(self) -> object:
+        try:
+            return self._persist()
+        except Exception:  # a full disk or an unreachable broker: try again next tick
+            log.exception("%s (%s) failed", self._what, self._thread.name)
+            return None
 
     def stop(self) -> None:
         self._stop.set()

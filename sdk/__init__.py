@@ -43,15 +43,19 @@ from sdk.transaction import (
 )
 
 if TYPE_CHECKING:
+    from localstore.errors import StoreDirectoryError, StoreLockedError
     from sdk.broker.embedded import EmbeddedBroker
     from sdk.broker.service import BrokerOptions
 
-# Names whose modules load the store engine, imported on first use (PEP 562). The type checkers
-# read the imports above; tests/test_architecture.py checks that ``import sdk`` loads no store
-# module and that making an EmbeddedBroker does.
+# Names from store modules, imported on first use (PEP 562): the broker's load the store
+# engine; the store's errors load only localstore.errors (pathlib and quiver_errors). The type
+# checkers read the imports above; tests/test_architecture.py checks that ``import sdk`` loads
+# no store module and that making an EmbeddedBroker does.
 _LAZY_EXPORTS = {
     "BrokerOptions": "sdk.broker.service",
     "EmbeddedBroker": "sdk.broker.embedded",
+    "StoreDirectoryError": "localstore.errors",
+    "StoreLockedError": "localstore.errors",
 }
 
 
@@ -97,6 +101,8 @@ __all__ = [
     "SendReceipt",
     "SendReceipts",
     "SendRejectedError",
+    "StoreDirectoryError",
+    "StoreLockedError",
     "TransactionReceipt",
     "TransactionState",
     "TransactionalProducer",

@@ -39,6 +39,12 @@ from localstore.record.codec import (
 from localstore.record.javahash import java_hash
 from localstore.record.layout import MAX_PROPERTIES_BYTES
 from localstore.record.message_id import UniqKeyGenerator
+from localstore.record.properties import (
+    KEYS_PAIR_START,
+    PROPERTY_SEPARATOR,
+    TAGS_PAIR_START,
+    UNIQ_KEY_PAIR_START,
+)
 from localstore.record.uniform_batch import UniformBatch
 from localstore.record.validation import topic_error
 from sdk.errors import InvalidMessageError, SendRejectedError
@@ -373,6 +379,12 @@ class MessageBuilder:
         now = time.time_ns() // 1_000_000
         ids = self._ids.next_many(len(messages))
         checked_fields = self._checked_fields
+        tags_start, keys_start, uniq_key_start, end = (  # locals: the loop looks them up often
+            TAGS_PAIR_START,
+            KEYS_PAIR_START,
+            UNIQ_KEY_PAIR_START,
+            PROPERTY_SEPARATOR,
+        )
         bodies: list[bytes] = []
         properties: list[bytes] = []
         all_keys: list[str | None] = []
@@ -403,15 +415,15 @@ class MessageBuilder:
             else:
                 text = ""
             if tags:
-                text += f"TAGS\x01{tags}\x02"
+                text += f"{tags_start}{tags}{end}"
                 if all_tags is None:
                     all_tags = [None] * index
                 all_tags.append(tags)
             elif all_tags is not None:
                 all_tags.append(None)
             if joined:
-                text += f"KEYS\x01{joined}\x02"
-            stored = f"{text}UNIQ_KEY\x01{ids[index]}\x02".encode()
+                text += f"{keys_start}{joined}{end}"
+            stored = f"{text}{uniq_key_start}{ids[index]}{end}".encode()
             if len(stored) > MAX_PROPERTIES_BYTES:
                 raise _properties_too_large(topic, len(stored))
             bodies.append(body)
@@ -490,10 +502,10 @@ class SendReceipts(Sequence[SendReceipt]):
     What ``send_batch`` answers: a sequence, not a list (``list(receipts)`` makes one). A
     batch's messages go to one queue with one append, so its receipts share their topic,
     queue, status and store time, and ``queue_offset`` counts up from the first. The receipts
-    are made when first read: a producer that does not look at them does not pay for them (a
-    receipt object is a second object a message). What is kept until then
-    is the ids and the broker's answer, never the messages. Compares equal to a list of the
-    same receipts, as a list does.
+    are made when first read: a producer that does not look at them does not pay for them
+    (made eagerly, they would double the objects a batch allocates: one receipt beside each
+    message). Until then only the ids and the broker's answer are kept, never the messages.
+    Compares equal to a list of the same receipts, as a list does.
     """
 
     __slots__ = ("_made", "_msg_ids", "_queue_id", "_result", "_topic")

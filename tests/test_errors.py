@@ -268,3 +268,30 @@ def test_the_record_format_errors_the_store_hands_out_are_quiver_errors(tmp_path
             with pytest.raises(QuiverError) as raised:
                 attempt()
             assert str(raised.value)
+
+
+def test_the_store_errors_an_application_meets_are_named_in_sdk(tmp_path: Path):
+    """A locked store and a directory that is no store are caught by their names from sdk,
+    the same classes as localstore's."""
+    import sdk
+    from localstore import errors
+
+    assert {"StoreDirectoryError", "StoreLockedError"} <= set(sdk.__all__)
+    assert sdk.StoreLockedError is errors.StoreLockedError
+    assert sdk.StoreDirectoryError is errors.StoreDirectoryError
+    with EmbeddedBroker(tmp_path / "b", **SMALL), pytest.raises(sdk.StoreLockedError):
+        EmbeddedBroker(tmp_path / "b", **SMALL)
+    with pytest.raises(sdk.StoreDirectoryError, match="is a file"):
+        EmbeddedBroker(a_file(tmp_path), **SMALL)
+
+
+def test_naming_a_store_error_from_sdk_loads_no_store_engine():
+    code = (
+        "import sys, sdk\n"
+        "sdk.StoreLockedError, sdk.StoreDirectoryError\n"
+        "print('localstore.errors' in sys.modules, 'localstore.store' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["True", "False"]

@@ -13,7 +13,7 @@ import sdk
 from sdk._version import __version__
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("localstore", "offsetstore", "sdk")
+PACKAGES = ("quiver_errors", "localstore", "offsetstore", "sdk")
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # Import name -> distribution name, where they differ.
 DISTRIBUTION_OF = {"uvloop": "uvloop"}
@@ -50,12 +50,15 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def _third_party_imports() -> set[str]:
-    ours = {*PACKAGES, "quiver_errors"}
+    return _third_party_imports_under(*PACKAGES)
+
+
+def _third_party_imports_under(*directories: str) -> set[str]:
     found: set[str] = set()
-    for package in (*PACKAGES, "quiver_errors"):
-        for path in (REPO / package).rglob("*.py"):
+    for directory in directories:
+        for path in (REPO / directory).rglob("*.py"):
             found |= _top_level_imports(path)
-    return {m for m in found if m not in sys.stdlib_module_names and m not in ours}
+    return {m for m in found if m not in sys.stdlib_module_names and m not in {*PACKAGES, "tests"}}
 
 
 def test_runtime_dependencies_are_what_the_code_imports():
@@ -65,3 +68,17 @@ def test_runtime_dependencies_are_what_the_code_imports():
     imported = {DISTRIBUTION_OF.get(m, m) for m in _third_party_imports()}
     assert imported - required <= optional, "imported but neither required nor an extra"
     assert required <= imported, f"required but never imported: {sorted(required - imported)}"
+
+
+# Development tools the dev extra installs to be run, not imported.
+DEV_TOOLS = {"pytest", "pytest-timeout", "pytest-xdist", "ruff", "mypy", "coverage"}
+
+
+def test_the_dev_extra_holds_tools_and_what_the_tests_import():
+    """A test library stays in the dev extra only while something imports it (respx left with
+    httpx; it comes back with remote mode)."""
+    dev = {_requirement_name(r) for r in PYPROJECT["project"]["optional-dependencies"]["dev"]}
+    imported = {DISTRIBUTION_OF.get(m, m) for m in _third_party_imports_under(*PACKAGES, "tests")}
+    assert dev - DEV_TOOLS <= imported, (
+        f"in the dev extra, never imported: {dev - DEV_TOOLS - imported}"
+    )

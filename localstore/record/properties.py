@@ -2,11 +2,13 @@
 
 A record's properties are one string of pairs, each a name, ``\\x01``, a value and ``\\x02``, in
 the order the message's dict gives them; its UTF-8 bytes take at most
-:data:`~localstore.record.layout.MAX_PROPERTIES_BYTES`. Every writer (the single put, the batch
-encoder, a producer's batch columns) makes the text with :func:`encode_properties`; every reader
-parses it with :func:`decode_properties`, as RocketMQ's ``string2messageProperties`` does (a pair
-without a separator, with an empty name or an empty value is skipped; a repeated name keeps the
-later value). :func:`decode_written_properties` gives back exactly the dict a text was written
+:data:`~localstore.record.layout.MAX_PROPERTIES_BYTES`. This module alone defines that text:
+every writer makes it with :func:`encode_properties` (the single put, the batch encoder) or,
+on a producer batch's per-message path where a call per field costs, by concatenating the
+``*_PAIR_START`` prefixes and :data:`PROPERTY_SEPARATOR` defined here; every reader parses it
+with :func:`decode_properties`, as RocketMQ's ``string2messageProperties`` does (a pair
+without a separator, with an empty name or an empty value is skipped; a repeated name keeps
+the later value). :func:`decode_written_properties` gives back exactly the dict a text was written
 from (an empty value too), for a batch that turns its own columns back into messages.
 
 A name or a value holding either separator would cut or forge a pair: writers refuse them
@@ -20,10 +22,13 @@ from collections.abc import Mapping
 from localstore.record.layout import MAX_PROPERTIES_BYTES
 
 __all__ = [
+    "KEYS_PAIR_START",
     "KEY_SEPARATOR",
     "MAX_PROPERTIES_BYTES",
     "NAME_VALUE_SEPARATOR",
     "PROPERTY_SEPARATOR",
+    "TAGS_PAIR_START",
+    "UNIQ_KEY_PAIR_START",
     "decode_properties",
     "decode_written_properties",
     "encode_properties",
@@ -49,13 +54,20 @@ PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 
+# The start of the pairs a producer's batch writes itself, one string concatenation per field
+# on its per-message path (no call): TAGS_PAIR_START + tags + PROPERTY_SEPARATOR is the pair
+# encode_properties({"TAGS": tags}) makes.
+TAGS_PAIR_START = PROPERTY_TAGS + NAME_VALUE_SEPARATOR
+KEYS_PAIR_START = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+UNIQ_KEY_PAIR_START = PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR
+
 
 def encode_properties(properties: Mapping[str, str]) -> str:
     """The properties text: ``name\\x01value\\x02`` for every entry, in the mapping's order
     (the caller encodes it to UTF-8 and checks the limit)."""
     text = ""
     for name, value in properties.items():  # faster than joins for the few a message has
-        text += f"{name}\x01{value}\x02"
+        text += f"{name}\x01{value}\x02"  # the two separators, spelled as literals for speed
     return text
 
 

@@ -26,9 +26,10 @@ class EmbeddedBroker:
 
     ``options`` sets the broker (:class:`BrokerOptions`); ``store_options`` and ``geometry``
     (e.g. ``commitlog_file_size=...``, ``flush_mode="sync"``) are shortcuts for its store part.
-    ``root`` is a store directory, an empty one, or one that does not exist yet; a non-empty
-    directory that holds no store is refused (:class:`localstore.errors.StoreDirectoryError`)
-    unless ``create=True`` says to make the store there.
+    ``root`` is a store directory (or what is left of one), an empty one (``lost+found`` and
+    dotfiles aside), or one that does not exist yet; a directory that holds something else and
+    no store is refused (:class:`localstore.errors.StoreDirectoryError`) unless
+    ``create=True`` says to make the store there (see :mod:`localstore.files.store_directory`).
     Close it (or use ``with``) after the clients that use it: closing flushes and releases the
     store directory.
     """

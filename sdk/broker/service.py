@@ -362,26 +362,29 @@ class BrokerService:
             limit = max_reconsume_times
         done = original.reconsume_times if reconsume_times < 0 else reconsume_times
         message = self._retry_copy(original, done)
-        if done >= limit or delay_level < 0:
-            return self._dead_letter(group, message, done)
+        if done >= limit:
+            return self._dead_letter(group, message, f"after {done} reconsumes (limit {limit})")
+        if delay_level < 0:
+            why = f"without a retry, as its consumer asked (delay level {delay_level})"
+            return self._dead_letter(group, message, why)
         retry = dataclasses.replace(message, topic=retry_topic(group), queue_id=0)
         level = delay_level or _RETRY_BASE_LEVEL + done
         return self._put_system(delayed_message(retry, level=level, levels=self._delays))
 
-    def _dead_letter(self, group: str, message: NewMessage, reconsumed: int) -> SendResult:
-        """Store ``message`` in ``group``'s dead-letter queue, and say so at WARNING: nothing
+    def _dead_letter(self, group: str, message: NewMessage, why: str) -> SendResult:
+        """Store ``message`` in ``group``'s dead-letter queue, and say so at WARNING with
+        ``why`` (its reconsumes ran out, or its consumer sent it there without a retry): nothing
         delivers it again unless someone consumes ``%DLQ%{group}``."""
         dead = dataclasses.replace(message, topic=dlq_topic(group), queue_id=0)
         answer = self._put_system(dead)
         if answer.stored:
             log.warning(
-                "message %s of topic %s moved to the dead-letter queue %s of group %s after %d "
-                "reconsumes",
+                "message %s of topic %s moved to the dead-letter queue %s of group %s %s",
                 message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID),
                 message.properties.get(PROPERTY_RETRY_TOPIC, message.topic),
                 dead.topic,
                 group,
-                reconsumed,
+                why,
             )
         return answer
 

@@ -70,9 +70,16 @@ _InFlight = tuple[MessageQueue, list[StoredMessage] | None]
 
 def _start_lease_keeper(core: PushCore, group: str) -> PeriodicPersister:
     """A thread renewing the consumer's queue leases every ``lease_renew_interval_s`` (a failed
-    renewal is logged and tried again at the next tick), until stopped at close."""
+    renewal is logged and tried again at the next tick), until stopped at close or until the
+    core is closed (its ``renew_leases`` returns False), whichever comes first."""
     interval = core.settings.lease_renew_interval_s
-    return PeriodicPersister(f"quiver-leases-{group}", core.renew_leases, interval)
+    return PeriodicPersister(
+        f"quiver-leases-{group}",
+        core.renew_leases,
+        interval,
+        what="lease renewal",
+        until_false=True,
+    )
 
 
 def check_listener(listener: object, *, asynchronous: bool) -> None:
@@ -651,11 +658,27 @@ class AsyncPushConsumer:
         retries are left to be consumed again later), wait for the running listener tasks (at
         most ``release_timeout_s``: those still running then are cancelled and commit
         nothing), persist the offsets they committed, then leave the group (giving the queues'
-        leases back only now)."""
+        leases back only now) and stop the lease keeper. A close cancelled while it waits
+        cancels the running listener tasks and still persists, leaves and stops the keeper; a
+        failed persist is raised after the keeper stopped."""
         if self._closed:
             return
         self._closed = True
         core = self._core
+        try:
+            await self._stop_consuming()
+        finally:  # a cancelled close still persists and leaves the group
+            try:
+                if core is not None:
+                    await asyncio.to_thread(core.shutdown)
+            finally:  # offsets that could not be persisted stop no thread
+                if self._lease_keeper is not None:
+                    await asyncio.to_thread(self._lease_keeper.stop)
+
+    async def _stop_consuming(self) -> None:
+        """Stop pulling and local retries; wait for the running listener tasks at most
+        ``release_timeout_s``, then cancel those still running (all of them if the close
+        itself is cancelled meanwhile)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -663,23 +686,24 @@ class AsyncPushConsumer:
         for retry in list(self._retries):
             retry.cancel()
         running = self._tasks - {asyncio.current_task()}  # a listener may close its consumer
-        if running:
+        if not running:
+            return
+        try:
             _, late = await asyncio.wait(running, timeout=self.settings.release_timeout_s)
-            if late:
-                log.warning(
-                    "closing the push consumer of %s: %d listener task(s) still running after "
-                    "release_timeout_s (%.1f s); cancelled, their messages will be delivered "
-                    "again",
-                    self.group,
-                    len(late),
-                    self.settings.release_timeout_s,
-                )
-                for task in late:
-                    task.cancel()
-        if core is not None:
-            await asyncio.to_thread(core.shutdown)
-        if self._lease_keeper is not None:
-            await asyncio.to_thread(self._lease_keeper.stop)
+        except asyncio.CancelledError:  # the close itself was cancelled: wait no longer
+            for task in running:
+                task.cancel()
+            raise
+        if late:
+            log.warning(
+                "closing the push consumer of %s: %d listener task(s) still running after "
+                "release_timeout_s (%.1f s); cancelled, their messages will be delivered again",
+                self.group,
+                len(late),
+                self.settings.release_timeout_s,
+            )
+            for task in late:
+                task.cancel()
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from localstore.record.javahash import java_hash
+from localstore.record.layout import record_overhead, topic_field
 from sdk import (
     AsyncProducer,
     BrokerUnavailableError,
@@ -343,6 +344,9 @@ def test_a_batch_is_stored_as_the_same_messages_sent_alone(broker, flags):
         return m.body, m.flag, list(properties.items()), list(m.properties)[-1]
 
     assert [stored_fields(m) for m in from_batch] == [stored_fields(m) for m in from_alone]
+    assert [stored_text(store, m) for m in from_batch] == [
+        stored_text(store, m) for m in from_alone
+    ]
     assert [m.msg_id for m in from_batch] == batch.msg_ids
     assert [m.msg_id for m in from_alone] == [r.msg_id for r in alone]
     assert [m.reconsume_times for m in from_batch] == [0] * 6
@@ -350,6 +354,19 @@ def test_a_batch_is_stored_as_the_same_messages_sent_alone(broker, flags):
         found = [m for m in store.query_by_key("orders", key) if m.queue_id == 0]
         assert [m.body for m in found] == bodies
     assert store.query_by_key("orders", batch.msg_ids[4])[0].body == b"everything"
+
+
+def stored_text(store, message) -> bytes:
+    """The record's PROPERTIES text as written, byte for byte, without its own UNIQ_KEY pair
+    (the one property that differs between two sends of a message)."""
+    raw = store.get_message_bytes(message.topic, message.queue_id, message.queue_offset).raw
+    record = raw[: message.store_size]
+    text_at = record_overhead(len(topic_field(message.topic)[1])) + len(message.body)
+    text = record[text_at:]
+    assert int.from_bytes(record[text_at - 2 : text_at]) == len(text)  # its length field
+    uniq_key_pair = f"UNIQ_KEY\x01{message.msg_id}\x02".encode()
+    assert text.endswith(uniq_key_pair)
+    return text.removesuffix(uniq_key_pair)
 
 
 def test_a_batch_message_whose_properties_do_not_fit_is_refused(broker):

@@ -220,6 +220,78 @@ def test_async_close_waits_for_a_running_listener_task_and_commits_it(broker):
     assert broker.service.query_offset("g", "orders", 0) == 1
 
 
+def lease_keeper_of(group: str) -> threading.Thread:
+    (keeper,) = [t for t in threading.enumerate() if t.name == f"quiver-leases-{group}"]
+    return keeper
+
+
+def test_async_close_stops_the_lease_keeper_even_when_the_shutdown_fails(broker):
+    """Persisting the offsets at close fails: close raises that failure, and the lease keeper
+    thread is stopped all the same (it would otherwise renew the closed core's leases
+    forever)."""
+
+    async def quick(messages):
+        return None
+
+    def failing_persist(queues):
+        raise OSError("disk full")
+
+    async def scenario() -> threading.Thread:
+        consumer = AsyncPushConsumer(
+            broker, "g-failing", {"orders": None}, quick, lease_renew_interval_s=0.02
+        )
+        await consumer.start()
+        keeper = lease_keeper_of("g-failing")
+        consumer.core.offsets.persist_all = failing_persist  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="disk full"):
+            await consumer.close()
+        return keeper
+
+    keeper = asyncio.run(scenario())
+    keeper.join(timeout=5)
+    assert not keeper.is_alive()
+
+
+def test_a_cancelled_async_close_still_leaves_the_group_and_stops_the_lease_keeper(broker):
+    """A close cancelled while it waits for a stuck listener task cancels that task, leaves
+    the group and stops the lease keeper thread before the cancellation reaches the caller."""
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def stuck(messages):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def scenario() -> threading.Thread:
+        consumer = AsyncPushConsumer(
+            broker, "g-cancel", {"orders": None}, stuck,
+            consume_from=ConsumeFrom.FIRST_OFFSET, release_timeout_s=60,
+            lease_renew_interval_s=0.02,
+        )  # fmt: skip
+        await consumer.start()
+        keeper = lease_keeper_of("g-cancel")
+        with Producer(broker) as producer:
+            producer.send(Message("orders", b"stuck"), queue_id=0)
+        await asyncio.wait_for(started.wait(), 10)
+        closing = asyncio.create_task(consumer.close())
+        await asyncio.sleep(0.2)  # close is waiting for the stuck task (for up to 60 s)
+        assert not closing.done()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert cancelled.is_set()
+        return keeper
+
+    keeper = asyncio.run(scenario())
+    keeper.join(timeout=5)
+    assert not keeper.is_alive()
+    assert broker.service.group_view("g-cancel").members == ()
+
+
 # -- listener kinds --------------------------------------------------------------------------
 def plain(messages):
     return None

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localstore.errors import StoreDirectoryError
+from localstore.files import store_directory
 from sdk import (
     BrokerOptions,
     ConsumeFrom,
@@ -63,6 +64,88 @@ def test_the_broker_refuses_a_directory_that_holds_something_else(tmp_path: Path
         pass
 
 
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ["lost+found/"],
+        [".DS_Store"],
+        [".gitkeep", ".hidden/"],
+        ["lost+found/", ".Trashes/", ".DS_Store"],
+    ],
+    ids=["lost+found", "DS_Store", "dotfiles", "fresh-disk"],
+)
+def test_the_broker_opens_a_directory_holding_only_what_any_new_one_may(
+    tmp_path: Path, entries: list[str]
+):
+    """A freshly made file system's lost+found and dotfiles say nothing: such a directory is
+    as good as empty."""
+    root = tmp_path / "disk"
+    make_entries(root, entries)
+    with EmbeddedBroker(root, **SMALL):
+        pass
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ["abort"],
+        ["config/consumerOffset.json"],
+        ["config/consumerOffset.json.bak"],
+        ["config/topics.json", "notes.txt"],
+        ["config/delayOffset.json"],
+        ["index/"],
+        ["timeindex/"],
+        ["offsetindex/"],
+    ],
+)
+def test_the_broker_opens_what_is_left_of_a_store(tmp_path: Path, entries: list[str]):
+    """A store reduced to its offsets, its topics, its aborted-run marker or its key index is
+    still a store: it opens without create=True."""
+    root = tmp_path / "store"
+    make_entries(root, entries)
+    with EmbeddedBroker(root, **SMALL):
+        pass
+
+
+def test_an_index_directory_counts_only_when_it_holds_key_index_files(tmp_path: Path):
+    make_entries(tmp_path / "a", ["index/20240101120000000", "index/20240101130000000"])
+    make_entries(tmp_path / "b", ["index/20240101120000000", "index/README"])
+    assert store_directory.store_marks_in(tmp_path / "a") == ["index/"]
+    assert store_directory.store_marks_in(tmp_path / "b") == []
+
+
+@pytest.mark.parametrize(
+    ("entries", "named"),
+    [
+        (["index/notes.txt"], "index"),
+        (["config/app.yaml", ".gitkeep"], "config"),
+        (["lost+found/", "photos/"], "photos"),
+    ],
+)
+def test_a_refusal_names_what_the_directory_holds(tmp_path: Path, entries: list[str], named: str):
+    """A common name holding something else (an index/ of other files, a config/ of other
+    settings) is no store; the refusal lists what was found (not the ignored entries) and
+    says create=True makes a store there."""
+    root = tmp_path / "project"
+    make_entries(root, entries)
+    with pytest.raises(StoreDirectoryError, match=r"create=True") as caught:
+        EmbeddedBroker(root, **SMALL)
+    text = str(caught.value)
+    assert f"holds {named} but no store" in text  # the only entry shown
+
+
+def make_entries(root: Path, entries: list[str]) -> None:
+    """Make ``root`` holding ``entries`` (a trailing / makes a directory)."""
+    root.mkdir()
+    for entry in entries:
+        path = root / entry
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if entry.endswith("/"):
+            path.mkdir()
+        else:
+            path.write_text("{}" if entry.endswith((".json", ".bak")) else "")
+
+
 def test_the_broker_opens_an_empty_or_missing_directory_and_a_store(tmp_path: Path):
     (tmp_path / "empty").mkdir()
     for root in (tmp_path / "empty", tmp_path / "missing" / "deeper"):
@@ -90,6 +173,22 @@ def test_a_message_moved_to_the_dead_letter_queue_is_logged(broker, caplog):
     assert record.levelno == logging.WARNING
     text = record.getMessage()
     assert receipt.msg_id in text and "topic orders" in text and "group g" in text
+    assert text.endswith("without a retry, as its consumer asked (delay level -1)")
+    assert "reconsumes" not in text  # none ran out: the consumer sent it there
+
+
+def test_a_message_whose_reconsumes_ran_out_is_logged_with_their_count(broker, caplog):
+    with Producer(broker) as producer:
+        receipt = producer.send(Message("orders", b"x"), queue_id=0)
+    with caplog.at_level(logging.WARNING, logger="sdk.broker.service"):
+        answer = broker.service.send_back(
+            "g", receipt.phys_offset, max_reconsume_times=2, reconsume_times=2
+        )
+    assert answer.stored
+    [record] = [r for r in caplog.records if "dead-letter" in r.getMessage()]
+    text = record.getMessage()
+    assert receipt.msg_id in text and "group g" in text
+    assert text.endswith("after 2 reconsumes (limit 2)")
 
 
 def test_a_failed_broadcast_listener_is_logged_as_dropped(broker, tmp_path: Path, caplog):
