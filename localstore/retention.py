@@ -294,12 +294,16 @@ def _boundary_in_order(queue: ConsumeQueue, start: int, boundary: int, end: int)
 def delete_queue_files(
     queue: ConsumeQueue, commitlog_min: int, retired: RetiredFiles
 ) -> list[Path]:
-    """Step 3: leading files of one queue (never the last) whose last unit's record is below
-    ``commitlog_min``."""
+    """Step 3: leading files of one queue (never the last) whose every unit lies before the
+    queue's min offset (step 2) and whose last unit's record is below ``commitlog_min``. A
+    damaged unit (a negative offset) is never taken for a deleted record."""
     count = 0
+    min_logic_offset = queue.min_logic_offset
     for segment in queue.segments.segments[:-1]:
         last_unit_at = segment.wrote_position - UNIT_SIZE
-        if last_unit_at < 0 or UNIT.unpack_from(segment.view, last_unit_at)[0] >= commitlog_min:
+        if last_unit_at < 0 or segment.start_offset + segment.wrote_position > min_logic_offset:
+            break
+        if not 0 <= UNIT.unpack_from(segment.view, last_unit_at)[0] < commitlog_min:
             break
         count += 1
     return _drop_leading(queue.segments, count, retired)

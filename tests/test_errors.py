@@ -261,6 +261,7 @@ def test_the_record_format_errors_the_store_hands_out_are_quiver_errors(tmp_path
             lambda: store.message_at(3),
             lambda: store.message_by_offset_msg_id("zz" * 16),
             lambda: store.message_by_offset_msg_id("abc"),
+            lambda: store.message_by_offset_msg_id(" " * 32),
             lambda: TagFilter.parse("||"),
             lambda: store.message_at(0).replace(no_such_field=1),
         ]

@@ -37,7 +37,9 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
-        raise InvalidArgumentError(f"an offsetMsgId is hex, not {msg_id!r}") from None
+        raw = b""
+    if len(raw) * 2 != len(msg_id):  # not hex, or hex with spaces (fromhex skips them)
+        raise InvalidArgumentError(f"an offsetMsgId is hex, not {msg_id!r}")
     return unpack_host(raw[:-8]), int(LONG.unpack_from(raw, len(raw) - 8)[0])
 
 

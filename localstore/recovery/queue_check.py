@@ -125,6 +125,8 @@ class QueueCheck:
         :mod:`localstore.recovery.damaged`); HEADER_DAMAGED when the record names another
         topic, queue id or queue offset whose queue does not claim it (module docstring)."""
         phys, size = queue.unit_head(offset)
+        if phys < 0:
+            return Verdict.UNSOUND  # no record is stored there: the unit is damaged
         if phys < self.commitlog.min_offset:
             return Verdict.SOUND  # its record was deleted by retention: nothing to check against
         damage = self.damaged.containing(phys) if self.damaged else None

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
@@ -233,7 +232,7 @@ class PushConsumer:
                 with self._dispatching:  # close() waits for this, listener call included
                     if self._stop.is_set():  # checked under the lock: nothing starts after it
                         return
-                    works = core.on_pulled(result)
+                    works = core.on_pulled(batch, result)
                     if self.settings.orderly:
                         for queue in {work[0] for work in works}:
                             self._kick_orderly(queue)
@@ -556,7 +555,7 @@ class AsyncPushConsumer:
                     await asyncio.to_thread(core.expire_stuck)
                 batch = core.next_pull(core.hold_ms())
                 result = await self._transport.pull(batch)
-                works = core.on_pulled(result)
+                works = core.on_pulled(batch, result)
                 if self.settings.orderly:
                     for queue in {work[0] for work in works}:
                         self._kick_orderly(queue)
@@ -679,13 +678,21 @@ class AsyncPushConsumer:
         """Stop pulling and local retries; wait for the running listener tasks at most
         ``release_timeout_s``, then cancel those still running (all of them if the close
         itself is cancelled meanwhile)."""
+        close_cancelled = False
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                close_cancelled = current is not None and current.cancelling() > 0
         for retry in list(self._retries):
             retry.cancel()
         running = self._tasks - {asyncio.current_task()}  # a listener may close its consumer
+        if close_cancelled:  # the close itself was cancelled, not only the pull task
+            for task in running:
+                task.cancel()
+            raise asyncio.CancelledError
         if not running:
             return
         try:

@@ -415,20 +415,24 @@ class PushCore:
             generation=self.generation,
         )
 
-    def on_pulled(self, result: PullBatchResult) -> list[Work]:
-        """Record a pull's answers; the listener batches to run."""
+    def on_pulled(self, batch: PullBatch, result: PullBatchResult) -> list[Work]:
+        """Record the answers to ``batch``; the listener batches to run. A queue released, or
+        released and taken again from another offset, while the pull was out ignores its
+        answer (the records it holds were read from where the queue no longer is)."""
         work: list[Work] = []
         size = self.settings.consume_batch_size
         broker = self.transport.broker_name
+        asked = {(p.topic, p.queue_id): p.queue_offset for p in batch.pulls}
         for answer in result.results:
             queue = MessageQueue(answer.topic, broker, answer.queue_id)
             state = self.states.get(queue)
-            if state is None:
-                continue  # released while the pull was out
+            pulled = asked.get((answer.topic, answer.queue_id))
+            if state is None or pulled is None or state.next_offset != pulled:
+                continue  # released (or taken again elsewhere) while the pull was out
             status = answer.status
             if answer.found or answer.damaged is not None:
                 messages, next_offset, state.check = read_queue_answer(
-                    queue, state.next_offset, answer, self.stats
+                    queue, pulled, answer, self.stats
                 )
                 tag_filter = state.tag_filter
                 if not tag_filter.matches_all:

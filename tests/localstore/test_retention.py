@@ -602,3 +602,30 @@ def test_raw_read_racing_a_deletion_does_not_raise(
         assert decode_record(result.raw, 0).body == written.units[0][0][2]
     else:
         assert result.status is GetStatus.MESSAGE_WAS_REMOVING
+
+
+def test_a_damaged_unit_is_not_taken_for_a_deleted_record(tmp_path: Path) -> None:
+    """Unit 9 of a queue (the last of its first file) gets a negative commitlog offset; then
+    retention deletes the log's first two segments, so records 8 and up remain. The queue must
+    keep units 8 and 9's file: record 8 is still in the log and stays readable, before and
+    after a reopen (the damaged unit alone may not be)."""
+    root = tmp_path / "store"
+    geometry = {"commitlog_file_size": 4096, "cq_entries_per_file": 10}
+    bodies = [bytes([65 + i]) * 900 for i in range(12)]  # 4 records a segment
+    with MessageStore(root, **geometry) as store:
+        phys = [store.put(message("Damaged", body)).phys_offset for body in bodies]
+    assert phys[8] == 2 * 4096
+    unit_file = root / "consumequeue" / "Damaged" / "0" / ("0" * 20)
+    raw = bytearray(unit_file.read_bytes())
+    raw[9 * UNIT_SIZE] ^= 0x80
+    unit_file.write_bytes(raw)
+    with MessageStore(root, **geometry) as store:
+        store.clean(force=True)
+        assert store.commitlog.min_offset == phys[8]
+        assert store.min_offset("Damaged", 0) == 8
+        got = store.get_messages("Damaged", 0, 8, max_count=1)
+        assert got.status is GetStatus.FOUND and got.messages[0].body == bodies[8]
+    with MessageStore(root, **geometry) as store:
+        assert store.min_offset("Damaged", 0) == 8
+        got = store.get_messages("Damaged", 0, 8, max_count=1)
+        assert got.status is GetStatus.FOUND and got.messages[0].body == bodies[8]
