@@ -87,14 +87,27 @@ class ConsumeResult(enum.Enum):
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
-def read_answer(answer: object, listener: str) -> ConsumeResult:
-    """A listener's answer as every consumer reads it: ``SUCCESS`` or ``None`` is SUCCESS;
-    ``RECONSUME_LATER`` is itself; anything else (a string, a coroutine nobody awaited) is
-    logged as an error naming ``listener`` and read as RECONSUME_LATER, never acknowledged."""
+def read_answer(
+    answer: object, listener: str, message_ids: Sequence[str | None] = ()
+) -> ConsumeResult:
+    """A listener's answer as every consumer reads it (the one place that decides it):
+
+    * ``None`` (a callback that returns nothing) or ``SUCCESS``: SUCCESS;
+    * ``RECONSUME_LATER``: itself;
+    * anything else (``True``, ``"ok"``, ``1``, a coroutine nobody awaited): a programming error,
+      logged at ERROR with the value's repr, ``listener`` (which names the group) and the
+      batch's ``message_ids``, and read as RECONSUME_LATER: the batch is retried, never
+      acknowledged (an orderly consumer retries it in place)."""
     if answer is None or answer is ConsumeResult.SUCCESS:
         return ConsumeResult.SUCCESS
     if answer is not ConsumeResult.RECONSUME_LATER:
-        log.error("%s answered %r, not a ConsumeResult: reconsuming later", listener, answer)
+        log.error(
+            "%s answered %r for message(s) %s, which is not a ConsumeResult (return "
+            "ConsumeResult.SUCCESS or None for success): retrying the batch",
+            listener,
+            answer,
+            ", ".join(str(i) for i in message_ids) or "-",
+        )
         if inspect.iscoroutine(answer):
             answer.close()  # never awaited: closed, so no warning is left behind
     return ConsumeResult.RECONSUME_LATER

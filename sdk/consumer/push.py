@@ -10,11 +10,13 @@ while nothing arrives and answers as soon as a message does. Listener batches ar
 pool as they are cut; a batch's outcome decides the queue's committed offset (the smallest
 offset still in flight), never the order in which batches finish.
 
-Listener contract: ``listener(messages) -> ConsumeResult`` (``None`` counts as SUCCESS); raising
-counts as RECONSUME_LATER. The same message may be delivered more than once (at-least-once):
-make the listener idempotent (:mod:`sdk.idempotency`). The listener's kind is checked when the
-consumer is built: :class:`PushConsumer` takes a plain callable, :class:`AsyncPushConsumer` an
-``async def`` one (see :func:`check_listener`).
+Listener contract: ``listener(messages) -> ConsumeResult``; ``None`` (returning nothing) counts as
+SUCCESS; raising counts as RECONSUME_LATER; any other value (``True``, ``"ok"``, ``1``) is a
+programming error, logged at ERROR, and the batch is retried (:func:`sdk.message.read_answer`).
+The same message may be delivered more than once (at-least-once): make the listener idempotent
+(:mod:`sdk.idempotency`). The listener's kind is checked when the consumer is built:
+:class:`PushConsumer` takes a plain callable, :class:`AsyncPushConsumer` an ``async def`` one
+(see :func:`check_listener`).
 
 Closing hands every queue over as a rebalance does: pulling stops, the listener calls already
 running finish (at most ``close(timeout_s)``, by default ``release_timeout_s``), their results
@@ -107,8 +109,11 @@ def check_listener(listener: object, *, asynchronous: bool) -> None:
         )
 
 
-def _outcome(answer: object, group: str) -> ConsumeResult:
-    return read_answer(answer, f"listener of {group}")
+def _outcome(answer: object, group: str, messages: list[StoredMessage]) -> ConsumeResult:
+    """What a listener's ``answer`` for ``messages`` means (:func:`sdk.message.read_answer`):
+    ``None`` or SUCCESS succeeds; any value that is not a ConsumeResult is logged at ERROR
+    with the group and the message ids, and the batch is retried."""
+    return read_answer(answer, f"listener of {group}", [m.msg_id for m in messages])
 
 
 class PushConsumer:
@@ -122,6 +127,12 @@ class PushConsumer:
     waits for running listeners (at most its ``timeout_s``, by default ``release_timeout_s``),
     persists offsets and leaves the group. ``listener`` must be a plain callable (TypeError for
     an ``async def`` one: use :class:`AsyncPushConsumer`).
+
+    The listener's answer for its batch: ``ConsumeResult.SUCCESS`` or ``None`` (a function that
+    returns nothing) succeeds; ``ConsumeResult.RECONSUME_LATER`` or raising fails the batch
+    (sent back for a later retry; an orderly consumer retries it in place). Any other value
+    (``True``, ``"ok"``, ``1``, ...) is a programming error: it is logged at ERROR with its repr,
+    the group and the message ids, and the batch is retried as for ``RECONSUME_LATER``.
 
     ``stats`` (:class:`~sdk.consumer.damaged.ConsumerStats`) counts what the consumer met:
     ``stats.damaged_skipped`` is the number of damaged records it stepped over (each logged at
@@ -298,7 +309,7 @@ class PushConsumer:
         started = time.perf_counter()
         try:
             answer = self.listener(core.prepare(messages))
-            result = _outcome(answer, self.group)
+            result = _outcome(answer, self.group, messages)
         except Exception:
             log.exception("listener of %s raised; %s", self.group, core.failure_outcome)
             result = ConsumeResult.RECONSUME_LATER
@@ -340,7 +351,7 @@ class PushConsumer:
                     self._orderly_running.add(queue)
                 continue
             try:
-                result = _outcome(self.listener(core.prepare(messages)), self.group)
+                result = _outcome(self.listener(core.prepare(messages)), self.group, messages)
             except Exception:
                 log.exception("orderly listener of %s raised; retrying the batch", self.group)
                 result = ConsumeResult.RECONSUME_LATER
@@ -468,7 +479,10 @@ class AsyncPushConsumer:
 
     ``listener`` must be ``async def`` (a coroutine function, a :func:`functools.partial` of
     one, or an object with an ``async def __call__``): anything else is refused with TypeError
-    (see :func:`check_listener`)."""
+    (see :func:`check_listener`). What it returns is read as :class:`PushConsumer` reads its
+    listener's answer: ``SUCCESS`` or ``None`` succeeds, ``RECONSUME_LATER`` or raising fails the
+    batch, any other value is logged at ERROR (its repr, the group, the message ids) and the
+    batch is retried."""
 
     def __init__(
         self,
@@ -592,7 +606,7 @@ class AsyncPushConsumer:
                     return  # single-threaded loop: a later pull kicks a new runner
                 try:
                     answer = await self.listener(core.prepare(messages))
-                    result = _outcome(answer, self.group)
+                    result = _outcome(answer, self.group, messages)
                 except Exception:
                     log.exception("orderly listener of %s raised; retrying the batch", self.group)
                     result = ConsumeResult.RECONSUME_LATER
@@ -631,7 +645,7 @@ class AsyncPushConsumer:
                 return
             try:
                 answer = await self.listener(core.prepare(messages))
-                result = _outcome(answer, self.group)
+                result = _outcome(answer, self.group, messages)
             except Exception:
                 log.exception("listener of %s raised; %s", self.group, core.failure_outcome)
                 result = ConsumeResult.RECONSUME_LATER
