@@ -5,8 +5,9 @@
   (``UNIQ_KEY`` by default, or a business key).
 - Backends: :class:`MemoryDedupStore` (one process) and :class:`SqliteDedupStore` (stdlib
   ``sqlite3`` in WAL mode, safe across processes).
-- :func:`idempotent` wraps any listener; :func:`idempotent_in_transaction` commits the listener's
-  SQLite writes and the dedup records in one transaction (exactly-once effect).
+- :func:`idempotent` wraps any listener, plain or ``async def``;
+  :func:`idempotent_in_transaction` commits the listener's SQLite writes and the dedup records in
+  one transaction (exactly-once effect).
 
 Only the standard library is imported.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from sdk.idempotency.listener import (
     DEFAULT_LEASE_S,
     DEFAULT_TTL_S,
+    AsyncListener,
     Listener,
     SkipHook,
     TransactionalListener,
@@ -42,6 +44,7 @@ from sdk.idempotency.sqlite import SqliteDedupStore
 __all__ = [
     "DEFAULT_LEASE_S",
     "DEFAULT_TTL_S",
+    "AsyncListener",
     "ClaimStatus",
     "Clock",
     "ConsumeResult",

@@ -17,8 +17,17 @@ The listener's answer means what it means to :class:`~sdk.consumer.push.PushCons
 ``ConsumeResult.SUCCESS`` or ``None`` is success; ``RECONSUME_LATER`` or raising is failure; any
 other value (a string, a coroutine, ...) is logged as an error and treated as failure, so the
 wrapper answers ``RECONSUME_LATER`` and the batch is delivered again rather than silently
-acknowledged. The wrappers are synchronous: wrapping an ``async def`` listener raises
-:class:`TypeError` when the wrapper is built (its call would only return a coroutine).
+acknowledged.
+
+:func:`idempotent` wraps an ``async def`` listener (for
+:class:`~sdk.consumer.push.AsyncPushConsumer`) into an ``async def`` wrapper with the same steps
+and answers. The store's calls are blocking: :class:`MemoryDedupStore`'s (a dict under a lock,
+microseconds) run inline on the event loop; any other store's (:class:`SqliteDedupStore`: a
+``BEGIN IMMEDIATE`` write that may wait up to its ``busy_timeout_s`` for another process, then a
+synced commit) run in a worker thread (:func:`asyncio.to_thread`), so the loop never waits for
+the disk or a lock. :func:`idempotent_in_transaction` stays synchronous: it refuses an ``async
+def`` listener with :class:`TypeError` (its transaction holds the write lock and could not stay
+open across awaits).
 
 Choice for ``IN_PROGRESS`` messages: the wrapper filters them out of the listener's batch but
 answers ``RECONSUME_LATER`` for the batch (after recording the others as consumed). Answering
@@ -36,14 +45,16 @@ effect). A lease should outlast the longest processing time; it is not renewed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from sdk.errors import ArgumentTypeError
+from sdk.idempotency.memory import MemoryDedupStore
 from sdk.idempotency.records import (
     ClaimStatus,
     ConsumeResult,
@@ -59,6 +70,7 @@ from sdk.message import is_async_callable, read_answer
 __all__ = [
     "DEFAULT_LEASE_S",
     "DEFAULT_TTL_S",
+    "AsyncListener",
     "Listener",
     "SkipHook",
     "TransactionalListener",
@@ -73,6 +85,9 @@ M = TypeVar("M", bound=ReceivedMessage)
 Listener = Callable[[list[M]], ConsumeResult | None]
 """A listener: takes a batch of received messages, answers a :class:`ConsumeResult` (``None``
 counts as ``SUCCESS``) or raises."""
+
+AsyncListener = Callable[[list[M]], Awaitable[ConsumeResult | None]]
+"""An ``async def`` listener: answers as a :data:`Listener` does, once awaited."""
 
 TransactionalListener = Callable[[list[M], sqlite3.Connection], ConsumeResult | None]
 """A listener that writes through the connection of an open SQLite transaction (answers as a
@@ -110,9 +125,10 @@ def _require_sync(listener: Callable[..., object], wrapper: str) -> None:
         )
 
 
-def _succeeded(answer: object, listener: Callable[..., object]) -> bool:
+def _succeeded(answer: object, listener: Callable[..., object], messages: Sequence[M]) -> bool:
     """Whether the listener's ``answer`` means success, as the push consumer reads it."""
-    return read_answer(answer, f"idempotent listener {listener!r}") is ConsumeResult.SUCCESS
+    label = f"idempotent listener {listener!r}"
+    return read_answer(answer, label, [m.msg_id for m in messages]) is ConsumeResult.SUCCESS
 
 
 def _skip(on_skip: SkipHook[M] | None, message: M, status: ClaimStatus) -> None:
@@ -120,21 +136,27 @@ def _skip(on_skip: SkipHook[M] | None, message: M, status: ClaimStatus) -> None:
         on_skip(message, status)
 
 
-def _claim(
-    messages: list[M],
-    store: DedupStore,
-    key: KeyFunction,
-    namespace: str,
-    lease_s: float,
-    on_skip: SkipHook[M] | None,
-) -> _Claims[M]:
-    claims: _Claims[M] = _Claims(owner=uuid.uuid4().hex)
+def _keyed(
+    messages: list[M], key: KeyFunction, namespace: str
+) -> tuple[list[tuple[M, str | None]], list[str]]:
+    """Each message with its namespaced key (None: not deduplicated), and the distinct keys."""
     keyed: list[tuple[M, str | None]] = []
     for message in messages:
         raw = key(message)
         keyed.append((message, None if raw is None else f"{namespace}{raw}"))
     unique = list(dict.fromkeys(k for _, k in keyed if k is not None))
-    outcome = store.claim(unique, owner=claims.owner, lease_s=lease_s) if unique else {}
+    return keyed, unique
+
+
+def _sort_claims(
+    owner: str,
+    keyed: list[tuple[M, str | None]],
+    outcome: dict[str, ClaimStatus],
+    on_skip: SkipHook[M] | None,
+) -> _Claims[M]:
+    """The batch after ``store.claim`` answered ``outcome``: what to run, which keys ``owner``
+    holds, and whether a message is in progress elsewhere."""
+    claims: _Claims[M] = _Claims(owner=owner)
     seen: set[str] = set()
     for message, k in keyed:
         if k is None:
@@ -151,6 +173,46 @@ def _claim(
     return claims
 
 
+def _claim(
+    messages: list[M],
+    store: DedupStore,
+    key: KeyFunction,
+    namespace: str,
+    lease_s: float,
+    on_skip: SkipHook[M] | None,
+) -> _Claims[M]:
+    owner = uuid.uuid4().hex
+    keyed, unique = _keyed(messages, key, namespace)
+    outcome = store.claim(unique, owner=owner, lease_s=lease_s) if unique else {}
+    return _sort_claims(owner, keyed, outcome, on_skip)
+
+
+_R = TypeVar("_R")
+
+
+async def _store_call(store: DedupStore, call: Callable[..., _R], *args: Any, **kwargs: Any) -> _R:
+    """Run a blocking store method from the event loop: inline for :class:`MemoryDedupStore`
+    (a dict under a lock), in a worker thread for any other store (SQLite may wait for its
+    write lock and the disk)."""
+    if isinstance(store, MemoryDedupStore):
+        return call(*args, **kwargs)
+    return await asyncio.to_thread(call, *args, **kwargs)
+
+
+@overload
+def idempotent(
+    listener: AsyncListener[M],
+    store: DedupStore,
+    *,
+    key: KeyFunction = uniq_key,
+    lease_s: float = DEFAULT_LEASE_S,
+    ttl_s: float = DEFAULT_TTL_S,
+    namespace: str = "",
+    on_skip: SkipHook[M] | None = None,
+) -> Callable[[list[M]], Coroutine[Any, Any, ConsumeResult]]: ...
+
+
+@overload
 def idempotent(
     listener: Listener[M],
     store: DedupStore,
@@ -160,7 +222,19 @@ def idempotent(
     ttl_s: float = DEFAULT_TTL_S,
     namespace: str = "",
     on_skip: SkipHook[M] | None = None,
-) -> Callable[[list[M]], ConsumeResult]:
+) -> Callable[[list[M]], ConsumeResult]: ...
+
+
+def idempotent(
+    listener: Listener[M] | AsyncListener[M],
+    store: DedupStore,
+    *,
+    key: KeyFunction = uniq_key,
+    lease_s: float = DEFAULT_LEASE_S,
+    ttl_s: float = DEFAULT_TTL_S,
+    namespace: str = "",
+    on_skip: SkipHook[M] | None = None,
+) -> Callable[[list[M]], ConsumeResult] | Callable[[list[M]], Coroutine[Any, Any, ConsumeResult]]:
     """Wrap ``listener`` so a message whose key was already consumed (within ``ttl_s``) is skipped
     and one being consumed elsewhere (within its ``lease_s``) is not processed twice.
 
@@ -177,24 +251,67 @@ def idempotent(
     it: the claims are released and the wrapper answers ``RECONSUME_LATER``, so the batch is
     retried. The wrapper itself always answers a :class:`ConsumeResult`.
 
-    Raises :class:`TypeError` if ``listener`` is an ``async def`` function: the wrapper is
-    synchronous and would only get a coroutine back.
+    An ``async def`` listener (as :func:`~sdk.message.is_async_callable` tells) gives an
+    ``async def`` wrapper, for :class:`~sdk.consumer.push.AsyncPushConsumer`, with the same
+    semantics; the store's blocking calls run inline for a :class:`MemoryDedupStore` and in a
+    worker thread for any other store (see the module docstring). A plain callable gives a
+    plain wrapper.
     """
-    _require_sync(listener, "idempotent")
+    if is_async_callable(listener):
+        async_listener: AsyncListener[M] = listener  # type: ignore[assignment]
+        return _idempotent_async(async_listener, store, key, lease_s, ttl_s, namespace, on_skip)
+    sync_listener: Listener[M] = listener  # type: ignore[assignment]
 
     def idempotent_listener(messages: list[M]) -> ConsumeResult:
         claims = _claim(messages, store, key, namespace, lease_s, on_skip)
         if not claims.run:
             return claims.result()
         try:
-            answer = listener(claims.run)
+            answer = sync_listener(claims.run)
         except BaseException:
             store.release(list(claims.owned), owner=claims.owner)
             raise
-        if not _succeeded(answer, listener):
+        if not _succeeded(answer, sync_listener, claims.run):
             store.release(list(claims.owned), owner=claims.owner)
             return ConsumeResult.RECONSUME_LATER
         store.mark_consumed(list(claims.owned), ttl_s=ttl_s)
+        return claims.result()
+
+    idempotent_listener.__wrapped__ = listener  # type: ignore[attr-defined]
+    return idempotent_listener
+
+
+def _idempotent_async(
+    listener: AsyncListener[M],
+    store: DedupStore,
+    key: KeyFunction,
+    lease_s: float,
+    ttl_s: float,
+    namespace: str,
+    on_skip: SkipHook[M] | None,
+) -> Callable[[list[M]], Coroutine[Any, Any, ConsumeResult]]:
+    """:func:`idempotent` for an ``async def`` listener: the same steps, awaited; the store's
+    calls through :func:`_store_call`. A cancelled call releases its claims like a failed one."""
+
+    async def idempotent_listener(messages: list[M]) -> ConsumeResult:
+        owner = uuid.uuid4().hex
+        keyed, unique = _keyed(messages, key, namespace)
+        outcome = {}
+        if unique:
+            outcome = await _store_call(store, store.claim, unique, owner=owner, lease_s=lease_s)
+        claims = _sort_claims(owner, keyed, outcome, on_skip)
+        if not claims.run:
+            return claims.result()
+        owned = list(claims.owned)
+        try:
+            answer = await listener(claims.run)
+        except BaseException:
+            await _store_call(store, store.release, owned, owner=owner)
+            raise
+        if not _succeeded(answer, listener, claims.run):
+            await _store_call(store, store.release, owned, owner=owner)
+            return ConsumeResult.RECONSUME_LATER
+        await _store_call(store, store.mark_consumed, owned, ttl_s=ttl_s)
         return claims.result()
 
     idempotent_listener.__wrapped__ = listener  # type: ignore[attr-defined]
@@ -246,7 +363,7 @@ def idempotent_in_transaction(
         try:
             with store.transaction() as conn:
                 run, done = _drop_consumed(claims, store, on_skip)
-                if run and not _succeeded(listener(run, conn), listener):
+                if run and not _succeeded(listener(run, conn), listener, run):
                     raise _RollbackError
                 store.mark_consumed(done, ttl_s=ttl_s)
         except _RollbackError:

@@ -1,7 +1,8 @@
 """What an idempotent wrapper does with each listener answer, through a real broker and a real
 :class:`sdk.PushConsumer`: ``None`` is ``SUCCESS`` (the README's listener contract), so its
 writes commit and its keys are marked consumed; ``RECONSUME_LATER`` and answers that are not a
-:class:`ConsumeResult` roll back and are delivered again; ``async def`` listeners are refused."""
+:class:`ConsumeResult` roll back and are delivered again; ``idempotent_in_transaction`` refuses
+``async def`` listeners (``idempotent`` wraps them: see test_idempotent_async.py)."""
 
 from __future__ import annotations
 
@@ -236,20 +237,17 @@ def test_a_returned_coroutine_is_not_acknowledged(bank: SqliteDedupStore) -> Non
     assert balance(bank) == 0
 
 
-def test_async_def_listeners_are_refused_when_wrapped(bank: SqliteDedupStore) -> None:
-    async def notify(messages: list[ReceivedMessage]) -> None:
-        pass
-
+def test_async_def_listeners_are_refused_by_the_transactional_wrapper(
+    bank: SqliteDedupStore,
+) -> None:
     async def credit(messages: list[ReceivedMessage], conn: sqlite3.Connection) -> None:
         pass
 
     class AsyncCallable:
-        async def __call__(self, messages: list[ReceivedMessage]) -> None:
+        async def __call__(self, messages: list[ReceivedMessage], conn: sqlite3.Connection) -> None:
             pass
 
-    with pytest.raises(TypeError, match="coroutine function"):
-        idempotent(notify, MemoryDedupStore())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="coroutine function"):
-        idempotent(AsyncCallable(), MemoryDedupStore())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"idempotent_in_transaction\(\).*coroutine function"):
         idempotent_in_transaction(credit, bank)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"idempotent_in_transaction\(\).*coroutine function"):
+        idempotent_in_transaction(AsyncCallable(), bank)  # type: ignore[arg-type]
