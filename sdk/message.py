@@ -55,9 +55,10 @@ RESERVED_PROPERTIES = frozenset({
 @dataclass(slots=True)
 class Message:
     """A message to send. ``keys`` are business keys (query by key finds the message by any of
-    them; a single string is one key); ``delay_level`` is 1-18 (RocketMQ's levels, 1 s to 2 h)
-    or 0 for none; ``deliver_at_ms`` is an absolute delivery time (ms since the epoch)
-    instead."""
+    them; a single string is one key); they do not choose the queue (the producer's
+    ``sharding_key=`` does, unlike a Kafka record key). ``delay_level`` is 1-18 (RocketMQ's
+    levels, 1 s to 2 h) or 0 for none; ``deliver_at_ms`` is an absolute delivery time (ms since
+    the epoch) instead."""
 
     topic: str
     body: bytes

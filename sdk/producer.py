@@ -117,6 +117,11 @@ class Producer(_ProducerBase):
     ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. ``group`` is the
     producer group (recorded for transactions later; any name). ``selector`` replaces
     round-robin queue selection. ``retries``: extra attempts on retriable failures.
+
+    Queues are chosen round-robin per topic unless ``sharding_key=`` (or ``queue_id=``) is
+    given. A message's ``keys`` do not choose its queue (unlike a Kafka record key): they are
+    for lookup by key and deduplication only; pass the key as ``sharding_key=`` too to keep
+    every message of it in one queue, in order.
     """
 
     def __init__(
@@ -180,7 +185,9 @@ class Producer(_ProducerBase):
         """Send one message and wait for the broker's answer.
 
         ``sharding_key`` keeps every message of one key in one queue (ordered messages);
-        ``queue_id`` names the queue outright. Raises :class:`InvalidMessageError` before any
+        ``queue_id`` names the queue outright; with neither, the queue is chosen round-robin.
+        ``message.keys`` never choose the queue (unlike a Kafka record key): give the key as
+        ``sharding_key=`` for that. Raises :class:`InvalidMessageError` before any
         I/O for a bad message, :class:`SendRejectedError` when the broker refuses it,
         :class:`BrokerUnavailableError` when retries ran out.
         """
@@ -206,7 +213,9 @@ class Producer(_ProducerBase):
     ) -> SendReceipts:
         """Send messages of one topic to one queue with one request (one append: all or none
         are stored). No delayed messages in a batch. Answers a receipt per message, in order
-        (:class:`SendReceipts`, made when first read)."""
+        (:class:`SendReceipts`, made when first read). The queue is chosen as for :meth:`send`,
+        by ``sharding_key`` or ``queue_id`` (else round-robin), never by the messages'
+        ``keys``."""
         self._check_open()
         if not messages:
             return SendReceipts()
@@ -287,7 +296,10 @@ def _log_failure(future: Future[SendReceipt]) -> None:
 
 class AsyncProducer(_ProducerBase):
     """The asyncio twin of :class:`Producer`: ``await send(...)``, ``await send_batch(...)``,
-    ``send_async`` (a task), ``send_oneway``. Use ``async with`` or ``await close()``."""
+    ``send_async`` (a task), ``send_oneway``. Use ``async with`` or ``await close()``.
+
+    As with :class:`Producer`, a message's ``keys`` do not choose its queue (unlike a Kafka
+    record key): ``sharding_key=`` does (else ``queue_id=``, else round-robin)."""
 
     def __init__(
         self,
@@ -347,7 +359,9 @@ class AsyncProducer(_ProducerBase):
         sharding_key: str | None = None,
         queue_id: int | None = None,
     ) -> SendReceipt:
-        """Send one message and wait for the broker's answer (see :meth:`Producer.send`)."""
+        """Send one message and wait for the broker's answer (see :meth:`Producer.send`). The
+        queue is chosen by ``sharding_key`` or ``queue_id`` (else round-robin), never by
+        ``message.keys``."""
         self._check_open()
         return await self._send_one(message, sharding_key, queue_id)
 
@@ -369,7 +383,9 @@ class AsyncProducer(_ProducerBase):
         queue_id: int | None = None,
     ) -> SendReceipts:
         """Send messages of one topic to one queue with one request and one append; answers a
-        receipt per message, in order (:class:`SendReceipts`, made when first read)."""
+        receipt per message, in order (:class:`SendReceipts`, made when first read). The queue
+        is chosen by ``sharding_key`` or ``queue_id`` (else round-robin), never by the
+        messages' ``keys``."""
         self._check_open()
         if not messages:
             return SendReceipts()
