@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from threading import current_thread
 from types import FrameType, TracebackType
-from typing import Self
+from typing import Any, Self
 
 from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
@@ -794,3 +794,39 @@ class AsyncPushConsumer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    async def run(self) -> None:
+        """As :meth:`PushConsumer.run`: consume until SIGINT or SIGTERM (through the running
+        loop's signal handlers), then :meth:`close` and return; returns early, closing too, if
+        the consumer is closed meanwhile. Main thread only (a loop in any other thread cannot
+        handle signals): elsewhere, raises :class:`~sdk.errors.IllegalStateError`. The
+        handlers SIGINT and SIGTERM had before are restored before closing."""
+        if threading.current_thread() is not threading.main_thread():
+            raise IllegalStateError(
+                f"run() of the push consumer of {self.group} must be awaited in the main "
+                "thread (it handles SIGINT and SIGTERM); elsewhere, use start() and close()"
+            )
+        loop = asyncio.get_running_loop()
+        received: asyncio.Future[signal.Signals] = loop.create_future()
+        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+        try:
+            for sig in _STOP_SIGNALS:
+                loop.add_signal_handler(sig, _settle, received, sig)
+            await self.start()
+            log.info("push consumer of %s running until SIGINT or SIGTERM", self.group)
+            if self._task is not None:  # the pull task ends when the consumer is closed
+                ending: set[asyncio.Future[Any]] = {received, self._task}
+                await asyncio.wait(ending, return_when=asyncio.FIRST_COMPLETED)
+            if received.done():
+                log.info("push consumer of %s stopping on %s", self.group, received.result().name)
+        finally:
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                if handler is not None:
+                    signal.signal(sig, handler)
+            await self.close()
+
+
+def _settle(received: asyncio.Future[signal.Signals], sig: signal.Signals) -> None:
+    if not received.done():
+        received.set_result(sig)

@@ -1,8 +1,10 @@
-"""``PushConsumer.run()``: a script's main loop that consumes until SIGINT or SIGTERM, then closes
-cleanly. Run in a real subprocess, as a service would be, against a real embedded broker."""
+"""``PushConsumer.run()`` and ``AsyncPushConsumer.run()``: a script's main loop that consumes until
+SIGINT or SIGTERM, then closes cleanly. Run in a real subprocess, as a service would be, against a
+real embedded broker."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import signal
@@ -15,7 +17,15 @@ from typing import Any
 
 import pytest
 
-from sdk import EmbeddedBroker, IllegalStateError, Message, Producer, PushConsumer
+from sdk import (
+    AsyncPushConsumer,
+    EmbeddedBroker,
+    IllegalStateError,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
 
 GEOMETRY: dict[str, Any] = {
     "commitlog_file_size": 1 << 20,
@@ -30,12 +40,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
+    import asyncio
     import logging
     import signal
     import sys
     import threading
 
-    from sdk import ConsumeFrom, EmbeddedBroker, PushConsumer
+    from sdk import AsyncPushConsumer, ConsumeFrom, EmbeddedBroker, PushConsumer
 
     data, count = sys.argv[1], int(sys.argv[2])
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(name)s %(message)s")
@@ -49,14 +60,31 @@ SCRIPT = textwrap.dedent(
             if consumed == count:
                 print("consumed all", flush=True)
 
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    with EmbeddedBroker(data, **GEOMETRY) as broker:
-        consumer = PushConsumer(
-            broker, "billing", {"orders": None}, listener, consume_from=ConsumeFrom.FIRST_OFFSET
-        )
-        consumer.run()
-        after = {sig: signal.getsignal(sig) for sig in before}
+    async def async_listener(messages):
+        listener(messages)
+
+    def handlers():
+        return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def check(before):
+        after = handlers()
         print("handlers restored" if after == before else f"handlers left: {after}", flush=True)
+
+    async def run_async(broker):
+        before = handlers()  # asyncio.run's own SIGINT handler among them
+        await AsyncPushConsumer(
+            broker, "billing", {"orders": None}, async_listener, consume_from=FIRST
+        ).run()
+        check(before)
+
+    FIRST = ConsumeFrom.FIRST_OFFSET
+    with EmbeddedBroker(data, **GEOMETRY) as broker:
+        if MODE == "async":
+            asyncio.run(run_async(broker))
+        else:
+            before = handlers()
+            PushConsumer(broker, "billing", {"orders": None}, listener, consume_from=FIRST).run()
+            check(before)
     """
 )
 
@@ -90,12 +118,13 @@ def wait_for(lines: queue.Queue[str], wanted: set[str], seen: list[str]) -> None
         missing = {w for w in missing if w not in line}
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_run_consumes_until_a_signal_then_commits_and_exits_cleanly(tmp_path: Path, stop):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_run_consumes_until_a_signal_then_commits_and_exits_cleanly(tmp_path: Path, stop, mode):
     data = tmp_path / "data"
     send(data)
     script = tmp_path / "service.py"
-    script.write_text(f"GEOMETRY = {GEOMETRY!r}\n{SCRIPT}")
+    script.write_text(f"GEOMETRY = {GEOMETRY!r}\nMODE = {mode!r}\n{SCRIPT}")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     lines: queue.Queue[str] = queue.Queue()
     seen: list[str] = []
@@ -124,21 +153,31 @@ def test_run_consumes_until_a_signal_then_commits_and_exits_cleanly(tmp_path: Pa
     assert committed_total(data) == COUNT
 
 
-def test_run_refuses_a_thread_other_than_the_main_one(tmp_path: Path):
+async def nothing(messages: list[ReceivedMessage]) -> None:
+    return None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_run_refuses_a_thread_other_than_the_main_one(tmp_path: Path, mode: str):
     failures: list[BaseException] = []
     with EmbeddedBroker(tmp_path / "data", **GEOMETRY) as broker:
-        consumer = PushConsumer(broker, GROUP, {TOPIC: None}, lambda messages: None)
+        sync = PushConsumer(broker, GROUP, {TOPIC: None}, lambda messages: None)
+        asynchronous = AsyncPushConsumer(broker, GROUP, {TOPIC: None}, nothing)
 
         def run_in_a_thread() -> None:
             try:
-                consumer.run()
+                if mode == "sync":
+                    sync.run()
+                else:
+                    asyncio.run(asynchronous.run())
             except BaseException as exc:
                 failures.append(exc)
 
         worker = threading.Thread(target=run_in_a_thread)
         worker.start()
         worker.join(30.0)
-        consumer.close()
+        sync.close()
+        asyncio.run(asynchronous.close())
     assert len(failures) == 1
     assert isinstance(failures[0], IllegalStateError)
     assert "main thread" in str(failures[0])
