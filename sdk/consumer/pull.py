@@ -30,7 +30,10 @@ messages back: there is no retry topic; a message the application cannot handle 
 with (seek back, or store it elsewhere).
 
 Neither consumer is thread-safe: use one from one thread (or one task) at a time; a second
-``poll`` while one is running raises RuntimeError.
+``poll`` while one is running raises RuntimeError. Only ``close`` may come from another thread
+(task): a poll parked in a pull then returns ``[]``, and an iteration over the consumer ends.
+Iterating (``for message in consumer``, ``async for``) is polling one message per step, with
+the same commits (see :class:`PullConsumer`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import asyncio
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -61,7 +64,7 @@ from sdk.consumer.membership import (
     topic_queues,
 )
 from sdk.consumer.pull_core import DEFAULT_MAX_POLL_RECORDS, Offsets, PullCore, check_topic
-from sdk.errors import BrokerUnavailableError, QuiverError
+from sdk.errors import BrokerUnavailableError, ClientClosedError, QuiverError
 from sdk.message import ReceivedMessage
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
@@ -69,6 +72,11 @@ from sdk.transport.resolve import resolve, resolve_async
 __all__ = ["AsyncPullConsumer", "PullConsumer"]
 
 log = logging.getLogger(__name__)
+
+# Each poll of an iteration (``for message in consumer``) waits at most this long, so an
+# iteration notices within it that another thread or task closed the consumer (a subscribed
+# member's close wakes the parked pull at once: leaving the group wakes it).
+ITERATION_WAIT_S = 1.0
 
 _CLOSE_UNRENEWED = (
     "consumer of %s could not renew its queue leases before closing (%s): committing nothing"
@@ -255,6 +263,21 @@ class PullConsumer(_PullConsumerBase):
 
     Use ``with``, or call :meth:`close`. Subscribing (or assigning) joins the group and fixes
     the start positions at once.
+
+    ``for message in consumer`` yields the messages one at a time, in each queue's order,
+    waiting for more as long as the consumer is open; it ends once the consumer is closed (by
+    another thread, or after breaking out). Each step is a poll that hands out one message, so
+    commits follow the poll rules exactly, counting a message as handed out when it is yielded:
+
+    * with auto-commit, a yielded message is committed by an auto-commit of a later step (at
+      most every ``auto_commit_interval_s``, only once the loop asked for the next message) or
+      by :meth:`close`. Leaving the loop (``break``, or an exception in its body) and closing
+      therefore commits the message the body was handling: to have it delivered again, call
+      ``seek(queue, message.queue_offset)`` before closing;
+    * :meth:`commit` inside the loop commits every message yielded so far, the current one
+      included (with ``auto_commit=False``, the only way anything is committed);
+    * messages fetched but not yielded yet are never committed: breaking out leaves them for
+      the next iteration, poll, or the group's next reader.
     """
 
     _transport: BrokerTransport
@@ -315,12 +338,24 @@ class PullConsumer(_PullConsumerBase):
     def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
         some to arrive; ``[]`` when none did. Each queue's messages come in queue order."""
+        return self._poll(timeout_s, self.max_poll_records)
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        """Every message, one at a time, waiting for more as long as the consumer is open;
+        the iteration ends once it is closed (see the class docstring for what is committed)."""
+        while not self._closed:
+            try:
+                yield from self._poll(ITERATION_WAIT_S, max_records=1)
+            except ClientClosedError:  # closed by another thread between two polls
+                return
+
+    def _poll(self, timeout_s: float, max_records: int) -> list[ReceivedMessage]:
         deadline = self._begin_poll(timeout_s)
         try:
             self._sync_up(auto_commit=True)
             pulled = False
             while True:
-                messages = self._drain()
+                messages = self._drain(max_records)
                 if self._poll_over(messages, pulled, deadline):
                     return messages
                 wait_ms = self._wait_ms(deadline)
@@ -410,6 +445,10 @@ class AsyncPullConsumer(_PullConsumerBase):
 
     :meth:`subscribe` and :meth:`assign` only record what to consume: the group is joined and
     start positions are fixed by the next poll. Use ``async with``, or ``await close()``.
+
+    ``async for message in consumer`` yields the messages one at a time, awaiting more as long
+    as the consumer is open, and ends once it is closed (by another task, or after breaking
+    out); what it commits is as for ``for message in consumer`` on :class:`PullConsumer`.
     """
 
     _transport: AsyncBrokerTransport
@@ -455,12 +494,26 @@ class AsyncPullConsumer(_PullConsumerBase):
     async def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
         some to arrive; ``[]`` when none did. Each queue's messages come in queue order."""
+        return await self._poll(timeout_s, self.max_poll_records)
+
+    async def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
+        """Every message, one at a time, awaiting more as long as the consumer is open; the
+        iteration ends once it is closed (see :class:`PullConsumer` for what is committed)."""
+        while not self._closed:
+            try:
+                messages = await self._poll(ITERATION_WAIT_S, max_records=1)
+            except ClientClosedError:  # closed by another task between two polls
+                return
+            for message in messages:
+                yield message
+
+    async def _poll(self, timeout_s: float, max_records: int) -> list[ReceivedMessage]:
         deadline = self._begin_poll(timeout_s)
         try:
             await self._sync_up(auto_commit=True)
             pulled = False
             while True:
-                messages = self._drain()
+                messages = self._drain(max_records)
                 if self._poll_over(messages, pulled, deadline):
                     return messages
                 wait_ms = self._wait_ms(deadline)

@@ -453,10 +453,10 @@ class PullCore(ABC):
         if self._subscription is not None and result.generation != self._generation:
             self._rejoin = True
 
-    def _drain(self) -> list[ReceivedMessage]:
-        """Up to ``max_poll_records`` fetched messages of unpaused queues, each queue's in
-        order; the queue served first rotates, so none starves."""
-        return self._queues.drain(self.max_poll_records)
+    def _drain(self, max_records: int) -> list[ReceivedMessage]:
+        """Up to ``max_records`` fetched messages of unpaused queues, each queue's in order;
+        the queue served first rotates, so none starves."""
+        return self._queues.drain(max_records)
 
     # -- committing --------------------------------------------------------------------------
     def _auto_commit_due(self) -> Offsets | None:

@@ -31,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from threading import current_thread
-from types import TracebackType
-from typing import Self
+from types import FrameType, TracebackType
+from typing import Any, Self
 
 from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
@@ -47,7 +48,12 @@ from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
-from sdk.errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from sdk.errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    IllegalStateError,
+    InvalidArgumentError,
+)
 from sdk.message import ConsumeResult, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
@@ -460,6 +466,71 @@ class PushConsumer:
     ) -> None:
         self.close()
 
+    def run(self) -> None:
+        """Consume until SIGINT or SIGTERM, then :meth:`close` (offsets committed and
+        persisted, the group left) and return: the main loop of a script or a service.
+
+        Starts the consumer if it is not started yet. Returns early, closing too, if the
+        consumer is closed meanwhile (by a listener, or another thread). Signal handlers can
+        only be set in the main thread: from any other, raises
+        :class:`~sdk.errors.IllegalStateError`. The handlers SIGINT and SIGTERM had before
+        are restored before closing, so a second signal during the close acts as it would
+        have without ``run`` (Ctrl-C twice interrupts a slow close)."""
+        if threading.current_thread() is not threading.main_thread():
+            raise IllegalStateError(
+                f"run() of the push consumer of {self.group} must be called from the main "
+                "thread (it handles SIGINT and SIGTERM); elsewhere, use start() and close()"
+            )
+        stop = _OneStopSignal()
+        previous: dict[signal.Signals, signal._HANDLER] = {}
+        try:
+            try:
+                for sig in _STOP_SIGNALS:
+                    previous[sig] = signal.signal(sig, stop)
+                self.start()
+                log.info("push consumer of %s running until SIGINT or SIGTERM", self.group)
+                self._stop.wait()  # set by close(); a signal interrupts it with _StopSignal
+            except _StopSignal as received:
+                log.info("push consumer of %s stopping on %s", self.group, received.signal_name)
+        finally:
+            stop.disarm()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.close()
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _StopSignal(BaseException):
+    """Raised in the main thread by :meth:`PushConsumer.run`'s signal handler, to end its wait."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signal_name = signal.Signals(signum).name
+
+
+class _OneStopSignal:
+    """``run``'s handler of SIGINT and SIGTERM: raises :class:`_StopSignal` once, then ignores
+    signals until the previous handlers are back. Raising is all it does: setting an Event would
+    take the Event's lock, which the interrupted main thread may hold."""
+
+    def __init__(self) -> None:
+        self._armed = True
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if self._armed:
+            self._armed = False
+            raise _StopSignal(signum)
+
+    def disarm(self) -> None:
+        """No more raising; a signal that raises while this is being called is swallowed."""
+        # Not contextlib.suppress: a signal could come before its __enter__ ran.
+        try:  # noqa: SIM105
+            self._armed = False
+        except _StopSignal:
+            pass
+
 
 def _describe(work: _InFlight) -> str:
     """``{queue} offset(s) ...`` of a listener call left in flight."""
@@ -737,3 +808,39 @@ class AsyncPushConsumer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    async def run(self) -> None:
+        """As :meth:`PushConsumer.run`: consume until SIGINT or SIGTERM (through the running
+        loop's signal handlers), then :meth:`close` and return; returns early, closing too, if
+        the consumer is closed meanwhile. Main thread only (a loop in any other thread cannot
+        handle signals): elsewhere, raises :class:`~sdk.errors.IllegalStateError`. The
+        handlers SIGINT and SIGTERM had before are restored before closing."""
+        if threading.current_thread() is not threading.main_thread():
+            raise IllegalStateError(
+                f"run() of the push consumer of {self.group} must be awaited in the main "
+                "thread (it handles SIGINT and SIGTERM); elsewhere, use start() and close()"
+            )
+        loop = asyncio.get_running_loop()
+        received: asyncio.Future[signal.Signals] = loop.create_future()
+        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+        try:
+            for sig in _STOP_SIGNALS:
+                loop.add_signal_handler(sig, _settle, received, sig)
+            await self.start()
+            log.info("push consumer of %s running until SIGINT or SIGTERM", self.group)
+            if self._task is not None:  # the pull task ends when the consumer is closed
+                ending: set[asyncio.Future[Any]] = {received, self._task}
+                await asyncio.wait(ending, return_when=asyncio.FIRST_COMPLETED)
+            if received.done():
+                log.info("push consumer of %s stopping on %s", self.group, received.result().name)
+        finally:
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                if handler is not None:
+                    signal.signal(sig, handler)
+            await self.close()
+
+
+def _settle(received: asyncio.Future[signal.Signals], sig: signal.Signals) -> None:
+    if not received.done():
+        received.set_result(sig)
