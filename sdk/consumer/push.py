@@ -46,6 +46,7 @@ from sdk.consumer.membership import check_group, check_subscription, new_client_
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
 from sdk.errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ConsumeResult, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
@@ -111,7 +112,7 @@ def _outcome(answer: object, group: str) -> ConsumeResult:
     return read_answer(answer, f"listener of {group}")
 
 
-class PushConsumer:
+class PushConsumer(WarnsUnclosed):
     """Consumes ``subscription`` (``{topic: tag expression or None}``) for ``group``, calling
     ``listener`` with batches of messages on a pool of ``consume_threads`` threads.
 
@@ -174,6 +175,7 @@ class PushConsumer:
         self._orderly_lock = threading.Lock()
         self._orderly_running: set[MessageQueue] = set()
         self._closed = False
+        self._mark_opened()
 
     @property
     def core(self) -> PushCore:
@@ -461,7 +463,7 @@ def _describe(work: _InFlight) -> str:
     return f"{queue} offsets {', '.join(map(str, offsets))}"
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(WarnsUnclosed):
     """The asyncio twin of :class:`PushConsumer`: ``listener`` is a coroutine function, run as
     tasks (at most ``max_concurrency`` batches at once). Start with ``await start()`` or
     ``async with``; ``await close()``.
@@ -501,6 +503,7 @@ class AsyncPushConsumer:
         self._orderly_running: set[MessageQueue] = set()
         self._lease_keeper: PeriodicPersister | None = None
         self._closed = False
+        self._mark_opened()
 
     @property
     def core(self) -> PushCore:
