@@ -35,6 +35,7 @@ from tenacity import (
 
 from localstore.record.codec import NewMessage
 from sdk.errors import ClientClosedError, InvalidArgumentError, InvalidMessageError
+from sdk.lifecycle import WarnsUnclosed
 from sdk.message import Message
 from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
@@ -71,7 +72,7 @@ class _Routes:
         return count
 
 
-class _ProducerBase:
+class _ProducerBase(WarnsUnclosed):
     def __init__(
         self,
         group: str,
@@ -141,6 +142,7 @@ class Producer(_ProducerBase):
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._worker = threading.local()  # .is_worker: this thread is one of the executor's
+        self._mark_opened()
 
     def _queue_count(self, topic: str) -> int:
         count = self._routes.cached(topic)
@@ -255,12 +257,11 @@ class Producer(_ProducerBase):
                 self._executor = ThreadPoolExecutor(
                     self._async_workers,
                     thread_name_prefix=f"quiver-send-{self.group}",
-                    initializer=self._mark_worker,
+                    # Not a bound method: the worker threads must not keep the producer alive.
+                    initializer=_mark_worker,
+                    initargs=(self._worker,),
                 )
             return self._executor.submit(self._send_one, message, sharding_key, queue_id)
-
-    def _mark_worker(self) -> None:
-        self._worker.is_worker = True
 
     def close(self) -> None:
         """Refuse new sends, then wait for the background sends accepted before (each is
@@ -286,6 +287,10 @@ class Producer(_ProducerBase):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _mark_worker(worker: threading.local) -> None:
+    worker.is_worker = True
 
 
 def _log_failure(future: Future[SendReceipt]) -> None:
@@ -316,6 +321,7 @@ class AsyncProducer(_ProducerBase):
         self._pending: set[asyncio.Task[SendReceipt]] = set()
         # The pending sends as the first close() found them, gathered (None: still open).
         self._drained: asyncio.Future[list[SendReceipt | BaseException]] | None = None
+        self._mark_opened()
 
     async def _queue_count(self, topic: str) -> int:
         count = self._routes.cached(topic)

@@ -94,6 +94,11 @@ def with_broker(tmp_path: Path, use: Callable[[EmbeddedBroker], object]) -> None
         use(broker)
 
 
+def send_one(broker: EmbeddedBroker, message: Message) -> None:
+    with Producer(broker) as producer:
+        producer.send(message)
+
+
 def send_after_close(broker: EmbeddedBroker) -> None:
     producer = Producer(broker)
     producer.close()
@@ -147,10 +152,10 @@ CASES: dict[str, Callable[[Path], object]] = {
     "broker damaged offsets file": lambda tmp: EmbeddedBroker(a_damaged_offsets_file(tmp)),
     # Producer
     "producer invalid topic": lambda tmp: with_broker(
-        tmp, lambda b: Producer(b).send(Message("bad topic", b"x"))
+        tmp, lambda b: send_one(b, Message("bad topic", b"x"))
     ),
     "producer tag with ||": lambda tmp: with_broker(
-        tmp, lambda b: Producer(b).send(Message("orders", b"x", tags="a||b"))
+        tmp, lambda b: send_one(b, Message("orders", b"x", tags="a||b"))
     ),
     "producer closed": lambda tmp: with_broker(tmp, send_after_close),
     "producer negative retries": lambda tmp: with_broker(tmp, lambda b: Producer(b, retries=-1)),

@@ -65,6 +65,7 @@ from sdk.consumer.membership import (
 )
 from sdk.consumer.pull_core import DEFAULT_MAX_POLL_RECORDS, Offsets, PullCore, check_topic
 from sdk.errors import BrokerUnavailableError, ClientClosedError, QuiverError
+from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ReceivedMessage
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
@@ -84,7 +85,7 @@ _CLOSE_UNRENEWED = (
 )
 
 
-class _PullConsumerBase(PullCore):
+class _PullConsumerBase(PullCore, WarnsUnclosed):
     """The I/O both consumers share: the control-plane transport and the offset store. The
     ``*_io`` methods only touch those two (both thread-safe) and take what they need of the
     state as arguments (the async consumer runs them in worker threads)."""
@@ -130,6 +131,7 @@ class _PullConsumerBase(PullCore):
             offsets_dir=offsets_dir,
             auto_persist=message_model is not MessageModel.CLUSTERING,
         )
+        self._mark_opened()
 
     @abstractmethod
     def _connect(self, broker: object) -> BrokerTransport:

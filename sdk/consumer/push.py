@@ -54,6 +54,7 @@ from sdk.errors import (
     IllegalStateError,
     InvalidArgumentError,
 )
+from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ConsumeResult, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
@@ -122,7 +123,7 @@ def _outcome(answer: object, group: str, messages: list[StoredMessage]) -> Consu
     return read_answer(answer, f"listener of {group}", [m.msg_id for m in messages])
 
 
-class PushConsumer:
+class PushConsumer(WarnsUnclosed):
     """Consumes ``subscription`` (``{topic: tag expression or None}``) for ``group``, calling
     ``listener`` with batches of messages on a pool of ``consume_threads`` threads.
 
@@ -191,6 +192,7 @@ class PushConsumer:
         self._orderly_lock = threading.Lock()
         self._orderly_running: set[MessageQueue] = set()
         self._closed = False
+        self._mark_opened()
 
     @property
     def core(self) -> PushCore:
@@ -543,7 +545,7 @@ def _describe(work: _InFlight) -> str:
     return f"{queue} offsets {', '.join(map(str, offsets))}"
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(WarnsUnclosed):
     """The asyncio twin of :class:`PushConsumer`: ``listener`` is a coroutine function, run as
     tasks (at most ``max_concurrency`` batches at once). Start with ``await start()`` or
     ``async with``; ``await close()``.
@@ -586,6 +588,7 @@ class AsyncPushConsumer:
         self._orderly_running: set[MessageQueue] = set()
         self._lease_keeper: PeriodicPersister | None = None
         self._closed = False
+        self._mark_opened()
 
     @property
     def core(self) -> PushCore:

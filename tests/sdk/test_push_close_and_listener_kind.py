@@ -361,7 +361,7 @@ def test_async_push_consumer_refuses_a_listener_it_cannot_run(broker, listener, 
     ids=["plain", "partial", "call", "method", "builtin"],
 )
 def test_push_consumer_takes_any_plain_callable(broker, listener):
-    PushConsumer(broker, "g", {"orders": None}, listener)
+    PushConsumer(broker, "g", {"orders": None}, listener).close()
 
 
 @pytest.mark.parametrize(
@@ -376,7 +376,7 @@ def test_push_consumer_takes_any_plain_callable(broker, listener):
     ids=["async-def", "partial", "async-call", "async-method", "partial-call"],
 )
 def test_async_push_consumer_takes_coroutine_functions(broker, listener):
-    AsyncPushConsumer(broker, "g", {"orders": None}, listener)
+    asyncio.run(AsyncPushConsumer(broker, "g", {"orders": None}, listener).close())
 
 
 def test_a_partial_of_a_coroutine_function_is_consumed_by_the_async_consumer(broker):

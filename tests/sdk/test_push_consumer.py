@@ -215,6 +215,8 @@ def test_filtered_messages_at_the_end_of_a_queue_are_committed_past(broker):
 def test_two_consumers_never_share_a_client_id(broker):
     first = PushConsumer(broker, "g", {"orders": None}, lambda m: None, instance_name="same")
     second = PushConsumer(broker, "g", {"orders": None}, lambda m: None, instance_name="same")
+    first.close()
+    second.close()
     assert first.client_id != second.client_id
     assert "same" in first.client_id
 
