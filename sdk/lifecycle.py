@@ -8,7 +8,9 @@ default; ``-W default`` or ``-X dev`` shows it, ``-W error::ResourceWarning`` (o
 ``filterwarnings = error``) reports it through ``sys.unraisablehook``, as for files.
 
 A client kept alive by something else is not collected, so it cannot warn: a started push
-consumer is held by its own threads (or tasks) until it is closed.
+consumer is held by its own threads (or tasks) until it is closed, and a transactional producer
+by its check thread (checks must be answered for as long as the process runs: a producer that
+stopped answering would let the broker roll back transactions whose local part committed).
 """
 
 from __future__ import annotations

@@ -16,12 +16,10 @@ Every :class:`TransactionalProducer` of the group collects these checks on a bac
 (long polling through the transport: the broker never calls client code) and answers them;
 UNKNOWN, or a checker that raises, leaves the question to the next check. After the broker's
 ``transaction_max_checks`` checks without an answer it rolls the message back. Nothing stops the
-collecting thread but ``close()`` (or the producer being collected unclosed: the thread holds it
-weakly between requests, so a forgotten producer warns as :mod:`sdk.lifecycle` says): a
-failure (collecting, decoding, the checker, answering) is logged and the next checks are
-answered. Once ``close()`` began no checks are collected; a request already waiting at the
-broker that brings some back answers none (the broker asks again after its check interval, each
-time counting towards the maximum).
+collecting thread but ``close()``: a failure (collecting, decoding, the checker, answering) is
+logged and the next checks are answered. Once ``close()`` began no checks are collected; a
+request already waiting at the broker that brings some back answers none (the broker asks again
+after its check interval, each time counting towards the maximum).
 
 A committed message is delivered exactly as a plain one (consumers see its real topic; the
 producer's and a check's commit of the same transaction make it visible once). A transactional
@@ -39,7 +37,6 @@ import enum
 import functools
 import logging
 import threading
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Self
@@ -238,10 +235,7 @@ class TransactionalProducer(Producer):
         self._stop = threading.Event()
         self._checking = threading.RLock()  # held while the checker runs; close() waits on it
         self._check_thread = threading.Thread(
-            target=_collect_checks_while_referenced,
-            args=(weakref.ref(self), self._stop),
-            name=f"quiver-tx-check-{group}",
-            daemon=True,
+            target=self._collect_checks, name=f"quiver-tx-check-{group}", daemon=True
         )
         self._check_thread.start()
 
@@ -304,6 +298,18 @@ class TransactionalProducer(Producer):
         return result
 
     # -- the check-back ------------------------------------------------------------------------
+    def _collect_checks(self) -> None:
+        """The check thread: nothing but ``close()`` ends it (a failure is logged, then the
+        next checks are collected after a pause)."""
+        while not self._stop.is_set():  # never a new request once closing began
+            try:
+                self._collect_once()
+            except Exception:
+                log.error(
+                    "answering transaction checks of %s failed; going on", self.group, exc_info=True
+                )
+                self._stop.wait(_ERROR_PAUSE_S)
+
     def _collect_once(self) -> None:
         try:
             checks = self.transport.fetch_transaction_checks(
@@ -355,26 +361,6 @@ class TransactionalProducer(Producer):
         with self._checking:
             pass
         super().close()
-
-
-def _collect_checks_while_referenced(
-    ref: weakref.ref[TransactionalProducer], stop: threading.Event
-) -> None:
-    """The check thread: only ``close()`` ends it, or the producer being collected unclosed
-    (it holds the producer only while collecting, so a forgotten one can be collected and
-    warn). A failure is logged, then the next checks are collected after a pause."""
-    while not stop.is_set():  # never a new request once closing began
-        producer = ref()
-        if producer is None:
-            return
-        try:
-            producer._collect_once()
-        except Exception:
-            log.error(
-                "answering transaction checks of %s failed; going on", producer.group, exc_info=True
-            )
-            stop.wait(_ERROR_PAUSE_S)
-        del producer
 
 
 class AsyncTransactionalProducer(AsyncProducer):

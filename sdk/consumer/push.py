@@ -173,6 +173,7 @@ class PushConsumer(WarnsUnclosed):
         self._pool: DaemonThreadPool | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._close_done = threading.Event()  # set once close() has run every step
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
         self._lease_keeper: PeriodicPersister | None = None
@@ -406,6 +407,13 @@ class PushConsumer(WarnsUnclosed):
         if self._closed:
             return
         self._closed = True
+        try:
+            self._close(timeout_s)
+        finally:
+            self._close_done.set()
+
+    def _close(self, timeout_s: float) -> None:
+        """:meth:`close`'s steps, run once."""
         deadline = time.monotonic() + timeout_s
         self._stop.set()
         with self._timers_lock:
@@ -499,6 +507,8 @@ class PushConsumer(WarnsUnclosed):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.close()
+            # closed by a listener or another thread: return once that close has committed
+            self._close_done.wait()
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -588,6 +598,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         self._orderly_running: set[MessageQueue] = set()
         self._lease_keeper: PeriodicPersister | None = None
         self._closed = False
+        self._close_done = asyncio.Event()  # set once close() has run every step
         self._mark_opened()
 
     @property
@@ -759,8 +770,11 @@ class AsyncPushConsumer(WarnsUnclosed):
                 if core is not None:
                     await asyncio.to_thread(core.shutdown)
             finally:  # offsets that could not be persisted stop no thread
-                if self._lease_keeper is not None:
-                    await asyncio.to_thread(self._lease_keeper.stop)
+                try:
+                    if self._lease_keeper is not None:
+                        await asyncio.to_thread(self._lease_keeper.stop)
+                finally:
+                    self._close_done.set()
 
     async def _stop_consuming(self) -> None:
         """Stop pulling and local retries; wait for the running listener tasks at most
@@ -842,6 +856,8 @@ class AsyncPushConsumer(WarnsUnclosed):
                 if handler is not None:
                     signal.signal(sig, handler)
             await self.close()
+            # closed by a listener or another task: return once that close has committed
+            await self._close_done.wait()
 
 
 def _settle(received: asyncio.Future[signal.Signals], sig: signal.Signals) -> None:

@@ -121,15 +121,20 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return seen
 
 
-@pytest.mark.parametrize("name", CLIENTS)
+# A transactional producer's check thread holds it until close(): checks must be answered as
+# long as the process runs (a forgotten producer that stopped answering would let the broker
+# roll back transactions whose local part committed), so it cannot be collected and warn.
+HELD_BY_THEIR_THREADS = {"TransactionalProducer"}
+
+
+@pytest.mark.parametrize("name", sorted(set(CLIENTS) - HELD_BY_THEIR_THREADS))
 def test_a_client_collected_unclosed_warns(broker: EmbeddedBroker, name: str) -> None:
     make, _ = CLIENTS[name]
     client = make(broker)
     kind = type(client).__name__
     with pytest.warns(ResourceWarning, match=f"unclosed {kind}") as caught:
         del client
-        # A thread may hold it a moment (the transactional producer's, between requests). The
-        # warning's source keeps the object alive: wait for the warning, not for a weakref.
+        # The warning's source keeps the object alive: wait for the warning, not a weakref.
         wait_until(lambda: _warned(caught), timeout_s=30)
 
 
