@@ -54,7 +54,7 @@ from localstore.recovery.log_scan import (
     iter_records,
     scan_log,
 )
-from localstore.recovery.queue_check import QueueCheck
+from localstore.recovery.queue_check import QueueCheck, queue_name
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ def _drop_queues(queues: QueueRegistry, names: list[str]) -> list[tuple[str, int
     rebuilds them from the commitlog. Answers their keys (topic, queue id)."""
     dropped = []
     for key, queue in list(queues.queues.items()):
-        if f"{key[0]}/{key[1]}" in names:
+        if queue_name(queue) in names:
             queue.destroy()
             del queues.queues[key]
             dropped.append(key)

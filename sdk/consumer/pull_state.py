@@ -229,7 +229,7 @@ class QueueTable:
     def absorb(self, batch: PullBatch, result: PullBatchResult, broker: str) -> None:
         """Record a pull's answers from ``broker``: buffer what matches, move fetch offsets; a
         queue sought (or revoked) while the pull was out ignores its answer."""
-        asked = {(p.topic, p.queue_id): p.queue_offset for p in batch.pulls}
+        asked = batch.asked_offsets()
         for answer in result.results:
             queue = MessageQueue(answer.topic, broker, answer.queue_id)
             state = self._states.get(queue)

@@ -422,7 +422,7 @@ class PushCore:
         work: list[Work] = []
         size = self.settings.consume_batch_size
         broker = self.transport.broker_name
-        asked = {(p.topic, p.queue_id): p.queue_offset for p in batch.pulls}
+        asked = batch.asked_offsets()
         for answer in result.results:
             queue = MessageQueue(answer.topic, broker, answer.queue_id)
             state = self.states.get(queue)

@@ -112,6 +112,12 @@ class PullBatch:
     wait_ms: int = 0
     generation: int = -1  # the group generation the consumer knows (-1: none)
 
+    def asked_offsets(self) -> dict[tuple[str, int], int]:
+        """(topic, queue id) -> the queue offset this batch pulls from: an answer is taken only
+        by a queue still at that offset (one sought, or let go and taken back elsewhere, while
+        the pull was out ignores it)."""
+        return {(p.topic, p.queue_id): p.queue_offset for p in self.pulls}
+
 
 # Statuses whose next_offset is where the queue's consumer must move (its offset fell out of
 # the queue's range): RocketMQ's consumers correct their offset on these.

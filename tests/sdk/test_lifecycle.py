@@ -35,15 +35,11 @@ from sdk import (
     TransactionState,
 )
 from sdk.errors import InvalidArgumentError
+from tests.sdk.brokers import SMALL_GEOMETRY
 from tests.sdk.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-GEOMETRY: dict[str, Any] = {
-    "commitlog_file_size": 1 << 20,
-    "cq_entries_per_file": 1024,
-    "index_slots": 1024,
-    "index_entries": 4096,
-}
+GEOMETRY = SMALL_GEOMETRY
 TOPIC = "orders"
 GROUP = "billing"
 

@@ -28,12 +28,9 @@ from sdk import (
 )
 from sdk.consumer import pull_core
 
-GEOMETRY: dict[str, Any] = {
-    "commitlog_file_size": 1 << 20,
-    "cq_entries_per_file": 1024,
-    "index_slots": 1024,
-    "index_entries": 4096,
-}
+from .brokers import SMALL_GEOMETRY
+
+GEOMETRY = SMALL_GEOMETRY
 TOPIC = "orders"
 GROUP = "billing"
 

@@ -23,12 +23,9 @@ from sdk import (
     ReceivedMessage,
 )
 
-GEOMETRY: dict[str, Any] = {
-    "commitlog_file_size": 1 << 20,
-    "cq_entries_per_file": 1024,
-    "index_slots": 1024,
-    "index_entries": 4096,
-}
+from .brokers import SMALL_GEOMETRY
+
+GEOMETRY = SMALL_GEOMETRY
 TOPIC = "orders"
 GROUP = "billing"
 COUNT = 10

@@ -54,14 +54,10 @@ from sdk.transport.transaction_models import (
     ROLLED_BACK,
 )
 
+from .brokers import SMALL_GEOMETRY
 from .waiting import wait_until
 
-GEOMETRY: dict[str, Any] = {
-    "commitlog_file_size": 1 << 20,
-    "cq_entries_per_file": 1024,
-    "index_slots": 1024,
-    "index_entries": 4096,
-}
+GEOMETRY = SMALL_GEOMETRY
 TOPIC = "payments"
 GROUP = "tx-payments"
 REPO = Path(__file__).resolve().parents[2]
