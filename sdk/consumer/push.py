@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from threading import current_thread
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Self
 
 from localstore.record.codec import StoredMessage
@@ -48,6 +48,7 @@ from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
 from sdk.consumer.push_core import PushCore, PushSettings, Work
+from sdk.consumer.stop_signals import STOP_SIGNALS, OneStopSignal, StopSignal, settle_once
 from sdk.errors import (
     ArgumentTypeError,
     ClientClosedError,
@@ -491,16 +492,16 @@ class PushConsumer(WarnsUnclosed):
                 f"run() of the push consumer of {self.group} must be called from the main "
                 "thread (it handles SIGINT and SIGTERM); elsewhere, use start() and close()"
             )
-        stop = _OneStopSignal()
+        stop = OneStopSignal()
         previous: dict[signal.Signals, signal._HANDLER] = {}
         try:
             try:
-                for sig in _STOP_SIGNALS:
+                for sig in STOP_SIGNALS:
                     previous[sig] = signal.signal(sig, stop)
                 self.start()
                 log.info("push consumer of %s running until SIGINT or SIGTERM", self.group)
-                self._stop.wait()  # set by close(); a signal interrupts it with _StopSignal
-            except _StopSignal as received:
+                self._stop.wait()  # set by close(); a signal interrupts it with StopSignal
+            except StopSignal as received:
                 log.info("push consumer of %s stopping on %s", self.group, received.signal_name)
         finally:
             stop.disarm()
@@ -509,39 +510,6 @@ class PushConsumer(WarnsUnclosed):
             self.close()
             # closed by a listener or another thread: return once that close has committed
             self._close_done.wait()
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class _StopSignal(BaseException):
-    """Raised in the main thread by :meth:`PushConsumer.run`'s signal handler, to end its wait."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signal_name = signal.Signals(signum).name
-
-
-class _OneStopSignal:
-    """``run``'s handler of SIGINT and SIGTERM: raises :class:`_StopSignal` once, then ignores
-    signals until the previous handlers are back. Raising is all it does: setting an Event would
-    take the Event's lock, which the interrupted main thread may hold."""
-
-    def __init__(self) -> None:
-        self._armed = True
-
-    def __call__(self, signum: int, _frame: FrameType | None) -> None:
-        if self._armed:
-            self._armed = False
-            raise _StopSignal(signum)
-
-    def disarm(self) -> None:
-        """No more raising; a signal that raises while this is being called is swallowed."""
-        # Not contextlib.suppress: a signal could come before its __enter__ ran.
-        try:  # noqa: SIM105
-            self._armed = False
-        except _StopSignal:
-            pass
 
 
 def _describe(work: _InFlight) -> str:
@@ -839,10 +807,10 @@ class AsyncPushConsumer(WarnsUnclosed):
             )
         loop = asyncio.get_running_loop()
         received: asyncio.Future[signal.Signals] = loop.create_future()
-        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+        previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
         try:
-            for sig in _STOP_SIGNALS:
-                loop.add_signal_handler(sig, _settle, received, sig)
+            for sig in STOP_SIGNALS:
+                loop.add_signal_handler(sig, settle_once, received, sig)
             await self.start()
             log.info("push consumer of %s running until SIGINT or SIGTERM", self.group)
             if self._task is not None:  # the pull task ends when the consumer is closed
@@ -858,8 +826,3 @@ class AsyncPushConsumer(WarnsUnclosed):
             await self.close()
             # closed by a listener or another task: return once that close has committed
             await self._close_done.wait()
-
-
-def _settle(received: asyncio.Future[signal.Signals], sig: signal.Signals) -> None:
-    if not received.done():
-        received.set_result(sig)
