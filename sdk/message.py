@@ -20,8 +20,9 @@ import enum
 import functools
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from localstore.record.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
@@ -88,26 +89,36 @@ class ConsumeResult(enum.Enum):
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
+class _Identified(Protocol):
+    """A message as :func:`read_answer` names it."""
+
+    @property
+    def msg_id(self) -> str | None: ...
+
+
 def read_answer(
-    answer: object, listener: str, message_ids: Sequence[str | None] = ()
+    answer: object, listener: Callable[[], str], messages: Sequence[_Identified] = ()
 ) -> ConsumeResult:
     """A listener's answer as every consumer reads it (the one place that decides it):
 
     * ``None`` (a callback that returns nothing) or ``SUCCESS``: SUCCESS;
     * ``RECONSUME_LATER``: itself;
     * anything else (``True``, ``"ok"``, ``1``, a coroutine nobody awaited): a programming error,
-      logged at ERROR with the value's repr, ``listener`` (which names the group) and the
-      batch's ``message_ids``, and read as RECONSUME_LATER: the batch is retried, never
-      acknowledged (an orderly consumer retries it in place)."""
+      logged at ERROR with the value's repr, ``listener()`` (a name that says whose, the group
+      included) and the ids of ``messages``, and read as RECONSUME_LATER: the batch is retried,
+      never acknowledged (an orderly consumer retries it in place).
+
+    The name and the ids are made only for that log line: reading a message's id parses its
+    properties, which a consumer otherwise leaves to the listener."""
     if answer is None or answer is ConsumeResult.SUCCESS:
         return ConsumeResult.SUCCESS
     if answer is not ConsumeResult.RECONSUME_LATER:
         log.error(
             "%s answered %r for message(s) %s, which is not a ConsumeResult (return "
             "ConsumeResult.SUCCESS or None for success): retrying the batch",
-            listener,
+            listener(),
             answer,
-            ", ".join(str(i) for i in message_ids) or "-",
+            ", ".join(str(m.msg_id) for m in messages) or "-",
         )
         if inspect.iscoroutine(answer):
             answer.close()  # never awaited: closed, so no warning is left behind

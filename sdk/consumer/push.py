@@ -121,7 +121,7 @@ def _outcome(answer: object, group: str, messages: list[StoredMessage]) -> Consu
     """What a listener's ``answer`` for ``messages`` means (:func:`sdk.message.read_answer`):
     ``None`` or SUCCESS succeeds; any value that is not a ConsumeResult is logged at ERROR
     with the group and the message ids, and the batch is retried."""
-    return read_answer(answer, f"listener of {group}", [m.msg_id for m in messages])
+    return read_answer(answer, lambda: f"listener of {group}", messages)
 
 
 class PushConsumer(WarnsUnclosed):

@@ -127,8 +127,8 @@ def _require_sync(listener: Callable[..., object], wrapper: str) -> None:
 
 def _succeeded(answer: object, listener: Callable[..., object], messages: Sequence[M]) -> bool:
     """Whether the listener's ``answer`` means success, as the push consumer reads it."""
-    label = f"idempotent listener {listener!r}"
-    return read_answer(answer, label, [m.msg_id for m in messages]) is ConsumeResult.SUCCESS
+    label = lambda: f"idempotent listener {listener!r}"  # noqa: E731  (made only to log)
+    return read_answer(answer, label, messages) is ConsumeResult.SUCCESS
 
 
 def _skip(on_skip: SkipHook[M] | None, message: M, status: ClaimStatus) -> None:
