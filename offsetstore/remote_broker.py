@@ -173,9 +173,19 @@ class RemoteBrokerOffsetStore:
                 )
             )
         except Exception as exc:
-            log.warning("cannot read the offset of %s for %s: %s", queue, self.group, exc)
-            log.debug("offset read failure", exc_info=True)
-            return READ_FAILED
+            return self.read_failed(queue, exc)
+        return self.offset_read(queue, found)
+
+    def read_failed(self, queue: MessageQueue, exc: BaseException) -> ReadResult:
+        """A broker read of ``queue`` failed (logged): :data:`READ_FAILED`."""
+        log.warning("cannot read the offset of %s for %s: %s", queue, self.group, exc)
+        log.debug("offset read failure", exc_info=True)
+        return READ_FAILED
+
+    def offset_read(self, queue: MessageQueue, found: int | OffsetStatus | None) -> ReadResult:
+        """The broker answered ``found`` for ``queue`` (None: it has none): the offset to use,
+        our own newer commit still waiting to land counted, recorded in memory. Public for
+        clients that make the broker call themselves (the SDK's asyncio consumers)."""
         with self._lock:
             waiting = self._pending.get(queue)  # our own newer commit, not landed yet
         if found is None or isinstance(found, OffsetStatus):
@@ -190,36 +200,54 @@ class RemoteBrokerOffsetStore:
     # -- persisting -------------------------------------------------------------------------
 
     def persist(self, queue: MessageQueue) -> None:
-        self._commit(self._memory.of_queues((queue,)))
+        with self._persist_lock:
+            self._commit(self.commits_due((queue,)))
 
     def persist_all(self, queues: Iterable[MessageQueue]) -> None:
-        self._commit(self._memory.of_queues(queues, drop_others=self.drop_unlisted))
-
-    def _commit(self, offsets: dict[MessageQueue, int]) -> None:
-        """Send ``offsets`` plus the pending ones, one call per broker; keep what fails."""
         with self._persist_lock:
-            with self._lock:
-                merged = {**self._pending, **offsets}
-                self._pending.clear()
-            by_broker: dict[str, dict[MessageQueue, int]] = defaultdict(dict)
-            for queue, offset in merged.items():
-                by_broker[queue.broker_name][queue] = offset
-            for broker_name, batch in sorted(by_broker.items()):
-                try:
-                    commit = partial(self.backend.commit_offsets, broker_name, self.group, batch)
-                    self.retry.call(commit)
-                except Exception as exc:
-                    log.warning(
-                        "cannot commit %d offset(s) of %s to %s (%s); kept for the next persist",
-                        len(batch),
-                        self.group,
-                        broker_name,
-                        exc,
-                    )
-                    log.debug("offset commit failure", exc_info=True)
-                    with self._lock:
-                        for queue, offset in batch.items():
-                            self._pending.setdefault(queue, offset)
+            self._commit(self.commits_due(queues, drop_others=self.drop_unlisted))
+
+    def commits_due(
+        self, queues: Iterable[MessageQueue], *, drop_others: bool = False
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """What persisting ``queues`` sends, by broker: their memory offsets plus every
+        commit that failed before (taken: report a failed send with :meth:`commit_failed`).
+        ``drop_others`` forgets the memory entries of other queues."""
+        offsets = self._memory.of_queues(queues, drop_others=drop_others)
+        with self._lock:
+            merged = {**self._pending, **offsets}
+            self._pending.clear()
+        by_broker: dict[str, dict[MessageQueue, int]] = defaultdict(dict)
+        for queue, offset in merged.items():
+            by_broker[queue.broker_name][queue] = offset
+        return dict(sorted(by_broker.items()))
+
+    def commit_failed(
+        self, broker_name: str, offsets: Mapping[MessageQueue, int], exc: BaseException
+    ) -> None:
+        """A commit of ``offsets`` to ``broker_name`` failed (logged): kept for the next
+        persist, unless a newer failed commit of the same queue is kept already."""
+        log.warning(
+            "cannot commit %d offset(s) of %s to %s (%s); kept for the next persist",
+            len(offsets),
+            self.group,
+            broker_name,
+            exc,
+        )
+        log.debug("offset commit failure", exc_info=True)
+        with self._lock:
+            for queue, offset in offsets.items():
+                self._pending.setdefault(queue, offset)
+
+    def _commit(self, by_broker: dict[str, dict[MessageQueue, int]]) -> None:
+        """Send ``by_broker`` (from :meth:`commits_due`), one call per broker; keep what fails.
+        The persist lock is held."""
+        for broker_name, batch in by_broker.items():
+            try:
+                commit = partial(self.backend.commit_offsets, broker_name, self.group, batch)
+                self.retry.call(commit)
+            except Exception as exc:
+                self.commit_failed(broker_name, batch, exc)
 
     def start_auto_persist(
         self,

@@ -326,9 +326,9 @@ class AsyncProducer(_ProducerBase):
     async def _queue_count(self, topic: str) -> int:
         count = self._routes.cached(topic)
         if count is None:
-            sync = self.transport.sync
+            transport = self.transport
             count = self._routes.remember(
-                topic, await self._call(lambda: asyncio.to_thread(sync.queue_count, topic))
+                topic, await self._call(lambda: transport.queue_count(topic))
             )
         return count
 

@@ -431,6 +431,12 @@ class BrokerService:
         """Half messages ``group`` is asked to decide, waiting up to ``wait_ms`` for one."""
         return self.transactions.fetch_checks(group, client_id, wait_ms)
 
+    async def fetch_transaction_checks_async(
+        self, group: str, client_id: str, wait_ms: int
+    ) -> TransactionChecks:
+        """:meth:`fetch_transaction_checks` for an event loop: the wait parks a future."""
+        return await self.transactions.fetch_checks_async(group, client_id, wait_ms)
+
     # -- pull --------------------------------------------------------------------------------
     def pull(self, batch: PullBatch) -> PullBatchResult:
         """Answer every queue of ``batch`` at once (never waits)."""

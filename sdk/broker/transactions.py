@@ -60,6 +60,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import logging
@@ -143,6 +144,11 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _settle(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
 def _illegal(detail: str, topic: str = "", queue_id: int = 0) -> PutResult:
     return PutResult(PutStatus.MESSAGE_ILLEGAL, detail, topic, queue_id)
 
@@ -194,6 +200,8 @@ class TransactionService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # Event-loop fetches waiting for checks: each entry wakes one (from any thread).
+        self._check_waiters: list[Callable[[], None]] = []
         self._load()
 
     # -- state ---------------------------------------------------------------------------------
@@ -430,7 +438,7 @@ class TransactionService:
             queued, expired = self._walk(now)
             if queued:
                 with self._checks_ready:
-                    self._checks_ready.notify_all()
+                    self._notify_checks_locked()
             for half in expired:
                 log.warning(
                     "rolling back transaction %s of producer group %s (%s/%s): still unresolved "
@@ -519,7 +527,6 @@ class TransactionService:
         """The half messages producer group ``group`` is asked about (up to ``max_count``),
         waiting up to ``wait_ms`` for one; each handed out counts as one check."""
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
-        taken: list[tuple[int, int]] = []
         with self._checks_ready:
             self._producers.setdefault(group, {})[client_id] = _now_ms()
             while not self._pending.get(group) and not self._closed:
@@ -527,14 +534,61 @@ class TransactionService:
                 if remaining <= 0:
                     break
                 self._checks_ready.wait(remaining)
-            pending = self._pending.get(group)
-            while pending and len(taken) < max_count and not self._closed:
-                offset, phys_offset = next(iter(pending.items()))
-                del pending[offset]
-                if offset < self._progress or offset in self._resolved:
-                    continue
-                self._check_counts[offset] = self._check_counts.get(offset, 0) + 1
-                taken.append((offset, phys_offset))
+            taken = self._take_checks_locked(group, max_count)
+        return self._read_halves(taken)
+
+    async def fetch_checks_async(
+        self, group: str, client_id: str, wait_ms: int, max_count: int = _FETCH_MAX
+    ) -> TransactionChecks:
+        """:meth:`fetch_checks` for an event loop: the wait parks a future (woken by a check
+        round that queues work, or by :meth:`stop`), not a thread."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(wait_ms, 0) / 1000
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+
+            def wake(woken: asyncio.Future[None] = woken) -> None:
+                loop.call_soon_threadsafe(_settle, woken)
+
+            with self._checks_ready:
+                self._producers.setdefault(group, {})[client_id] = _now_ms()
+                remaining = deadline - loop.time()
+                if self._pending.get(group) or self._closed or remaining <= 0:
+                    taken = self._take_checks_locked(group, max_count)
+                    break
+                self._check_waiters.append(wake)
+            try:
+                await asyncio.wait_for(asyncio.shield(woken), remaining)
+            except TimeoutError:
+                pass
+            finally:
+                with self._checks_ready:
+                    if wake in self._check_waiters:
+                        self._check_waiters.remove(wake)
+        return self._read_halves(taken)
+
+    def _notify_checks_locked(self) -> None:
+        """Wake every waiting fetch (threads and event loops); the lock is held."""
+        self._checks_ready.notify_all()
+        waiters, self._check_waiters = self._check_waiters, []
+        for wake in waiters:
+            wake()
+
+    def _take_checks_locked(self, group: str, max_count: int) -> list[tuple[int, int]]:
+        """Up to ``max_count`` pending checks of ``group`` (half offset, commitlog offset),
+        each counted as one check; the lock is held."""
+        taken: list[tuple[int, int]] = []
+        pending = self._pending.get(group)
+        while pending and len(taken) < max_count and not self._closed:
+            offset, phys_offset = next(iter(pending.items()))
+            del pending[offset]
+            if offset < self._progress or offset in self._resolved:
+                continue
+            self._check_counts[offset] = self._check_counts.get(offset, 0) + 1
+            taken.append((offset, phys_offset))
+        return taken
+
+    def _read_halves(self, taken: list[tuple[int, int]]) -> TransactionChecks:
         parts = []
         for offset, phys_offset in taken:
             got = self.store.get_message_bytes(HALF_TOPIC, HALF_QUEUE, offset, max_count=1)
@@ -572,7 +626,7 @@ class TransactionService:
         self._stop.set()
         with self._checks_ready:
             self._closed = True
-            self._checks_ready.notify_all()
+            self._notify_checks_locked()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()

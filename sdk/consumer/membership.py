@@ -2,11 +2,13 @@
 
 * A client id is ``host@pid@instance#n``: unique per consumer object (``n`` counts them in the
   process); broadcasting consumers name their instance to find their local offsets file again.
-* Clustering: the broker keeps the group's offsets (:class:`RemoteBrokerOffsetStore` over the
-  transport); each member consumes the share of every subscribed topic's queues that the
+* Clustering: the broker keeps the group's offsets (:class:`RemoteBrokerOffsetStore`, read and
+  committed as steps); each member consumes the share of every subscribed topic's queues that the
   allocation strategy gives it among the group's live members (all members compute the same
   answer from the same sorted lists). Broadcasting: every member consumes every queue and keeps
   its own offsets in a local file (:class:`LocalFileOffsetStore`).
+* What talks to the broker here is written as steps (:mod:`sdk.transport.steps`): each shell,
+  blocking or asyncio, runs them on its own transport.
 * A queue the group has never committed starts where ``consume_from`` says (RocketMQ's
   ``computePullFromWhere``): LAST_OFFSET = the queue's end (only new messages), FIRST_OFFSET = its
   minimum, TIMESTAMP = the first message stored at or after ``consume_timestamp_ms``. A retry
@@ -20,7 +22,7 @@ import itertools
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from localstore.record.tags import TagFilter
@@ -30,13 +32,13 @@ from offsetstore import (
     LocalFileOffsetStore,
     MessageQueue,
     OffsetStore,
-    ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
 from sdk.consumer.allocate import AllocateSticky, AllocateStrategy
+from sdk.consumer.offset_steps import NO_BACKEND, read_committed
 from sdk.errors import InvalidArgumentError
-from sdk.transport.base import BrokerTransport
-from sdk.transport.models import BROADCASTING, CLUSTERING
+from sdk.transport.models import BROADCASTING, CLUSTERING, GroupView
+from sdk.transport.steps import Call, Steps
 
 __all__ = [
     "ConsumeFrom",
@@ -97,62 +99,57 @@ def new_client_id(instance_name: str | None = None) -> str:
 def make_offset_store(
     model: MessageModel,
     group: str,
-    transport: BrokerTransport,
     *,
     instance_name: str,
     offsets_dir: str | Path | None,
-    owned: Callable[[], Iterable[MessageQueue]] | None = None,
-    auto_persist: bool = True,
 ) -> OffsetStore:
-    """The broker's offsets (clustering) or a local file named by host and instance
-    (broadcasting); loaded, and (``auto_persist``) persisting every 5 s. With ``owned``, the
-    periodic persist of a clustering consumer commits only the queues it owns at that moment
-    (and forgets others)."""
+    """The broker's offsets (clustering: :class:`RemoteBrokerOffsetStore`, whose reads and
+    commits the consumer makes as steps, :mod:`sdk.consumer.offset_steps`) or a local file named
+    by host and instance (broadcasting), loaded. Nothing persists on its own: the consumer
+    persists (periodically, and at once where it must)."""
     if model is MessageModel.CLUSTERING:
-        remote = RemoteBrokerOffsetStore(group, transport)
-        remote.load()
-        if auto_persist:
-            remote.start_auto_persist(queues=owned)
-        return remote
+        return RemoteBrokerOffsetStore(group, NO_BACKEND)
     client = f"{socket.gethostname()}@{instance_name}"
     local = LocalFileOffsetStore(client, group, offsets_dir)
     local.load()
-    if auto_persist:
-        local.start_auto_persist()
     return local
 
 
 def heartbeat(
-    transport: BrokerTransport,
     group: str,
     client_id: str,
     subscription: Mapping[str, str | None],
     model: MessageModel,
-) -> int:
+) -> Steps[int]:
     """Register or refresh this member (``None`` tag expressions sent as ``*``); answers the
     group's generation."""
     expressions = {topic: (expression or "*") for topic, expression in subscription.items()}
-    return transport.heartbeat(group, client_id, expressions, model.value)
+    generation: int = yield Call.of("heartbeat", group, client_id, expressions, model.value)
+    return generation
 
 
-def topic_queues(transport: BrokerTransport, topic: str) -> list[MessageQueue]:
-    broker = transport.broker_name
-    return [MessageQueue(topic, broker, q) for q in range(transport.queue_count(topic))]
+def topic_queues(broker_name: str, topic: str) -> Steps[list[MessageQueue]]:
+    """Every queue of ``topic`` on broker ``broker_name``."""
+    count: int = yield Call.of("queue_count", topic)
+    return [MessageQueue(topic, broker_name, q) for q in range(count)]
 
 
 def assigned_queues(
-    transport: BrokerTransport,
+    broker_name: str,
     model: MessageModel,
     group: str,
     client_id: str,
     topics: Iterable[str],
     strategy: AllocateStrategy,
-) -> set[MessageQueue]:
+) -> Steps[set[MessageQueue]]:
     """The queues this member consumes now (see the module docstring)."""
     topics = sorted(set(topics))
     if model is MessageModel.BROADCASTING:
-        return {q for topic in topics for q in topic_queues(transport, topic)}
-    view = transport.group_view(group)
+        every: set[MessageQueue] = set()
+        for topic in topics:
+            every.update((yield from topic_queues(broker_name, topic)))
+        return every
+    view: GroupView = yield Call.of("group_view", group)
     members = view.members
     if client_id not in members:
         return set()
@@ -163,7 +160,7 @@ def assigned_queues(
         strategy = AllocateSticky(held)
     mine: set[MessageQueue] = set()
     for topic in topics:
-        queues = topic_queues(transport, topic)
+        queues = yield from topic_queues(broker_name, topic)
         if queues:
             mine.update(strategy.allocate(group, client_id, queues, members))
     return mine
@@ -191,25 +188,26 @@ def check_start(message_model: object, consume_from: object, consume_timestamp_m
 
 def start_offset(
     offsets: OffsetStore,
-    transport: BrokerTransport,
     queue: MessageQueue,
     consume_from: ConsumeFrom,
     consume_timestamp_ms: int,
-) -> int | None:
+) -> Steps[int | None]:
     """Where to start pulling ``queue``: the committed offset, or the ``consume_from`` rule for
-    a queue never committed; None when the offset could not be read (try again later)."""
-    found = offsets.read_offset(queue, ReadOffsetType.STORE)
+    a queue never committed (recorded in ``offsets``); None when the offset could not be read
+    (try again later)."""
+    found = yield from read_committed(offsets, queue)
     if isinstance(found, int) and found >= 0:
         return found
     if found is not NOT_FOUND:
         return None
     topic, queue_id = queue.topic, queue.queue_id
+    start: int
     if topic.startswith(RETRY_PREFIX) or consume_from is ConsumeFrom.FIRST_OFFSET:
-        start = transport.min_offset(topic, queue_id)
+        start = yield Call.of("min_offset", topic, queue_id)
     elif consume_from is ConsumeFrom.LAST_OFFSET:
-        start = transport.max_offset(topic, queue_id)
+        start = yield Call.of("max_offset", topic, queue_id)
     else:
-        start = transport.offset_for_timestamp(topic, queue_id, consume_timestamp_ms)
+        start = yield Call.of("offset_for_timestamp", topic, queue_id, consume_timestamp_ms)
     offsets.update_offset(queue, start, False)
     return start
 

@@ -19,29 +19,30 @@ Broadcasting consumers own every queue and take no lease.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from offsetstore import MessageQueue
-from sdk.transport.base import BrokerTransport
+from sdk.clock import SYSTEM_CLOCK, Clock
+from sdk.transport.steps import Call, Steps
 
 __all__ = ["QueueOwnership"]
 
 
 class QueueOwnership:
-    """The owned, releasing and pending queues of one member. Changed by one thread at a time
-    (the push core holds its membership lock: pull thread or lease keeper); read from any."""
+    """The owned, releasing and pending queues of one member. Changed by one sequence at a time
+    (the push consumer's shell runs them under its control lock); read from any thread.
+    :meth:`update` and :meth:`released` are steps (:mod:`sdk.transport.steps`)."""
 
     def __init__(
         self,
-        transport: BrokerTransport,
         group: str,
         client_id: str,
         *,
         leased: bool,
         release_timeout_s: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.transport = transport
+        self.clock = clock
         self.group = group
         self.client_id = client_id
         self.leased = leased
@@ -55,11 +56,13 @@ class QueueOwnership:
         """Queues are being handed over (pending leases or releases in progress)."""
         return bool(self.pending or self.releasing)
 
-    def update(self, wanted: Iterable[MessageQueue]) -> tuple[set[MessageQueue], set[MessageQueue]]:
+    def update(
+        self, wanted: Iterable[MessageQueue]
+    ) -> Steps[tuple[set[MessageQueue], set[MessageQueue]]]:
         """Match ``wanted`` and renew every lease held (owned or still releasing): answers
         (queues to start consuming, queues whose lease was lost outright)."""
         wanted = set(wanted)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for queue in self.owned - wanted:
             self.releasing.setdefault(queue, now)
         for queue in wanted & self.releasing.keys():  # given back to us before we let go
@@ -70,7 +73,9 @@ class QueueOwnership:
             self.pending.clear()
             return started, set()
         asked = wanted | self.owned
-        granted = self.transport.lock_queues(self.group, self.client_id, sorted(asked))
+        granted: set[MessageQueue] = yield Call.of(
+            "lock_queues", self.group, self.client_id, sorted(asked)
+        )
         lost = self.owned - granted
         for queue in lost:
             self.releasing.pop(queue, None)
@@ -82,14 +87,14 @@ class QueueOwnership:
     def release_timed_out(self, queue: MessageQueue) -> bool:
         """Whether a releasing queue waited ``release_timeout_s`` for its listeners."""
         since = self.releasing.get(queue)
-        return since is not None and time.monotonic() - since >= self.release_timeout_s
+        return since is not None and self.clock.monotonic() - since >= self.release_timeout_s
 
-    def released(self, queue: MessageQueue) -> None:
+    def released(self, queue: MessageQueue) -> Steps[None]:
         """The queue's offset is committed (or it was never taken): give its lease back."""
         self.releasing.pop(queue, None)
         self.owned.discard(queue)
         if self.leased:
-            self.transport.unlock_queues(self.group, self.client_id, [queue])
+            yield Call.of("unlock_queues", self.group, self.client_id, [queue])
 
     def is_releasing(self, queue: MessageQueue) -> bool:
         return queue in self.releasing

@@ -9,8 +9,9 @@ hand out, when to auto-commit), whose docstring states the invariants: a queue's
 (next message ``poll`` hands out, in this consumer only) versus its **committed offset** (where
 the group resumes, moved only by a commit and persisted at once), and delivery **at least once**
 with auto-commit. What is here is the I/O: the transport's pulls, and the control plane
-(membership through ``sdk.consumer.membership``, offsets through the offset store), which the
-async consumer runs in worker threads.
+(membership through ``sdk.consumer.membership``, offsets through the offset store), written once
+as steps (:mod:`sdk.transport.steps`) that the blocking consumer runs on its blocking transport
+and the async one on its asyncio transport, on the event loop: it starts no thread.
 
 One poll: when subscribed, heartbeat, the allocation of queues among the group's live members
 (``membership.assigned_queues``) and their leases if due, else a renewal of the leases when due
@@ -45,7 +46,7 @@ from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 from offsetstore import (
     NOT_FOUND,
@@ -63,16 +64,19 @@ from sdk.consumer.membership import (
     start_offset,
     topic_queues,
 )
+from sdk.consumer.offset_steps import persist, read_committed
 from sdk.consumer.pull_core import DEFAULT_MAX_POLL_RECORDS, Offsets, PullCore, check_topic
 from sdk.errors import BrokerUnavailableError, ClientClosedError, QuiverError
 from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ReceivedMessage
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.steps import Call, Steps, run_steps, run_steps_async
 
 __all__ = ["AsyncPullConsumer", "PullConsumer"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Each poll of an iteration (``for message in consumer``) waits at most this long, so an
 # iteration notices within it that another thread or task closed the consumer (a subscribed
@@ -86,9 +90,10 @@ _CLOSE_UNRENEWED = (
 
 
 class _PullConsumerBase(PullCore, WarnsUnclosed):
-    """The I/O both consumers share: the control-plane transport and the offset store. The
-    ``*_io`` methods only touch those two (both thread-safe) and take what they need of the
-    state as arguments (the async consumer runs them in worker threads)."""
+    """The I/O both consumers share, written once as steps (:mod:`sdk.transport.steps`): the
+    ``*_steps`` methods make broker calls and touch the offset store, and take what they need
+    of the state as arguments; :class:`PullConsumer` runs them on its blocking transport,
+    :class:`AsyncPullConsumer` on its asyncio one (on the loop, no thread)."""
 
     def __init__(
         self,
@@ -118,41 +123,39 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             allocate_strategy=allocate_strategy,
             instance_name=instance_name,
         )
-        self._control = self._connect(broker)
-        # Clustering: no periodic persist. It would send the last committed offset of a queue
+        self._broker = self._connect(broker)
+        # No periodic persist. Clustering: it would send the last committed offset of a queue
         # again after this member lost its lease (an application busy between polls), over the
         # new owner's commits. Every commit here is persisted at once, after the leases were
         # confirmed; one the broker could not take is sent again with the next.
         self._offsets: OffsetStore = make_offset_store(
             message_model,
             self.group,
-            self._control,
             instance_name=instance_name or "DEFAULT",
             offsets_dir=offsets_dir,
-            auto_persist=message_model is not MessageModel.CLUSTERING,
         )
         self._mark_opened()
 
     @abstractmethod
-    def _connect(self, broker: object) -> BrokerTransport:
-        """The blocking transport of the control plane (membership, offsets, bounds)."""
+    def _connect(self, broker: object) -> str:
+        """Reach ``broker``; the name of the broker reached."""
 
     @property
     def _broker_name(self) -> str:
-        return self._control.broker_name
+        return self._broker
 
-    # -- I/O (thread-safe: transport and offset store only) ----------------------------------------
-    def _membership_io(
+    # -- I/O, as steps (transport and offset store only) ------------------------------------------
+    def _membership_steps(
         self, subscription: Mapping[str, str | None], held: list[MessageQueue]
-    ) -> tuple[int, set[MessageQueue], set[MessageQueue]]:
+    ) -> Steps[tuple[int, set[MessageQueue], set[MessageQueue]]]:
         """Heartbeat; the group's generation, the queues allocated to this member, and those
         whose lease it holds now among them and ``held`` (clustering: takes or renews them;
         broadcasting: no leases, every allocated queue)."""
-        generation = heartbeat(
-            self._control, self.group, self.client_id, subscription, self.message_model
+        generation = yield from heartbeat(
+            self.group, self.client_id, subscription, self.message_model
         )
-        wanted = assigned_queues(
-            self._control,
+        wanted = yield from assigned_queues(
+            self._broker,
             self.message_model,
             self.group,
             self.client_id,
@@ -161,65 +164,74 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         )
         if self.message_model is not MessageModel.CLUSTERING:
             return generation, wanted, set(wanted)
-        return generation, wanted, self._lease_io(sorted(wanted.union(held)))
+        granted = yield from self._lease_steps(sorted(wanted.union(held)))
+        return generation, wanted, granted
 
-    def _lease_io(self, queues: list[MessageQueue]) -> set[MessageQueue]:
+    def _lease_steps(self, queues: list[MessageQueue]) -> Steps[set[MessageQueue]]:
         """Take or renew the leases of ``queues``; answers those this member holds now."""
-        return self._control.lock_queues(self.group, self.client_id, queues) if queues else set()
+        if not queues:
+            return set()
+        granted: set[MessageQueue] = yield Call.of(
+            "lock_queues", self.group, self.client_id, queues
+        )
+        return granted
 
-    def _forget_io(self, lost: Iterable[MessageQueue]) -> None:
+    def _forget(self, lost: Iterable[MessageQueue]) -> None:
         """Forget the offsets of queues whose lease was lost: never committed again."""
         for queue in lost:
             self._offsets.discard(queue)
 
-    def _release_io(self, released: Mapping[MessageQueue, int | None]) -> None:
+    def _release_steps(self, released: Mapping[MessageQueue, int | None]) -> Steps[None]:
         """Commit (when given) and forget queues this consumer no longer owns."""
         for queue, offset in released.items():
             if offset is not None:
                 self._offsets.update_offset(queue, offset, False)
-            self._offsets.persist(queue)
+            yield from persist(self._offsets, [queue], drop_others=False)
             self._offsets.remove_offset(queue)
         subscribed_cluster = (
             self._subscription is not None and self.message_model is MessageModel.CLUSTERING
         )
         if released and subscribed_cluster:  # committed: now let the lease go
-            self._control.unlock_queues(self.group, self.client_id, sorted(released))
+            yield Call.of("unlock_queues", self.group, self.client_id, sorted(released))
 
-    def _starts_io(self, queues: list[MessageQueue], assigned: list[MessageQueue]) -> Offsets:
+    def _starts_steps(
+        self, queues: list[MessageQueue], assigned: list[MessageQueue]
+    ) -> Steps[Offsets]:
         """Start offsets of ``queues`` (committed, else the ``consume_from`` rule), recorded
         at once; a queue whose offset cannot be read is left out (tried again next poll)."""
         starts: Offsets = {}
         for queue in queues:
-            start = start_offset(
-                self._offsets, self._control, queue, self.consume_from, self.consume_timestamp_ms
+            start = yield from start_offset(
+                self._offsets, queue, self.consume_from, self.consume_timestamp_ms
             )
             if start is None:
                 log.warning("offset of %s unreadable for %s; trying again later", queue, self.group)
             else:
                 starts[queue] = start
         if starts:
-            self._offsets.persist_all(assigned)
+            yield from persist(self._offsets, assigned, drop_others=True)
         return starts
 
-    def _auto_commit_io(self, positions: Offsets, assigned: list[MessageQueue]) -> bool:
+    def _auto_commit_steps(self, positions: Offsets, assigned: list[MessageQueue]) -> Steps[bool]:
         """Commit ``positions``; a failure is logged (the next auto-commit tries again)."""
         try:
-            self._commit_io(positions, assigned)
+            yield from self._commit_steps(positions, assigned)
         except Exception as exc:
             log.warning("auto-commit of %s failed: %s; trying again later", self.group, exc)
             return False
         return True
 
-    def _commit_io(self, offsets: Offsets, assigned: list[MessageQueue]) -> None:
+    def _commit_steps(self, offsets: Offsets, assigned: list[MessageQueue]) -> Steps[None]:
         for queue, offset in offsets.items():
             self._offsets.update_offset(queue, offset, False)
-        self._offsets.persist_all(sorted({*assigned, *offsets}))
+        yield from persist(self._offsets, sorted({*assigned, *offsets}), drop_others=True)
 
-    def _committed_io(self, queue: MessageQueue, assigned: bool) -> int | None:
-        read = ReadOffsetType.MEMORY_FIRST_THEN_STORE if assigned else ReadOffsetType.STORE
-        found = self._offsets.read_offset(queue, read)
-        if not assigned:
-            self._offsets.remove_offset(queue)  # never re-committed by the periodic persist
+    def _committed_steps(self, queue: MessageQueue, assigned: bool) -> Steps[int | None]:
+        found = self._offsets.read_offset(queue, ReadOffsetType.MEMORY) if assigned else NOT_FOUND
+        if not isinstance(found, int):
+            found = yield from read_committed(self._offsets, queue)
+            if not assigned:
+                self._offsets.remove_offset(queue)  # never re-committed by a later persist
         if isinstance(found, int):
             return found
         if found is NOT_FOUND:
@@ -228,28 +240,41 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             raise BrokerUnavailableError(f"cannot read the committed offset of {queue}")
         raise QuiverError(f"cannot read the committed offset of {queue} (see the log)")
 
-    def _bounds_io(self, queues: list[MessageQueue], end: bool) -> Offsets:
-        bound = self._control.max_offset if end else self._control.min_offset
-        return {q: bound(q.topic, q.queue_id) for q in queues}
+    def _bounds_steps(self, queues: list[MessageQueue], end: bool) -> Steps[Offsets]:
+        method = "max_offset" if end else "min_offset"
+        bounds: Offsets = {}
+        for queue in queues:
+            bounds[queue] = yield Call.of(method, queue.topic, queue.queue_id)
+        return bounds
 
-    def _times_io(self, timestamps: Mapping[MessageQueue, int]) -> Offsets:
-        lookup = self._control.offset_for_timestamp
-        return {q: lookup(q.topic, q.queue_id, ts) for q, ts in timestamps.items()}
+    def _times_steps(self, timestamps: Mapping[MessageQueue, int]) -> Steps[Offsets]:
+        found: Offsets = {}
+        for queue, timestamp_ms in timestamps.items():
+            found[queue] = yield Call.of(
+                "offset_for_timestamp", queue.topic, queue.queue_id, timestamp_ms
+            )
+        return found
 
-    def _close_io(self, final: Offsets | None, assigned: list[MessageQueue], leave: bool) -> None:
-        """Commit ``final`` (auto-commit), persist everything, stop the offset store, leave."""
+    def _close_steps(
+        self, final: Offsets | None, assigned: list[MessageQueue], leave: bool
+    ) -> Steps[None]:
+        """Commit ``final`` (auto-commit), write the local offsets file (broadcasting), leave
+        the group; a failed commit is raised after leaving."""
+        failure: Exception | None = None
         try:
             if final:
-                self._commit_io(final, assigned)
-        finally:
-            try:
+                yield from self._commit_steps(final, assigned)
+            if self.message_model is not MessageModel.CLUSTERING:
                 self._offsets.close()
-            finally:
-                if leave:
-                    try:
-                        self._control.unregister(self.group, self.client_id)
-                    except Exception as exc:
-                        log.warning("could not leave group %s: %s", self.group, exc)
+        except Exception as exc:  # no yield in a handler: a closed generator must not call
+            failure = exc
+        if leave:
+            try:
+                yield Call.of("unregister", self.group, self.client_id)
+            except Exception as exc:
+                log.warning("could not leave group %s: %s", self.group, exc)
+        if failure is not None:
+            raise failure
 
 
 class PullConsumer(_PullConsumerBase):
@@ -284,9 +309,13 @@ class PullConsumer(_PullConsumerBase):
 
     _transport: BrokerTransport
 
-    def _connect(self, broker: object) -> BrokerTransport:
+    def _connect(self, broker: object) -> str:
         self._transport = resolve(broker)
-        return self._transport
+        return self._transport.broker_name
+
+    def _run(self, steps: Steps[T]) -> T:
+        """Make the broker calls ``steps`` asks for."""
+        return run_steps(steps, self._transport)
 
     def subscribe(self, topics: Mapping[str, str | None] | Iterable[str]) -> None:
         """Consume ``topics`` as a member of the group: ``{topic: tag expression or None}``, or
@@ -307,7 +336,7 @@ class PullConsumer(_PullConsumerBase):
     def queues_for(self, topic: str) -> list[MessageQueue]:
         """Every queue of ``topic`` (to :meth:`assign` some of them)."""
         self._check_open()
-        return topic_queues(self._control, check_topic(topic))
+        return self._run(topic_queues(self._broker, check_topic(topic)))
 
     def _sync_up(self, auto_commit: bool = False) -> None:
         """The leases first (membership when due, else a renewal when due or before committing
@@ -316,26 +345,26 @@ class PullConsumer(_PullConsumerBase):
         due = self._auto_commit_due() if auto_commit else None
         subscription = self._membership_due()
         if subscription is not None:
-            joined = self._membership_io(subscription, sorted(self._queues))
-            self._forget_io(self._rebalanced(*joined))
+            joined = self._run(self._membership_steps(subscription, sorted(self._queues)))
+            self._forget(self._rebalanced(*joined))
         elif self._pending_leases or self._renewal_due(
             committing=bool(due) or bool(self._queues.unknown_starts())
         ):
             self._renew_leases(with_pending=True)
         due = self._queues.held_only(due) if due else None
-        if due and self._auto_commit_io(due, sorted(self._queues)):
+        if due and self._run(self._auto_commit_steps(due, sorted(self._queues))):
             self._auto_committed(due)
         released = self._queues.take_releases()
         if released:
-            self._release_io(released)
+            self._run(self._release_steps(released))
         unknown = self._queues.unknown_starts()
         if unknown:
-            self._queues.apply_starts(self._starts_io(unknown, sorted(self._queues)))
+            self._queues.apply_starts(self._run(self._starts_steps(unknown, sorted(self._queues))))
 
     def _renew_leases(self, with_pending: bool = False) -> None:
         held = sorted(self._queues)
-        granted = self._lease_io(self._lease_asked(with_pending))
-        self._forget_io(self._lease_renewal_answered(held, granted))
+        granted = self._run(self._lease_steps(self._lease_asked(with_pending)))
+        self._forget(self._lease_renewal_answered(held, granted))
 
     def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
@@ -385,32 +414,32 @@ class PullConsumer(_PullConsumerBase):
         if self._renewal_due(committing=True):
             self._renew_leases()
             chosen = self._queues.held_only(chosen)
-        self._commit_io(chosen, sorted(self._queues))
+        self._run(self._commit_steps(chosen, sorted(self._queues)))
         self._note_commit(chosen, given=offsets is not None)
 
     def committed(self, queue: MessageQueue) -> int | None:
         """The group's committed offset of ``queue`` (next to consume), or None when it has
         none. Raises :class:`sdk.errors.BrokerUnavailableError` when it cannot be read."""
         self._check_open()
-        return self._committed_io(queue, self._is_assigned(queue))
+        return self._run(self._committed_steps(queue, self._is_assigned(queue)))
 
     def seek_to_beginning(self, *queues: MessageQueue) -> None:
         """Move ``queues`` (default: every assigned queue) to their first readable message."""
         self._check_open()
-        self._queues.seek_to(self._bounds_io(self._queues.chosen(queues), end=False))
+        self._queues.seek_to(self._run(self._bounds_steps(self._queues.chosen(queues), end=False)))
 
     def seek_to_end(self, *queues: MessageQueue) -> None:
         """Move ``queues`` (default: every assigned queue) past their last message: only
         messages sent from now on are polled."""
         self._check_open()
-        self._queues.seek_to(self._bounds_io(self._queues.chosen(queues), end=True))
+        self._queues.seek_to(self._run(self._bounds_steps(self._queues.chosen(queues), end=True)))
 
     def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         """For each queue, the offset of its first message stored at or after the timestamp
         (ms since the epoch); the queue's end offset when every message is older. Any queue of
         this broker, assigned or not."""
         self._check_open()
-        return self._times_io(self._checked_times(timestamps))
+        return self._run(self._times_steps(self._checked_times(timestamps)))
 
     def close(self) -> None:
         """Commit the positions (with auto-commit) of the queues whose lease is still this
@@ -421,9 +450,9 @@ class PullConsumer(_PullConsumerBase):
             try:
                 self._renew_leases()
             except Exception as exc:
-                self._forget_io(self._queues.abandon_all())
+                self._forget(self._queues.abandon_all())
                 log.warning(_CLOSE_UNRENEWED, self.group, exc)
-        self._close_io(*self._closing())
+        self._run(self._close_steps(*self._closing()))
 
     def __enter__(self) -> Self:
         self._check_open()
@@ -442,8 +471,8 @@ class AsyncPullConsumer(_PullConsumerBase):
     """The asyncio twin of :class:`PullConsumer`, with the same arguments: ``poll``,
     ``commit``, ``committed``, ``close``, ``offsets_for_times``, ``seek_to_beginning``,
     ``seek_to_end`` and ``queues_for`` are coroutines. Messages come through the async
-    transport's pull (a waiting poll parks a future, not a thread); membership and offsets go
-    through the blocking control plane in worker threads.
+    transport's pull (a waiting poll parks a future, not a thread); membership and offsets are
+    awaited on the same transport. It runs on the event loop alone and starts no thread.
 
     :meth:`subscribe` and :meth:`assign` only record what to consume: the group is joined and
     start positions are fixed by the next poll. Use ``async with``, or ``await close()``.
@@ -455,43 +484,47 @@ class AsyncPullConsumer(_PullConsumerBase):
 
     _transport: AsyncBrokerTransport
 
-    def _connect(self, broker: object) -> BrokerTransport:
+    def _connect(self, broker: object) -> str:
         self._transport = resolve_async(broker)
-        return self._transport.sync
+        return self._transport.broker_name
+
+    async def _run(self, steps: Steps[T]) -> T:
+        """Make the broker calls ``steps`` asks for, on the loop."""
+        return await run_steps_async(steps, self._transport)
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """Every queue of ``topic`` (to :meth:`assign` some of them)."""
         self._check_open()
-        return await asyncio.to_thread(topic_queues, self._control, check_topic(topic))
+        return await self._run(topic_queues(self._broker, check_topic(topic)))
 
     async def _sync_up(self, auto_commit: bool = False) -> None:
         due = self._auto_commit_due() if auto_commit else None
         subscription = self._membership_due()
         if subscription is not None:
             held = sorted(self._queues)
-            joined = await asyncio.to_thread(self._membership_io, subscription, held)
-            self._forget_io(self._rebalanced(*joined))
+            joined = await self._run(self._membership_steps(subscription, held))
+            self._forget(self._rebalanced(*joined))
         elif self._pending_leases or self._renewal_due(
             committing=bool(due) or bool(self._queues.unknown_starts())
         ):
             await self._renew_leases(with_pending=True)
         due = self._queues.held_only(due) if due else None
         if due:
-            done = await asyncio.to_thread(self._auto_commit_io, due, sorted(self._queues))
+            done = await self._run(self._auto_commit_steps(due, sorted(self._queues)))
             if done:
                 self._auto_committed(due)
         released = self._queues.take_releases()
         if released:
-            await asyncio.to_thread(self._release_io, released)
+            await self._run(self._release_steps(released))
         unknown = self._queues.unknown_starts()
         if unknown:
-            starts = await asyncio.to_thread(self._starts_io, unknown, sorted(self._queues))
+            starts = await self._run(self._starts_steps(unknown, sorted(self._queues)))
             self._queues.apply_starts(starts)
 
     async def _renew_leases(self, with_pending: bool = False) -> None:
         held = sorted(self._queues)
-        granted = await asyncio.to_thread(self._lease_io, self._lease_asked(with_pending))
-        self._forget_io(self._lease_renewal_answered(held, granted))
+        granted = await self._run(self._lease_steps(self._lease_asked(with_pending)))
+        self._forget(self._lease_renewal_answered(held, granted))
 
     async def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
@@ -543,14 +576,14 @@ class AsyncPullConsumer(_PullConsumerBase):
         if self._renewal_due(committing=True):
             await self._renew_leases()
             chosen = self._queues.held_only(chosen)
-        await asyncio.to_thread(self._commit_io, chosen, sorted(self._queues))
+        await self._run(self._commit_steps(chosen, sorted(self._queues)))
         self._note_commit(chosen, given=offsets is not None)
 
     async def committed(self, queue: MessageQueue) -> int | None:
         """The group's committed offset of ``queue`` (next to consume), or None when it has
         none. Raises :class:`sdk.errors.BrokerUnavailableError` when it cannot be read."""
         self._check_open()
-        return await asyncio.to_thread(self._committed_io, queue, self._is_assigned(queue))
+        return await self._run(self._committed_steps(queue, self._is_assigned(queue)))
 
     async def seek_to_beginning(self, *queues: MessageQueue) -> None:
         """Move ``queues`` (default: every assigned queue) to their first readable message."""
@@ -562,9 +595,7 @@ class AsyncPullConsumer(_PullConsumerBase):
 
     async def _seek_to_bound(self, queues: tuple[MessageQueue, ...], end: bool) -> None:
         self._check_open()
-        self._queues.seek_to(
-            await asyncio.to_thread(self._bounds_io, self._queues.chosen(queues), end)
-        )
+        self._queues.seek_to(await self._run(self._bounds_steps(self._queues.chosen(queues), end)))
 
     async def offsets_for_times(
         self, timestamps: Mapping[MessageQueue, int]
@@ -572,7 +603,7 @@ class AsyncPullConsumer(_PullConsumerBase):
         """For each queue, the offset of its first message stored at or after the timestamp
         (ms since the epoch); the queue's end offset when every message is older."""
         self._check_open()
-        return await asyncio.to_thread(self._times_io, self._checked_times(timestamps))
+        return await self._run(self._times_steps(self._checked_times(timestamps)))
 
     async def close(self) -> None:
         """Commit the positions (with auto-commit) of the queues whose lease is still this
@@ -583,9 +614,9 @@ class AsyncPullConsumer(_PullConsumerBase):
             try:
                 await self._renew_leases()
             except Exception as exc:
-                self._forget_io(self._queues.abandon_all())
+                self._forget(self._queues.abandon_all())
                 log.warning(_CLOSE_UNRENEWED, self.group, exc)
-        await asyncio.to_thread(self._close_io, *self._closing())
+        await self._run(self._close_steps(*self._closing()))
 
     async def __aenter__(self) -> Self:
         self._check_open()

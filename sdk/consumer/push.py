@@ -1,9 +1,12 @@
 """Push consumers: the broker's messages delivered to a listener, concurrently.
 
-:class:`PushConsumer` runs one pull thread and a pool of listener threads; its asyncio twin
-:class:`AsyncPushConsumer` runs one pull task and listener tasks. Both leave every decision to
-:class:`sdk.consumer.push_core.PushCore` (assignment, flow control, send-back, offsets), so they
-behave the same.
+:class:`PushConsumer` runs one pull thread, a pool of listener threads and two keeper threads
+(lease renewal, offset persist); its asyncio twin :class:`AsyncPushConsumer` runs the same as
+tasks of the event loop and starts no thread. Both leave every decision to
+:class:`sdk.consumer.push_core.PushCore` (assignment, flow control, send-back, offsets), which
+does no I/O: what needs the broker it writes as steps (:mod:`sdk.transport.steps`), which each
+shell runs on its own transport (blocking, or awaited). So they behave the same, and a new
+transport (HTTP) serves both.
 
 The pull thread holds one long-polling request over all owned queues at a time: it costs no CPU
 while nothing arrives and answers as soon as a message does. Listener batches are handed to the
@@ -38,16 +41,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from threading import current_thread
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar, Unpack
 
 from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
 from offsetstore.memory import PeriodicPersister
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.consumer.daemon_pool import DaemonThreadPool
 from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import check_group, check_subscription, new_client_id
 from sdk.consumer.process_queue import ProcessQueue
-from sdk.consumer.push_core import PushCore, PushSettings, Work
+from sdk.consumer.push_core import PushCore, PushOptions, PushSettings, Work
 from sdk.consumer.stop_signals import STOP_SIGNALS, OneStopSignal, StopSignal, settle_once
 from sdk.errors import (
     ArgumentTypeError,
@@ -57,8 +61,9 @@ from sdk.errors import (
 )
 from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ConsumeResult, is_async_callable, read_answer
-from sdk.transport.base import AsyncBrokerTransport
+from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.steps import Steps, run_steps, run_steps_async
 
 __all__ = ["AsyncPushConsumer", "Listener", "PushConsumer", "check_listener"]
 
@@ -77,18 +82,10 @@ _INLINE_LISTENER_S = 0.0005
 _InFlight = tuple[MessageQueue, list[StoredMessage] | None]
 
 
-def _start_lease_keeper(core: PushCore, group: str) -> PeriodicPersister:
-    """A thread renewing the consumer's queue leases every ``lease_renew_interval_s`` (a failed
-    renewal is logged and tried again at the next tick), until stopped at close or until the
-    core is closed (its ``renew_leases`` returns False), whichever comes first."""
-    interval = core.settings.lease_renew_interval_s
-    return PeriodicPersister(
-        f"quiver-leases-{group}",
-        core.renew_leases,
-        interval,
-        what="lease renewal",
-        until_false=True,
-    )
+T = TypeVar("T")
+# The consumer's committed offsets are persisted this often (and at once where they must be:
+# a queue let go of, close), as RocketMQ's persistConsumerOffsetInterval.
+OFFSET_PERSIST_INTERVAL_S = 5.0
 
 
 def check_listener(listener: object, *, asynchronous: bool) -> None:
@@ -155,17 +152,22 @@ class PushConsumer(WarnsUnclosed):
         listener: Listener,
         *,
         consume_threads: int = 8,
-        **settings: object,
+        clock: Clock = SYSTEM_CLOCK,
+        **settings: Unpack[PushOptions],
     ) -> None:
         subscription = check_subscription(subscription)
-        if consume_threads < 1:
-            raise InvalidArgumentError(f"consume_threads must be >= 1, got {consume_threads}")
+        if type(consume_threads) is not int or consume_threads < 1:
+            raise InvalidArgumentError(f"consume_threads must be >= 1, got {consume_threads!r}")
         check_listener(listener, asynchronous=False)
         self.group = check_group(group)
         self.listener = listener
-        self.settings = PushSettings(**settings)  # type: ignore[arg-type]
+        self.settings = PushSettings(**settings)
         self.client_id = new_client_id(self.settings.instance_name)
-        self._transport = resolve(broker)
+        self._clock = clock
+        self._transport: BrokerTransport = resolve(broker)
+        # Serialises the core's membership sequences (rebalance, settle, lease renewal, the
+        # periodic persist, expiry, shutdown) across the pull, keeper and closing threads.
+        self._control = threading.Lock()
         self._subscription = dict(subscription)
         self._consume_threads = consume_threads
         self._core: PushCore | None = None
@@ -177,7 +179,7 @@ class PushConsumer(WarnsUnclosed):
         self._close_done = threading.Event()  # set once close() has run every step
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
-        self._lease_keeper: PeriodicPersister | None = None
+        self._keepers: list[PeriodicPersister] = []  # lease renewal, offset persist
         # What runs on the pool (listener batches, orderly runners), submitted and not finished,
         # with the work each holds (a batch's queue and messages, an orderly runner's queue);
         # close() waits for these. The lock also orders submitting against closing the pool.
@@ -209,21 +211,36 @@ class PushConsumer(WarnsUnclosed):
         if self._thread is not None:
             return
         core = PushCore(
-            self._transport,
+            self._transport.broker_name,
             self.group,
             self.client_id,
             self._subscription,
             self.settings,
             self.stats,
+            self._clock,
         )
         core.retry_later = self._retry_later
         try:
-            core.rebalance()
+            self._under_control(core.rebalance())
         except BaseException:
-            core.shutdown()  # stop the offset persister, leave the group
+            self._under_control(core.shutdown())  # leave the group
             raise
         self._core = core
-        self._lease_keeper = _start_lease_keeper(core, self.group)
+        self._keepers = [
+            PeriodicPersister(
+                f"quiver-leases-{self.group}",
+                lambda: self._under_control(core.renew_leases()),
+                self.settings.lease_renew_interval_s,
+                what="lease renewal",
+                until_false=True,
+            ),
+            PeriodicPersister(
+                f"quiver-offsets-{self.group}",
+                lambda: self._under_control(core.persist_owned()),
+                OFFSET_PERSIST_INTERVAL_S,
+                what="offset persist",
+            ),
+        ]
         self._pool = DaemonThreadPool(  # a call that never returns must not block exit
             self._consume_threads, thread_name_prefix=f"quiver-consume-{self.group}"
         )
@@ -237,17 +254,33 @@ class PushConsumer(WarnsUnclosed):
         """The queues this member consumes now (including the group's retry queue)."""
         return sorted(self.core.states)
 
+    def _run(self, steps: Steps[T]) -> T:
+        """Make the broker calls ``steps`` asks for, on this thread."""
+        return run_steps(steps, self._transport)
+
+    def _under_control(self, steps: Steps[T]) -> T:
+        """Run a membership sequence of the core, one at a time."""
+        with self._control:
+            return run_steps(steps, self._transport)
+
+    def persist_offsets(self) -> None:
+        """Commit the offsets reached by the finished listener calls now (they are committed
+        every 5 s and on close anyway): after this returns, a restart or another member
+        resumes no earlier than them. A commit the broker cannot take is kept and sent again
+        with the next."""
+        self._under_control(self.core.persist_owned())
+
     # -- the pull thread ---------------------------------------------------------------------
     def _pull_loop(self) -> None:
         core = self.core
         while not self._stop.is_set():
             try:
                 if core.housekeeping_due():
-                    core.rebalance()
+                    self._under_control(core.rebalance())
                 elif core.ownership.settling:
-                    core.settle()
+                    self._under_control(core.settle())
                 if core.expiry_check_due():
-                    core.expire_stuck()
+                    self._under_control(core.expire_stuck())
                 batch = core.next_pull(core.hold_ms())
                 result = self._transport.pull(batch)
                 with self._dispatching:  # close() waits for this, listener call included
@@ -269,7 +302,7 @@ class PushConsumer(WarnsUnclosed):
                         # let a listener thread take the GIL now, not at our next wait
                         time.sleep(0)
                 if result.generation != core.generation and not self._stop.is_set():
-                    core.rebalance()
+                    self._under_control(core.rebalance())
             except Exception as exc:
                 if self._stop.is_set():
                     return
@@ -325,7 +358,10 @@ class PushConsumer(WarnsUnclosed):
             result = ConsumeResult.RECONSUME_LATER
         took = time.perf_counter() - started
         self._listener_ewma_s += (took - self._listener_ewma_s) * 0.2
-        core.finish(queue, state, messages, result)
+        if result is ConsumeResult.SUCCESS:
+            core.complete(queue, state, messages)
+        else:
+            self._run(core.finish_failed(queue, state, messages))
 
     def _kick_orderly(self, queue: MessageQueue) -> None:
         """Start the queue's orderly runner unless one runs (one batch per queue at a time)."""
@@ -365,7 +401,7 @@ class PushConsumer(WarnsUnclosed):
             except Exception:
                 log.exception("orderly listener of %s raised; retrying the batch", self.group)
                 result = ConsumeResult.RECONSUME_LATER
-            pause = core.finish_orderly(queue, state, messages, result)
+            pause = self._run(core.finish_orderly(queue, state, messages, result))
             if pause is not None:
                 self._stop.wait(pause)
 
@@ -427,11 +463,11 @@ class PushConsumer(WarnsUnclosed):
         pull_idle = self._wait_for_listeners(deadline, timeout_s)
         core = self._core
         try:
-            if core is not None:
-                core.shutdown()  # persist, then leave the group: this also wakes the parked pull
+            if core is not None:  # persist, then leave the group: this also wakes the parked pull
+                self._under_control(core.shutdown())
         finally:  # offsets that could not be persisted stop no thread
-            if self._lease_keeper is not None:
-                self._lease_keeper.stop()
+            for keeper in self._keepers:
+                keeper.stop()
             thread = self._thread
             if thread is not None and pull_idle and thread is not current_thread():
                 thread.join()
@@ -533,7 +569,13 @@ class AsyncPushConsumer(WarnsUnclosed):
     (see :func:`check_listener`). What it returns is read as :class:`PushConsumer` reads its
     listener's answer: ``SUCCESS`` or ``None`` succeeds, ``RECONSUME_LATER`` or raising fails the
     batch, any other value is logged at ERROR (its repr, the group, the message ids) and the
-    batch is retried."""
+    batch is retried.
+
+    Everything runs on the event loop: the pull task, the listener tasks, the lease renewal and
+    the offset persist are tasks, and every broker call is awaited; the consumer starts no
+    thread. A listener that must block (a driver with no asyncio API) chooses its own
+    executor: ``async def listener(messages): return await asyncio.to_thread(work, messages)``.
+    """
 
     def __init__(
         self,
@@ -543,17 +585,21 @@ class AsyncPushConsumer(WarnsUnclosed):
         listener: AsyncListener,
         *,
         max_concurrency: int = 64,
-        **settings: object,
+        clock: Clock = SYSTEM_CLOCK,
+        **settings: Unpack[PushOptions],
     ) -> None:
         subscription = check_subscription(subscription)
-        if max_concurrency < 1:
-            raise InvalidArgumentError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if type(max_concurrency) is not int or max_concurrency < 1:
+            raise InvalidArgumentError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
         check_listener(listener, asynchronous=True)
         self.group = check_group(group)
         self.listener = listener
-        self.settings = PushSettings(**settings)  # type: ignore[arg-type]
+        self.settings = PushSettings(**settings)
         self.client_id = new_client_id(self.settings.instance_name)
+        self._clock = clock
         self._transport: AsyncBrokerTransport = resolve_async(broker)
+        # Serialises the core's membership sequences (see PushConsumer._control).
+        self._control = asyncio.Lock()
         self._subscription = dict(subscription)
         self._max_concurrency = max_concurrency
         self._core: PushCore | None = None
@@ -564,7 +610,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         self._tasks: set[asyncio.Task[None]] = set()  # listener batches and orderly runners
         self._retries: set[asyncio.Task[None]] = set()  # local retries waiting for their time
         self._orderly_running: set[MessageQueue] = set()
-        self._lease_keeper: PeriodicPersister | None = None
+        self._keepers: list[asyncio.Task[None]] = []  # lease renewal, offset persist
         self._closed = False
         self._close_done = asyncio.Event()  # set once close() has run every step
         self._mark_opened()
@@ -581,30 +627,63 @@ class AsyncPushConsumer(WarnsUnclosed):
             raise ClientClosedError(f"push consumer of {self.group} is closed")
         if self._task is not None:
             return
-        core = await asyncio.to_thread(
-            PushCore,
-            self._transport.sync,
+        core = PushCore(
+            self._transport.broker_name,
             self.group,
             self.client_id,
             self._subscription,
             self.settings,
             self.stats,
+            self._clock,
         )
-        loop = asyncio.get_running_loop()
-
-        def retry_later(work: Work) -> None:
-            loop.call_soon_threadsafe(self._retry_later, work)
-
-        core.retry_later = retry_later
+        core.retry_later = self._retry_later
         try:
-            await asyncio.to_thread(core.rebalance)
+            await self._under_control(core.rebalance())
         except BaseException:
-            await asyncio.to_thread(core.shutdown)  # stop the offset persister, leave the group
+            await self._under_control(core.shutdown())  # leave the group
             raise
         self._core = core
-        self._lease_keeper = _start_lease_keeper(core, self.group)
+        loop = asyncio.get_running_loop()
+        self._keepers = [
+            loop.create_task(
+                self._every(
+                    self.settings.lease_renew_interval_s, core.renew_leases, "lease renewal"
+                ),
+                name=f"quiver-leases-{self.group}",
+            ),
+            loop.create_task(
+                self._every(OFFSET_PERSIST_INTERVAL_S, core.persist_owned, "offset persist"),
+                name=f"quiver-offsets-{self.group}",
+            ),
+        ]
         self._slots = asyncio.Semaphore(self._max_concurrency)
         self._task = loop.create_task(self._pull_loop(), name=f"quiver-pull-{self.group}")
+
+    async def persist_offsets(self) -> None:
+        """As :meth:`PushConsumer.persist_offsets`."""
+        await self._under_control(self.core.persist_owned())
+
+    async def _run(self, steps: Steps[T]) -> T:
+        """Make the broker calls ``steps`` asks for, on the loop."""
+        return await run_steps_async(steps, self._transport)
+
+    async def _under_control(self, steps: Steps[T]) -> T:
+        """Run a membership sequence of the core, one at a time."""
+        async with self._control:
+            return await run_steps_async(steps, self._transport)
+
+    async def _every(
+        self, interval_s: float, sequence: Callable[[], Steps[Any]], what: str
+    ) -> None:
+        """Run ``sequence()`` every ``interval_s`` until cancelled, or until it answers False
+        (the core closed); a failure is logged and tried again at the next tick."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                if await self._under_control(sequence()) is False:
+                    return
+            except Exception:
+                log.exception("%s of the push consumer of %s failed", what, self.group)
 
     def assignment(self) -> list[MessageQueue]:
         """The queues this member consumes now (including the group's retry queue)."""
@@ -615,11 +694,11 @@ class AsyncPushConsumer(WarnsUnclosed):
         while not self._closed:
             try:
                 if core.housekeeping_due():
-                    await asyncio.to_thread(core.rebalance)
+                    await self._under_control(core.rebalance())
                 elif core.ownership.settling:
-                    await asyncio.to_thread(core.settle)
+                    await self._under_control(core.settle())
                 if core.expiry_check_due():
-                    await asyncio.to_thread(core.expire_stuck)
+                    await self._under_control(core.expire_stuck())
                 batch = core.next_pull(core.hold_ms())
                 result = await self._transport.pull(batch)
                 works = core.on_pulled(batch, result)
@@ -630,7 +709,7 @@ class AsyncPushConsumer(WarnsUnclosed):
                     for work in works:  # each task waits for a slot: the loop never blocks
                         self._spawn(work)
                 if result.generation != core.generation:
-                    await asyncio.to_thread(core.rebalance)
+                    await self._under_control(core.rebalance())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -663,12 +742,7 @@ class AsyncPushConsumer(WarnsUnclosed):
                 except Exception:
                     log.exception("orderly listener of %s raised; retrying the batch", self.group)
                     result = ConsumeResult.RECONSUME_LATER
-                if result is ConsumeResult.SUCCESS:
-                    pause = core.finish_orderly(queue, state, messages, result)
-                else:  # dead-lettering may wait for the disk
-                    pause = await asyncio.to_thread(
-                        core.finish_orderly, queue, state, messages, result
-                    )
+                pause = await self._run(core.finish_orderly(queue, state, messages, result))
                 if pause is not None:
                     await asyncio.sleep(pause)
         except Exception:
@@ -703,9 +777,9 @@ class AsyncPushConsumer(WarnsUnclosed):
                 log.exception("listener of %s raised; %s", self.group, core.failure_outcome)
                 result = ConsumeResult.RECONSUME_LATER
             if result is ConsumeResult.SUCCESS:
-                core.finish(queue, state, messages, result)
-            else:  # a send-back may wait for the disk (sync flush): off the loop
-                await asyncio.to_thread(core.finish, queue, state, messages, result)
+                core.complete(queue, state, messages)
+            else:
+                await self._run(core.finish_failed(queue, state, messages))
 
     def _retry_later(self, work: Work) -> None:
         loop = asyncio.get_running_loop()
@@ -736,13 +810,11 @@ class AsyncPushConsumer(WarnsUnclosed):
         finally:  # a cancelled close still persists and leaves the group
             try:
                 if core is not None:
-                    await asyncio.to_thread(core.shutdown)
-            finally:  # offsets that could not be persisted stop no thread
-                try:
-                    if self._lease_keeper is not None:
-                        await asyncio.to_thread(self._lease_keeper.stop)
-                finally:
-                    self._close_done.set()
+                    await self._under_control(core.shutdown())
+            finally:  # offsets that could not be persisted stop no keeper
+                for keeper in self._keepers:
+                    keeper.cancel()
+                self._close_done.set()
 
     async def _stop_consuming(self) -> None:
         """Stop pulling and local retries; wait for the running listener tasks at most

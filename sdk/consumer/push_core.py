@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from localstore.record.codec import PROPERTY_RETRY_TOPIC, StoredMessage
 from localstore.record.tags import TagFilter
 from offsetstore import MessageQueue, OffsetStore
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
 from sdk.consumer.damaged import ConsumerStats, read_queue_answer
 from sdk.consumer.membership import (
@@ -49,19 +49,21 @@ from sdk.consumer.membership import (
     make_offset_store,
     start_offset,
 )
+from sdk.consumer.offset_steps import persist
 from sdk.consumer.ownership import QueueOwnership
 from sdk.consumer.process_queue import FlowControlLimits, ProcessQueue
 from sdk.errors import InvalidArgumentError
 from sdk.message import ConsumeResult, retry_topic
-from sdk.transport.base import BrokerTransport
 from sdk.transport.models import (
     OFFSET_MOVED,
     PullBatch,
     PullBatchResult,
     QueuePull,
+    SendResult,
 )
+from sdk.transport.steps import Call, Steps
 
-__all__ = ["PushCore", "PushSettings", "RebalanceListener"]
+__all__ = ["PushCore", "PushOptions", "PushSettings", "RebalanceListener"]
 
 log = logging.getLogger(__name__)
 # A message that outlived the consume timeout is sent back at this delay level whatever its
@@ -74,10 +76,6 @@ BROADCAST_FAILURE_OUTCOME = "a broadcast message is not retried (as in RocketMQ)
 PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 _EXPIRY_CHECK_MAX_S = 60.0
 THROTTLED_RECHECK_MS = 50  # RocketMQ re-pulls a flow-controlled queue after 50 ms
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class RebalanceListener(Protocol):
@@ -149,6 +147,32 @@ class PushSettings:
                 raise InvalidArgumentError(f"{name} must be a number > 0, got {value!r}")
 
 
+class PushOptions(TypedDict, total=False):
+    """The keywords of :class:`PushSettings`, for the push consumers' ``**settings``: a call
+    with a misspelt or mistyped setting fails type checking, not only at run time (the two
+    must name the same fields, ``tests/sdk/test_push_settings.py`` checks)."""
+
+    message_model: MessageModel
+    consume_from: ConsumeFrom
+    consume_timestamp_ms: int
+    consume_batch_size: int
+    pull_batch_size: int
+    pull_wait_ms: int
+    flow_control: FlowControlLimits
+    max_reconsume_times: int
+    consume_timeout_ms: int
+    rebalance_interval_s: float
+    release_timeout_s: float
+    lease_renew_interval_s: float
+    orderly: bool
+    orderly_retry_pause_s: float
+    rebalance_listener: RebalanceListener | None
+    heartbeat_interval_s: float
+    allocate_strategy: AllocateStrategy
+    instance_name: str | None
+    offsets_dir: str | None
+
+
 @dataclass(slots=True)
 class QueueState:
     """One owned queue. ``commit_lock`` makes "commit an offset unless the queue was let go"
@@ -168,20 +192,26 @@ Work = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
 
 
 class PushCore:
-    """The decisions of one push consumer (see the module docstring); thread-safe where the
-    threaded consumer needs it: ``on_pulled``/``rebalance`` run on the pull thread, ``finish``
-    on listener threads."""
+    """The decisions of one push consumer (see the module docstring). It does no I/O: what
+    needs the broker is a step generator (:mod:`sdk.transport.steps`) that the shell runs on
+    its transport. Shells run the membership sequences (:meth:`rebalance`, :meth:`settle`,
+    :meth:`renew_leases`, :meth:`persist_owned`, :meth:`expire_stuck`, :meth:`shutdown`) one at
+    a time, under their control lock; :meth:`on_pulled` runs on the pull thread or task, and
+    :meth:`complete` / :meth:`finish_failed` on listener threads or tasks (thread-safe where
+    the threaded shell needs it: each queue's ``commit_lock``, never held across a step)."""
 
     def __init__(
         self,
-        transport: BrokerTransport,
+        broker_name: str,
         group: str,
         client_id: str,
         subscription: Mapping[str, str | None],
         settings: PushSettings,
         stats: ConsumerStats | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.transport = transport
+        self.broker_name = broker_name
+        self.clock = clock
         self.stats = stats or ConsumerStats()
         self.group = group
         self.client_id = client_id
@@ -194,38 +224,34 @@ class PushCore:
         self.offsets: OffsetStore = make_offset_store(
             settings.message_model,
             group,
-            transport,
             instance_name=settings.instance_name or "DEFAULT",
             offsets_dir=settings.offsets_dir,
-            owned=lambda: list(self.states),  # never persist a queue let go of
         )
         self.states: dict[MessageQueue, QueueState] = {}
         self.ownership = QueueOwnership(
-            transport,
             group,
             client_id,
             leased=self.clustering,
             release_timeout_s=settings.release_timeout_s,
+            clock=clock,
         )
         self._wanted: set[MessageQueue] = set()
-        self._membership_lock = threading.Lock()  # rebalance/settle vs shutdown
         self._closed = False
         self.generation = -1
         self._last_rebalance = 0.0
         self._last_heartbeat = 0.0
-        self._last_expiry_check = time.monotonic()
+        self._last_expiry_check = clock.monotonic()
         self.retry_later: Callable[[Work], None] | None = None  # re-run a batch locally, later
 
     # -- membership ------------------------------------------------------------------------
-    def heartbeat(self) -> None:
-        self.generation = heartbeat(
-            self.transport,
+    def _heartbeat(self) -> Steps[None]:
+        self.generation = yield from heartbeat(
             self.group,
             self.client_id,
             self.subscription,
             self.settings.message_model,
         )
-        self._last_heartbeat = time.monotonic()
+        self._last_heartbeat = self.clock.monotonic()
 
     def housekeeping_due(self, generation: int | None = None) -> bool:
         """Whether to heartbeat/rebalance now: the group changed, or an interval passed."""
@@ -233,7 +259,7 @@ class PushCore:
 
     def _due_in_s(self) -> float:
         """Seconds until the next rebalance, heartbeat or lease renewal is due."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         settings = self.settings
         due = min(
             self._last_rebalance + settings.rebalance_interval_s,
@@ -244,9 +270,8 @@ class PushCore:
     def hold_ms(self) -> int:
         """How long the next pull may wait: at most ``pull_wait_ms``, and never past the next
         rebalance, heartbeat or stuck-message check (the lease keeper renews leases meanwhile)."""
-        due_s = min(
-            self._due_in_s(), self._last_expiry_check + self.expiry_check_s - time.monotonic()
-        )
+        expiry_due_s = self._last_expiry_check + self.expiry_check_s - self.clock.monotonic()
+        due_s = min(self._due_in_s(), expiry_due_s)
         return max(0, min(self.settings.pull_wait_ms, int(due_s * 1000)))
 
     @property
@@ -256,57 +281,56 @@ class PushCore:
         return min(_EXPIRY_CHECK_MAX_S, self.settings.consume_timeout_ms / 2000)
 
     def expiry_check_due(self) -> bool:
-        return time.monotonic() - self._last_expiry_check >= self.expiry_check_s
+        return self.clock.monotonic() - self._last_expiry_check >= self.expiry_check_s
 
-    def rebalance(self) -> None:
+    def rebalance(self) -> Steps[None]:
         """Heartbeat, then take on and give up queues to match the group's allocation (a queue
         is taken only under a lease, and given up only after its offset is committed)."""
-        with self._membership_lock:
-            if not self._closed:
-                self._rebalance()
-
-    def _rebalance(self) -> None:
-        self.heartbeat()
-        self._wanted = assigned_queues(
-            self.transport,
+        if self._closed:
+            return
+        yield from self._heartbeat()
+        self._wanted = yield from assigned_queues(
+            self.broker_name,
             self.settings.message_model,
             self.group,
             self.client_id,
             self.subscription,
             self.settings.allocate_strategy,
         )
-        self._apply(*self.ownership.update(self._wanted))
-        self._last_rebalance = time.monotonic()
+        yield from self._apply(*(yield from self.ownership.update(self._wanted)))
+        self._last_rebalance = self.clock.monotonic()
 
-    def renew_leases(self) -> bool:
+    def renew_leases(self) -> Steps[bool]:
         """Renew every lease held (owned and releasing queues), from the consumer's lease
-        keeper thread every ``lease_renew_interval_s``: a pull thread busy with a long listener
-        call or parked in a long poll never lets a lease lapse. False once closed."""
-        with self._membership_lock:
-            if self._closed:
-                return False
-            ownership = self.ownership
-            if ownership.leased and (ownership.owned or ownership.releasing):
-                self._apply(*ownership.update(self._wanted))
-            return True
+        keeper every ``lease_renew_interval_s``: a pull thread busy with a long listener call
+        or parked in a long poll never lets a lease lapse. False once closed."""
+        if self._closed:
+            return False
+        ownership = self.ownership
+        if ownership.leased and (ownership.owned or ownership.releasing):
+            yield from self._apply(*(yield from ownership.update(self._wanted)))
+        return True
 
-    def settle(self) -> None:
+    def settle(self) -> Steps[None]:
         """While queues change hands: let go of drained releasing queues, ask again for the
         leases still refused."""
-        with self._membership_lock:
-            if not self._closed:
-                self._settle()
-
-    def _settle(self) -> None:
+        if self._closed:
+            return
         for queue in list(self.ownership.releasing):
             state = self.states.get(queue)
             force = self.ownership.release_timed_out(queue)
             if state is None or state.process_queue.seal_if_idle(force=force):
-                self._release(queue)  # no listener call runs, and none can start any more
+                yield from self._release(queue)  # no listener call runs, none can start now
         if self.ownership.pending:
-            self._apply(*self.ownership.update(self._wanted))
+            yield from self._apply(*(yield from self.ownership.update(self._wanted)))
 
-    def _apply(self, started: set[MessageQueue], lost: set[MessageQueue]) -> None:
+    def persist_owned(self) -> Steps[None]:
+        """Commit the offsets of the queues owned now (the periodic persist, every 5 s);
+        forget the memory offsets of queues let go of."""
+        if not self._closed:
+            yield from persist(self.offsets, list(self.states), drop_others=True)
+
+    def _apply(self, started: set[MessageQueue], lost: set[MessageQueue]) -> Steps[None]:
         for queue in lost:  # another member holds it now: commit nothing more
             log.warning("lease of %s lost; dropping the queue without committing", queue)
             state = self.states.pop(queue, None)
@@ -317,9 +341,12 @@ class PushCore:
             self.offsets.discard(queue)
         if lost:
             self._tell("on_revoked", sorted(lost))
-        taken = [queue for queue in sorted(started) if self._take(queue)]
+        taken = []
+        for queue in sorted(started):
+            if (yield from self._take(queue)):
+                taken.append(queue)
         for queue in started.difference(taken):
-            self.ownership.released(queue)
+            yield from self.ownership.released(queue)
         if taken:
             self._tell("on_assigned", taken)
 
@@ -347,18 +374,16 @@ class PushCore:
         state = self.states.get(queue)
         if state is None or state.process_queue is not process_queue:
             return None
-        if self.ownership.is_releasing(queue) or not process_queue.try_start(messages, _now_ms()):
+        if self.ownership.is_releasing(queue) or not process_queue.try_start(
+            messages, self.clock.time_ms()
+        ):
             return None
         return state
 
-    def _take(self, queue: MessageQueue) -> bool:
+    def _take(self, queue: MessageQueue) -> Steps[bool]:
         settings = self.settings
-        start = start_offset(
-            self.offsets,
-            self.transport,
-            queue,
-            settings.consume_from,
-            settings.consume_timestamp_ms,
+        start = yield from start_offset(
+            self.offsets, queue, settings.consume_from, settings.consume_timestamp_ms
         )
         if start is None:
             log.warning("offset of %s unreadable; will retry at the next rebalance", queue)
@@ -369,23 +394,22 @@ class PushCore:
         )
         return True
 
-    def _release(self, queue: MessageQueue) -> None:
+    def _release(self, queue: MessageQueue) -> Steps[None]:
         """Commit what finished, forget the queue, then give its lease back. If the commit does
         not reach the broker the lease is kept (the next settle tries again): a new owner must
         never start below an offset this member will commit later."""
         state = self.states.pop(queue, None)
         if state is not None:
-            with state.commit_lock:
+            with state.commit_lock:  # no listener commits after this: the offset is final
                 state.process_queue.dropped = True
-                self.offsets.persist(queue)
-                self.offsets.remove_offset(queue)
-        else:
-            self.offsets.persist(queue)  # a commit that failed before: send it again
+        # (else a commit that failed before: the persist sends it again)
+        yield from persist(self.offsets, [queue], drop_others=False)
+        self.offsets.remove_offset(queue)
         if self._commit_pending(queue):
             log.warning("offset of %s not committed yet; keeping its lease until it is", queue)
             return
         self._tell("on_revoked", [queue])
-        self.ownership.released(queue)
+        yield from self.ownership.released(queue)
 
     def _commit_pending(self, queue: MessageQueue) -> bool:
         return queue in self.offsets.pending()
@@ -421,7 +445,7 @@ class PushCore:
         answer (the records it holds were read from where the queue no longer is)."""
         work: list[Work] = []
         size = self.settings.consume_batch_size
-        broker = self.transport.broker_name
+        broker = self.broker_name
         asked = batch.asked_offsets()
         for answer in result.results:
             queue = MessageQueue(answer.topic, broker, answer.queue_id)
@@ -481,22 +505,16 @@ class PushCore:
                     message.topic = original
         return messages
 
-    def finish(
-        self,
-        queue: MessageQueue,
-        state: QueueState,
-        messages: list[StoredMessage],
-        result: ConsumeResult,
+    def complete(
+        self, queue: MessageQueue, state: QueueState, messages: list[StoredMessage]
     ) -> None:
-        """A listener batch (started with :meth:`try_start`) is done: send failures back,
-        release the messages, advance the offset unless the queue was let go meanwhile."""
-        done = messages
+        """Listener batch ``messages`` (started with :meth:`try_start`) is done with: release
+        them and advance the offset unless the queue was let go meanwhile. No I/O: a
+        successful batch is completed on the spot."""
         process_queue = state.process_queue
-        if result is not ConsumeResult.SUCCESS:
-            done = self._failed(queue, process_queue, messages)
         with state.commit_lock:
             pulled_up_to = state.next_offset  # read before the emptiness check: see below
-            offset = process_queue.remove_messages(done)
+            offset = process_queue.remove_messages(messages)
             if offset is None or process_queue.dropped:
                 return
             if process_queue.cached_count == 0:
@@ -506,6 +524,14 @@ class PushCore:
                 offset = max(offset, pulled_up_to)
             self.offsets.update_offset(queue, offset, True)
 
+    def finish_failed(
+        self, queue: MessageQueue, state: QueueState, messages: list[StoredMessage]
+    ) -> Steps[None]:
+        """A listener batch failed (RECONSUME_LATER or raised): send its messages back, then
+        :meth:`complete` those the broker took (the others are retried here, later)."""
+        done = yield from self._failed(queue, state.process_queue, messages)
+        self.complete(queue, state, done)
+
     # -- orderly consuming -----------------------------------------------------------------
     def take_orderly(self, queue: MessageQueue) -> tuple[QueueState | None, list[StoredMessage]]:
         """The queue's state and its next batch in offset order, marked started; (None, [])
@@ -514,7 +540,7 @@ class PushCore:
         if state is None or self.abandoned(queue):
             return None, []
         size = self.settings.consume_batch_size
-        return state, state.process_queue.take_started(size, _now_ms())
+        return state, state.process_queue.take_started(size, self.clock.time_ms())
 
     def has_buffered(self, queue: MessageQueue) -> bool:
         state = self.states.get(queue)
@@ -526,11 +552,11 @@ class PushCore:
         state: QueueState,
         messages: list[StoredMessage],
         result: ConsumeResult,
-    ) -> float | None:
+    ) -> Steps[float | None]:
         """An orderly batch is done: None when it is settled (committed, or dead-lettered after
         ``max_reconsume_times``); else the pause before the same batch is retried, in order."""
         process_queue = state.process_queue
-        if result is not ConsumeResult.SUCCESS and not self._give_up(messages):
+        if result is not ConsumeResult.SUCCESS and not (yield from self._give_up(messages)):
             for message in messages:
                 message.reconsume_times += 1
             process_queue.make_messages_consume_again(messages)
@@ -541,7 +567,7 @@ class PushCore:
                 self.offsets.update_offset(queue, offset, True)
         return None
 
-    def _give_up(self, messages: list[StoredMessage]) -> bool:
+    def _give_up(self, messages: list[StoredMessage]) -> Steps[bool]:
         """Whether a failed orderly batch is settled: every message was retried the maximum
         number of times and (clustering) is now in the dead-letter queue."""
         limit = self.settings.max_reconsume_times
@@ -554,7 +580,8 @@ class PushCore:
             return True
         for message in messages:
             try:
-                answer = self.transport.send_back(
+                answer: SendResult = yield Call.of(
+                    "send_back",
                     self.group,
                     message.phys_offset,
                     delay_level=-1,
@@ -572,7 +599,7 @@ class PushCore:
         queue: MessageQueue,
         process_queue: ProcessQueue[StoredMessage],
         messages: list[StoredMessage],
-    ) -> list[StoredMessage]:
+    ) -> Steps[list[StoredMessage]]:
         """Send failed messages back; answers those that may be released now."""
         if not self.clustering:
             for message in messages:
@@ -585,7 +612,7 @@ class PushCore:
             return messages
         released, kept = [], []
         for message in messages:
-            if self._send_back(message):
+            if (yield from self._send_back(message)):
                 released.append(message)
             else:
                 message.reconsume_times += 1
@@ -601,11 +628,12 @@ class PushCore:
             return "reconsuming later (sent back to the broker, or retried here)"
         return f"its messages are dropped: {BROADCAST_FAILURE_OUTCOME}"
 
-    def _send_back(self, message: StoredMessage, delay_level: int = 0) -> bool:
+    def _send_back(self, message: StoredMessage, delay_level: int = 0) -> Steps[bool]:
         """Send ``message`` back to the broker (``delay_level`` 0: the broker picks the level
         from its reconsume count); whether it was stored."""
         try:
-            answer = self.transport.send_back(
+            answer: SendResult = yield Call.of(
+                "send_back",
                 self.group,
                 message.phys_offset,
                 delay_level=delay_level,
@@ -623,18 +651,16 @@ class PushCore:
             )
         return answer.stored
 
-    def expire_stuck(self) -> int:
+    def expire_stuck(self) -> Steps[int]:
         """Send back messages stuck in a listener past the consume timeout, at delay level
         :data:`CONSUME_TIMEOUT_DELAY_LEVEL`; how many."""
-        self._last_expiry_check = time.monotonic()
-        now = _now_ms()
+        self._last_expiry_check = self.clock.monotonic()
+        now = self.clock.time_ms()
         count = 0
         for queue, state in list(self.states.items()):
             stuck = state.process_queue.expired_messages(now, self.settings.consume_timeout_ms)
-            if not stuck:
-                continue
             for message in stuck:
-                if not self._send_back(message, CONSUME_TIMEOUT_DELAY_LEVEL):
+                if not (yield from self._send_back(message, CONSUME_TIMEOUT_DELAY_LEVEL)):
                     continue
                 count += 1
                 with state.commit_lock:
@@ -644,21 +670,26 @@ class PushCore:
         return count
 
     # -- shutdown --------------------------------------------------------------------------
-    def shutdown(self) -> None:
+    def shutdown(self) -> Steps[None]:
         """Persist every owned queue's offset, leave the group (its leases go with it), stop
-        the offset store. No rebalance runs after this."""
-        with self._membership_lock:
-            self._closed = True
+        the offset store; a failed persist (of the local file) is raised after the rest.
+        No membership sequence runs after this."""
+        self._closed = True
         queues = list(self.states)
+        failure: Exception | None = None
         try:
-            self.offsets.persist_all(queues)
-            if queues:
-                self._tell("on_revoked", sorted(queues))
-        finally:
-            self.offsets.close()
-            try:
-                self.transport.unregister(self.group, self.client_id)
-            except Exception as exc:
-                log.warning("could not leave group %s: %s", self.group, exc)
+            yield from persist(self.offsets, queues, drop_others=True)
+            if not self.clustering:
+                self.offsets.close()  # the local file: written once more
+        except Exception as exc:  # no yield in a handler: a closed generator must not call
+            failure = exc
+        if queues:
+            self._tell("on_revoked", sorted(queues))
+        try:
+            yield Call.of("unregister", self.group, self.client_id)
+        except Exception as exc:
+            log.warning("could not leave group %s: %s", self.group, exc)
         for state in self.states.values():
             state.process_queue.dropped = True
+        if failure is not None:
+            raise failure

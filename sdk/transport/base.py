@@ -9,8 +9,9 @@ suite runs against every transport.
 Failures: a transport raises :class:`sdk.errors.BrokerUnavailableError` (retriable) when the
 broker cannot be reached or is closed; refusals are statuses in the answers, not exceptions.
 
-A sync transport also serves as the :class:`offsetstore.remote_broker.OffsetBackend` of a
-clustering consumer's :class:`offsetstore.RemoteBrokerOffsetStore`.
+Clients write what they decide once, as step generators (:mod:`sdk.transport.steps`) that name
+the calls they need; a blocking shell runs them on a :class:`BrokerTransport`, an asyncio shell on
+an :class:`AsyncBrokerTransport`, so both transports offer every operation.
 """
 
 from __future__ import annotations
@@ -121,15 +122,12 @@ class BrokerTransport(Protocol):
 
 
 class AsyncBrokerTransport(Protocol):
-    """The data path of :class:`BrokerTransport` for asyncio clients. ``sync`` is a blocking
-    transport to the same broker for the control plane (routes, offsets, membership), which
-    async clients call through ``asyncio.to_thread`` when it may block."""
+    """:class:`BrokerTransport` for asyncio clients: every operation, awaitable. Nothing blocks
+    the event loop for long and no client thread is needed: a waiting pull or transaction
+    fetch parks a future, not a thread."""
 
     @property
     def broker_name(self) -> str: ...
-
-    @property
-    def sync(self) -> BrokerTransport: ...
 
     async def send(self, messages: Sequence[NewMessage]) -> SendResult: ...
 
@@ -144,6 +142,38 @@ class AsyncBrokerTransport(Protocol):
     ) -> SendResult: ...
 
     async def pull(self, batch: PullBatch) -> PullBatchResult: ...
+
+    async def queue_count(self, topic: str) -> int: ...
+
+    async def min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    async def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    async def query_offset(
+        self, broker_name: str, group: str, topic: str, queue_id: int
+    ) -> int | None: ...
+
+    async def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None: ...
+
+    async def heartbeat(
+        self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
+    ) -> int: ...
+
+    async def unregister(self, group: str, client_id: str) -> None: ...
+
+    async def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]: ...
+
+    async def unlock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> None: ...
+
+    async def group_view(self, group: str) -> GroupView: ...
 
     # transactions: as BrokerTransport's
     async def send_half(self, group: str, message: NewMessage) -> SendResult: ...

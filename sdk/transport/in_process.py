@@ -180,27 +180,28 @@ class InProcessTransport:
 class AsyncInProcessTransport:
     """A :class:`sdk.transport.base.AsyncBrokerTransport` over a :class:`BrokerService`.
 
-    Sends run on the loop (an append takes microseconds) except under sync flush, where the
-    wait for the disk runs in a worker thread; a waiting pull parks a future, not a thread.
+    Everything runs on the event loop: the broker's answers are in memory (membership, leases,
+    offsets, queue bounds) or an append of microseconds; a waiting pull or transaction fetch
+    parks a future on the broker's notifier, not a thread. The one exception is a broker under
+    sync flush: a write (send, send-back, half message, transaction end) waits for the disk,
+    and that wait runs in a worker thread so the loop goes on meanwhile.
     """
 
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self._sync = InProcessTransport(service)
+        self._blocking = InProcessTransport(service)
         self._sync_flush = service.store.geometry.flush_mode == "sync"
 
     @property
     def broker_name(self) -> str:
         return self.service.broker_name
 
-    @property
-    def sync(self) -> InProcessTransport:
-        return self._sync
+    async def _write(self, call: Callable[[], T]) -> T:
+        """A write: on the loop, or in a worker thread while it waits for a sync flush."""
+        return await asyncio.to_thread(call) if self._sync_flush else call()
 
     async def send(self, messages: Sequence[NewMessage]) -> SendResult:
-        if self._sync_flush:
-            return await asyncio.to_thread(self._sync.send, messages)
-        return self._sync.send(messages)
+        return await self._write(functools.partial(self._blocking.send, messages))
 
     async def send_back(
         self,
@@ -212,26 +213,69 @@ class AsyncInProcessTransport:
         reconsume_times: int = -1,
     ) -> SendResult:
         call = functools.partial(
-            self._sync.send_back,
+            self._blocking.send_back,
             group,
             phys_offset,
             delay_level=delay_level,
             max_reconsume_times=max_reconsume_times,
             reconsume_times=reconsume_times,
         )
-        return await asyncio.to_thread(call) if self._sync_flush else call()
+        return await self._write(call)
 
     async def pull(self, batch: PullBatch) -> PullBatchResult:
-        self._sync._check_open()
+        self._blocking._check_open()
         try:
             return await self.service.pull_async(batch)
         except StoreClosedError as exc:
             raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
 
-    # -- transactions: as the sync transport's; a fetch waits in a worker thread -------------
+    # -- the control plane: in-memory answers, on the loop ------------------------------------
+    async def queue_count(self, topic: str) -> int:
+        return self._blocking.queue_count(topic)
+
+    async def min_offset(self, topic: str, queue_id: int) -> int:
+        return self._blocking.min_offset(topic, queue_id)
+
+    async def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._blocking.max_offset(topic, queue_id)
+
+    async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self._blocking.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
+    async def query_offset(
+        self, broker_name: str, group: str, topic: str, queue_id: int
+    ) -> int | None:
+        return self._blocking.query_offset(broker_name, group, topic, queue_id)
+
+    async def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None:
+        self._blocking.commit_offsets(broker_name, group, offsets)
+
+    async def heartbeat(
+        self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
+    ) -> int:
+        return self._blocking.heartbeat(group, client_id, subscriptions, message_model)
+
+    async def unregister(self, group: str, client_id: str) -> None:
+        self._blocking.unregister(group, client_id)
+
+    async def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]:
+        return self._blocking.lock_queues(group, client_id, queues)
+
+    async def unlock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> None:
+        self._blocking.unlock_queues(group, client_id, queues)
+
+    async def group_view(self, group: str) -> GroupView:
+        return self._blocking.group_view(group)
+
+    # -- transactions --------------------------------------------------------------------------
     async def send_half(self, group: str, message: NewMessage) -> SendResult:
-        call = functools.partial(self._sync.send_half, group, message)
-        return await asyncio.to_thread(call) if self._sync_flush else call()
+        return await self._write(functools.partial(self._blocking.send_half, group, message))
 
     async def end_transaction(
         self,
@@ -243,21 +287,23 @@ class AsyncInProcessTransport:
         from_check: bool = False,
     ) -> EndTransactionResult:
         call = functools.partial(
-            self._sync.end_transaction,
+            self._blocking.end_transaction,
             group,
             half_phys_offset,
             transaction_id,
             verdict,
             from_check=from_check,
         )
-        return await asyncio.to_thread(call) if self._sync_flush else call()
+        return await self._write(call)
 
     async def fetch_transaction_checks(
         self, group: str, client_id: str, wait_ms: int
     ) -> TransactionChecks:
-        return await asyncio.to_thread(
-            self._sync.fetch_transaction_checks, group, client_id, wait_ms
-        )
+        self._blocking._check_open()
+        try:
+            return await self.service.fetch_transaction_checks_async(group, client_id, wait_ms)
+        except StoreClosedError as exc:
+            raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
 
     async def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""

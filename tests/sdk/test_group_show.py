@@ -39,8 +39,8 @@ def test_live_report_shows_members_owners_offsets_and_lag(tmp_path: Path):
             wait_until(lambda: all(q.owner for q in broker.service.group_report("billing").queues))
 
             def settled() -> bool:  # both members consume from 0: the queues are young
-                a.core.offsets.persist_all(list(a.core.states))
-                b.core.offsets.persist_all(list(b.core.states))
+                a.persist_offsets()
+                b.persist_offsets()
                 orders = [
                     q for q in broker.service.group_report("billing").queues if q.topic == "orders"
                 ]

@@ -115,12 +115,12 @@ def test_a_late_finish_after_a_forced_release_commits_nothing(broker: EmbeddedBr
                           instance_name="b", **options) as b:  # fmt: skip
             wait_until(lambda: q3 not in a.assignment() and q3 in b.assignment())
             wait_until(lambda: got == [b"stuck"])  # the new owner consumes it again
-            b.core.offsets.persist_all(list(b.core.states))
+            b.persist_offsets()
             assert broker.service.query_offset("g", "orders", 3) == 1
             release.set()  # the old listener finishes after the queue was let go
             time.sleep(0.2)
             assert q3 not in a.core.offsets.clone_offset_table("orders")
-            a.core.offsets.persist_all(list(a.core.states))
+            a.persist_offsets()
             assert broker.service.query_offset("g", "orders", 3) == 1
 
 

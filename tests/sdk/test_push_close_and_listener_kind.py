@@ -220,41 +220,46 @@ def test_async_close_waits_for_a_running_listener_task_and_commits_it(broker):
     assert broker.service.query_offset("g", "orders", 0) == 1
 
 
-def lease_keeper_of(group: str) -> threading.Thread:
-    (keeper,) = [t for t in threading.enumerate() if t.name == f"quiver-leases-{group}"]
+def lease_keeper_of(group: str) -> asyncio.Task[None]:
+    """The async consumer's lease keeper: a task of the running loop, not a thread."""
+    (keeper,) = [t for t in asyncio.all_tasks() if t.get_name() == f"quiver-leases-{group}"]
     return keeper
+
+
+async def stopped(keeper: asyncio.Task[None]) -> bool:
+    """Whether ``keeper`` ends (within a generous bound)."""
+    await asyncio.wait({keeper}, timeout=5)
+    return keeper.done()
 
 
 def test_async_close_stops_the_lease_keeper_even_when_the_shutdown_fails(broker):
     """Persisting the offsets at close fails: close raises that failure, and the lease keeper
-    thread is stopped all the same (it would otherwise renew the closed core's leases
+    task is stopped all the same (it would otherwise renew the closed core's leases
     forever)."""
 
     async def quick(messages):
         return None
 
-    def failing_persist(queues):
+    def failing_persist(queues, drop_others=False):
         raise OSError("disk full")
 
-    async def scenario() -> threading.Thread:
+    async def scenario() -> None:
         consumer = AsyncPushConsumer(
             broker, "g-failing", {"orders": None}, quick, lease_renew_interval_s=0.02
         )
         await consumer.start()
         keeper = lease_keeper_of("g-failing")
-        consumer.core.offsets.persist_all = failing_persist  # type: ignore[method-assign]
+        consumer.core.offsets.commits_due = failing_persist  # type: ignore[method-assign]
         with pytest.raises(OSError, match="disk full"):
             await consumer.close()
-        return keeper
+        assert await stopped(keeper)
 
-    keeper = asyncio.run(scenario())
-    keeper.join(timeout=5)
-    assert not keeper.is_alive()
+    asyncio.run(scenario())
 
 
 def test_a_cancelled_async_close_still_leaves_the_group_and_stops_the_lease_keeper(broker):
     """A close cancelled while it waits for a stuck listener task cancels that task, leaves
-    the group and stops the lease keeper thread before the cancellation reaches the caller."""
+    the group and stops the lease keeper task before the cancellation reaches the caller."""
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
@@ -266,7 +271,7 @@ def test_a_cancelled_async_close_still_leaves_the_group_and_stops_the_lease_keep
             cancelled.set()
             raise
 
-    async def scenario() -> threading.Thread:
+    async def scenario() -> None:
         consumer = AsyncPushConsumer(
             broker, "g-cancel", {"orders": None}, stuck,
             consume_from=ConsumeFrom.FIRST_OFFSET, release_timeout_s=60,
@@ -284,11 +289,9 @@ def test_a_cancelled_async_close_still_leaves_the_group_and_stops_the_lease_keep
         with pytest.raises(asyncio.CancelledError):
             await closing
         assert cancelled.is_set()
-        return keeper
+        assert await stopped(keeper)
 
-    keeper = asyncio.run(scenario())
-    keeper.join(timeout=5)
-    assert not keeper.is_alive()
+    asyncio.run(scenario())
     assert broker.service.group_view("g-cancel").members == ()
 
 

@@ -129,3 +129,16 @@ def test_a_subscription_is_checked_at_construction(tmp_path: Path, subscription,
             PushConsumer(broker, "g", subscription, lambda messages: None)
         with pytest.raises(ValueError, match=problem):
             AsyncPushConsumer(broker, "g", subscription, listener)
+
+
+def test_the_typed_keywords_name_every_setting_with_its_type() -> None:
+    """``PushOptions`` (what mypy checks a push consumer's keywords against) and
+    ``PushSettings`` (what the consumer builds from them) name the same fields, typed alike."""
+    import dataclasses
+    import typing
+
+    from sdk.consumer.push_core import PushOptions, PushSettings
+
+    hints = typing.get_type_hints(PushSettings)
+    fields = {f.name: hints[f.name] for f in dataclasses.fields(PushSettings)}
+    assert typing.get_type_hints(PushOptions) == fields

@@ -37,6 +37,7 @@ import threading
 import time
 
 from sdk import ConsumeFrom, PushConsumer
+from sdk.transport.resolve import resolve
 
 {broker_source}
 
@@ -64,11 +65,11 @@ def main():
         consume_threads=2,
     )
     consumer.start()
-    transport = consumer.core.transport
+    transport = resolve(target)
     while True:  # commit often, so the kill lands after some progress became durable
         time.sleep(0.05)
         queues = [q for q in consumer.assignment() if q.topic == topic]
-        consumer.core.offsets.persist_all(consumer.assignment())
+        consumer.persist_offsets()
         committed = sum(
             transport.query_offset(q.broker_name, group, q.topic, q.queue_id) or 0
             for q in queues

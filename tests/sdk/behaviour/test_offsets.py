@@ -13,7 +13,6 @@ from .conftest import (
     ConsumerFactory,
     Harness,
     Recorder,
-    assignment,
     committed_offsets,
     now_ms,
     wait_until,
@@ -46,7 +45,7 @@ def test_committed_offset_waits_for_a_slow_message_then_jumps_past_the_rest(
         wait_until(lambda: len(done) == total - 1)
         assert blocked_offset not in done
 
-        consumer.core.offsets.persist_all(assignment(consumer))
+        consumer.persist_offsets()
         assert harness.service.query_offset(group, TOPIC, 0) == blocked_offset
     finally:
         release.set()
@@ -54,7 +53,7 @@ def test_committed_offset_waits_for_a_slow_message_then_jumps_past_the_rest(
     wait_until(lambda: len(done) == total)
 
     def committed_all() -> bool:
-        consumer.core.offsets.persist_all(assignment(consumer))
+        consumer.persist_offsets()
         return harness.service.query_offset(group, TOPIC, 0) == total
 
     wait_until(committed_all)

@@ -11,7 +11,7 @@ import pytest
 from sdk import ConsumeResult, Message, Producer
 from sdk.message import ReceivedMessage, dlq_topic, retry_topic
 
-from .conftest import ConsumerFactory, Harness, Recorder, assignment, wait_until
+from .conftest import ConsumerFactory, Harness, Recorder, wait_until
 
 TOPIC = "payments"
 
@@ -74,7 +74,7 @@ def test_failed_message_is_retried_then_dead_lettered(
 
     # The group is done with the message: its offsets pass the original and both retries.
     def finished() -> bool:
-        consumer.core.offsets.persist_all(assignment(consumer))
+        consumer.persist_offsets()
         service = harness.service
         return (
             service.query_offset(group, TOPIC, receipt.queue_id) == receipt.queue_offset + 1

@@ -1,0 +1,96 @@
+"""A consumer's offset reads and commits, as steps (:mod:`sdk.transport.steps`).
+
+Clustering: the group's offsets live on the broker. The consumer keeps them in a
+:class:`offsetstore.RemoteBrokerOffsetStore`, which decides what a commit sends (memory offsets
+plus commits that failed before, by broker) and what a read found (a newer commit of ours still
+waiting to land wins); the calls themselves are steps, so the blocking and the asyncio consumer
+make them on their own transport. The store is built without a backend (:data:`NO_BACKEND`):
+nothing reaches the broker except through these steps.
+
+Broadcasting: the offsets are a local file (:class:`offsetstore.LocalFileOffsetStore`), read and
+written at once, with no broker call: under asyncio, that small atomic write runs on the loop.
+
+Invariant: one persist at a time per consumer (two interleaved ones could land an older offset
+after a newer one); the shells run every persist under their control lock. A failed commit is
+kept and sent again with the next persist; a failed read answers :data:`offsetstore.READ_FAILED`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+
+from offsetstore import MessageQueue, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+from offsetstore.base import ReadResult
+from offsetstore.remote_broker import RetryPolicy, is_retriable
+from sdk.errors import IllegalStateError
+from sdk.transport.steps import Call, Pause, Steps
+
+__all__ = ["NO_BACKEND", "persist", "read_committed"]
+
+_RETRY = RetryPolicy()
+
+
+class _NoBackend:
+    """The backend of a consumer's broker offset store: the consumer makes every broker call
+    itself (as steps); the store must never try."""
+
+    def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
+        raise IllegalStateError("a consumer's offsets are read through its steps")
+
+    def commit_offsets(
+        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
+    ) -> None:
+        raise IllegalStateError("a consumer's offsets are committed through its steps")
+
+
+NO_BACKEND = _NoBackend()
+
+
+def _retried(call: Call, policy: RetryPolicy = _RETRY) -> Steps[object]:
+    """``call``, tried again after a jittered exponential pause on a transient failure (a
+    retriable error), at most ``policy.attempts`` times; the last failure is raised."""
+    for attempt in range(policy.attempts):
+        try:
+            answer = yield call
+        except Exception as exc:
+            if attempt + 1 >= policy.attempts or not is_retriable(exc):
+                raise
+            ceiling = min(policy.max_wait_s, policy.initial_wait_s * 2**attempt)
+            yield Pause(random.uniform(0, ceiling))
+        else:
+            return answer
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_committed(offsets: OffsetStore, queue: MessageQueue) -> Steps[ReadResult]:
+    """The group's committed offset of ``queue`` as its store keeps it (recorded in memory):
+    an offset, NOT_FOUND, or READ_FAILED (logged)."""
+    if not isinstance(offsets, RemoteBrokerOffsetStore):
+        return offsets.read_offset(queue, ReadOffsetType.STORE)
+    call = Call.of("query_offset", queue.broker_name, offsets.group, queue.topic, queue.queue_id)
+    try:
+        found = yield from _retried(call)
+    except Exception as exc:
+        return offsets.read_failed(queue, exc)
+    return offsets.offset_read(queue, found)  # type: ignore[arg-type]
+
+
+def persist(
+    offsets: OffsetStore, queues: Iterable[MessageQueue], *, drop_others: bool
+) -> Steps[None]:
+    """Commit the memory offsets of ``queues`` (and every commit that failed before);
+    ``drop_others`` forgets the memory entries of other queues (those no longer owned). What
+    the broker does not take is kept for the next persist."""
+    if not isinstance(offsets, RemoteBrokerOffsetStore):
+        if drop_others:
+            offsets.persist_all(queues)
+        else:
+            for queue in queues:
+                offsets.persist(queue)
+        return
+    for broker_name, batch in offsets.commits_due(queues, drop_others=drop_others).items():
+        try:
+            yield from _retried(Call.of("commit_offsets", broker_name, offsets.group, batch))
+        except Exception as exc:
+            offsets.commit_failed(broker_name, batch, exc)
