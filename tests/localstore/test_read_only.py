@@ -4,6 +4,7 @@ record (see :mod:`localstore.read_only`)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -26,6 +27,26 @@ def _tree(root: Path) -> dict[str, str]:
         else hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(root.rglob("*"))
     }
+
+
+def _writable_in_this_process(root: Path) -> list[str]:
+    """The files under ``root`` this process has mapped or opened for writing
+    (``/proc/self/maps`` permissions, ``/proc/self/fdinfo`` flags)."""
+    found = []
+    inside = str(root.resolve()) + "/"
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith(inside) and "w" in fields[1]:
+            found.append(f"mapped {fields[1]} {fields[5]}")
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+            flags = int(Path(f"/proc/self/fdinfo/{fd.name}").read_text().split()[3], 8)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith(inside) and flags & os.O_ACCMODE != os.O_RDONLY:
+            found.append(f"open {flags:o} {target}")
+    return found
 
 
 def _numbers(store: ReadOnlyStore, queue_id: int) -> list[int]:
@@ -77,6 +98,8 @@ def test_changes_no_byte_and_creates_nothing_in_a_held_store(tmp_path: Path) -> 
             assert _numbers(store, 0) == list(range(0, 40, 2))
             assert store.query_by_key(TOPIC, "k3")[0].body == b"m3"
             assert store.offset_for_timestamp(TOPIC, 0, 2**62) == 20
+            assert store.commitlog.segments.segments[-1].view  # mapped
+            assert _writable_in_this_process(root) == []
             store.refresh()
             assert store.max_offset(TOPIC, 1) == 20
         assert _tree(root) == before
