@@ -86,14 +86,24 @@ class ReadOnlyStore:
 
     # -- the snapshot ----------------------------------------------------------------------
     def _open_snapshot(self) -> None:
+        """Load the files as they lie and fix the snapshot's ends; on failure nothing stays
+        mapped."""
         geometry = self.geometry
         self.topics = TopicTable(self.root)
-        self.topics.load(self.root / "consumequeue")
         self.commitlog = CommitLog(
             self.root / "commitlog", geometry.commitlog_file_size, sync_flush=False
         )
-        _load_segments(self.commitlog.segments, read_ahead=True)
         self.queues = QueueRegistry(self.root / "consumequeue", geometry.cq_entries_per_file)
+        self.index: IndexService | None = None
+        try:
+            self._load_snapshot()
+        except BaseException:
+            self._close_files()
+            raise
+
+    def _load_snapshot(self) -> None:
+        self.topics.load(self.root / "consumequeue")
+        _load_segments(self.commitlog.segments, read_ahead=True)
         for topic, queue_id in _queue_names(self.queues.directory):
             queue = self.queues.get_or_create(topic, queue_id)
             _load_queue(queue, self.commitlog.min_offset)
@@ -101,7 +111,7 @@ class ReadOnlyStore:
         _cut_log(self.commitlog, end)
         for queue in self.queues.queues.values():
             _cut_queue(queue, end)
-        self.index = _open_key_index(self.root, geometry)
+        self.index = _open_key_index(self.root, self.geometry)
 
     def refresh(self) -> None:
         """Take a new snapshot: what the holder has written since is seen from now on. Not

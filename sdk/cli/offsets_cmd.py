@@ -7,7 +7,9 @@ The offsets are the broker's table, ``DIR/config/consumerOffset.json`` (RocketMQ
 format; see :mod:`offsetstore.broker_table`). ``show`` prints per queue the committed offset
 (``-`` / null when none), the queue's min and max offsets and the lag (max - committed). A
 reset rewrites the file atomically; run it while no broker serves the store (the store's lock
-refuses a second opener).
+refuses a second opener). ``show`` on a store another process holds reads a read-only view of it
+and the table's file as last written (no lock, no write; see
+:func:`sdk.cli.common.open_store_for_reading`).
 """
 
 from __future__ import annotations
