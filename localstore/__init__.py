@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from localstore.geometry import StoreGeometry
     from localstore.options import StoreOptions
+    from localstore.read_only import ReadOnlyStore
     from localstore.record.codec import NewMessage, StoredMessage, pack_host, unpack_host
     from localstore.record.message_id import (
         UniqKeyGenerator,
@@ -49,6 +50,7 @@ _EXPORTS = {
     "NewMessage": "localstore.record.codec",
     "PutResult": "localstore.results",
     "PutStatus": "localstore.results",
+    "ReadOnlyStore": "localstore.read_only",
     "StoreClosedError": "localstore.errors",
     "StoreError": "localstore.errors",
     "StoreGeometry": "localstore.geometry",
@@ -89,6 +91,7 @@ __all__ = [
     "NewMessage",
     "PutResult",
     "PutStatus",
+    "ReadOnlyStore",
     "StoreClosedError",
     "StoreError",
     "StoreGeometry",

@@ -220,7 +220,7 @@ def test_an_async_consumer_error_is_a_quiver_error(tmp_path: Path):
 
 def test_the_cli_exits_with_one_line_naming_the_problem(tmp_path: Path, capsys):
     with MessageStore(tmp_path / "locked", **SMALL):
-        assert cli_main(["store", "info", str(tmp_path / "locked")]) == 1
+        assert cli_main(["store", "verify", str(tmp_path / "locked")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("quiver: error: store") and "already open" in err
     assert "Traceback" not in err

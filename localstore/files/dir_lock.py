@@ -2,6 +2,8 @@
 
 flock conflicts between two opens even within one process, so a second store instance on the
 same directory fails too; the holder writes its pid into the file so the error can name it.
+A read-only view (:mod:`localstore.read_only`) takes no lock: it neither waits for nor
+disturbs the holder.
 """
 
 from __future__ import annotations

@@ -103,6 +103,7 @@ class MappedFile:
         "held",
         "path",
         "read_ahead",
+        "read_only",
         "reserve_chunk_bytes",
         "reserved",
         "size",
@@ -155,6 +156,7 @@ class MappedFile:
         self.size = size
         self.reserve_chunk_bytes = reserve_chunk_bytes
         self.read_ahead = read_ahead
+        self.read_only = False  # opened O_RDONLY and mapped ACCESS_READ (see existing())
         self.wrote_position = 0
         self.flushed_position = 0
         self.reserved = 0
@@ -172,18 +174,23 @@ class MappedFile:
         *,
         reserve_chunk_bytes: int = RESERVE_CHUNK_BYTES,
         read_ahead: bool = True,
+        read_only: bool = False,
     ) -> MappedFile:
         """A segment already on disk (``size`` bytes, checked by the caller), left closed:
         no descriptor, no mapping until first touched. Positions are the caller's to set;
-        ``reserved`` stays 0, so a write first reserves (a no-op over allocated blocks)."""
+        ``reserved`` stays 0, so a write first reserves (a no-op over allocated blocks).
+        ``read_only``: opened ``O_RDONLY`` and mapped ``ACCESS_READ`` when touched, so nothing
+        can write through it (a store another process holds: :mod:`localstore.read_only`)."""
         segment: MappedFile = _ClosedSegment.__new__(_ClosedSegment)
         segment._init_positions(path, start_offset, size, reserve_chunk_bytes, read_ahead)
+        segment.read_only = read_only
         return segment
 
     def _map_with(self, fd: int) -> None:
         """Map the file open at ``fd`` (the mapping keeps its own duplicate of it)."""
         # Never MAP_POPULATE: see the module docstring.
-        mapping = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
+        access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+        mapping = mmap.mmap(fd, self.size, access=access)
         if self._random_access or not self.read_ahead:
             mapping.madvise(mmap.MADV_RANDOM)  # see the module docstring
         self._map = mapping
@@ -197,7 +204,7 @@ class MappedFile:
         if self._closed:
             raise SegmentUnavailableError(errno.EBADF, "segment is closed", str(self.path))
         try:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = os.open(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
             try:
                 self._map_with(fd)
             except BaseException:

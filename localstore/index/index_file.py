@@ -62,15 +62,20 @@ def index_file_name(timestamp_ms: int) -> str:
 class IndexFile:
     """A mapped index file with its header kept in attributes and written back on ``sync``."""
 
-    def __init__(self, path: Path, slots: int, entries: int):
+    def __init__(self, path: Path, slots: int, entries: int, *, read_only: bool = False):
+        """Map ``path`` (created when missing). ``read_only``: opened ``O_RDONLY`` and mapped
+        ``ACCESS_READ``, never created nor sized (a file of another length raises ValueError):
+        for looking up keys in a store another process holds (:mod:`localstore.read_only`)."""
         self.path = path
         self.slots = slots
         self.entries = entries
         self.size = HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.read_only = read_only
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+        fd = os.open(path, flags, 0o644)
         try:
             length = os.fstat(fd).st_size
-            if length == 0:
+            if length == 0 and not read_only:
                 os.ftruncate(fd, self.size)
                 # The header and slots are written at random: their blocks are allocated now.
                 os.posix_fallocate(fd, 0, HEADER_SIZE + slots * SLOT_SIZE)
@@ -79,7 +84,8 @@ class IndexFile:
                     f"{path} is {length} bytes, expected {self.size} for an index "
                     f"file of {slots} slots and {entries} entries"
                 )
-            self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self._map = mmap.mmap(fd, self.size, access=access)
             self._map.madvise(mmap.MADV_RANDOM)  # see the module docstring
         finally:
             os.close(fd)
@@ -263,7 +269,8 @@ class IndexFile:
         self._map.flush()
 
     def close(self) -> None:
-        self.write_header()
+        if not self.read_only:
+            self.write_header()
         self._map.close()
 
     def destroy(self) -> None:

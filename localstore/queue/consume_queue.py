@@ -75,14 +75,14 @@ class ConsumeQueue:
         segments = self.segments.segments
         while segments:
             last = segments[-1]
-            valid = _valid_prefix_units(last.view, last.size // UNIT_SIZE)
+            valid = valid_prefix_units(last.view, last.size // UNIT_SIZE)
             last.wrote_position = last.flushed_position = valid * UNIT_SIZE
             if valid or len(segments) == 1:
                 break
             segments.pop().destroy()  # an empty trailing file: drop it, the end is before it
         if segments:
             first = segments[0]
-            blanks = _filler_prefix_units(first.view, first.wrote_position // UNIT_SIZE)
+            blanks = filler_prefix_units(first.view, first.wrote_position // UNIT_SIZE)
             self.min_logic_offset = first.start_offset + blanks * UNIT_SIZE
             end = self.segments.max_offset
             if end > self.min_logic_offset:
@@ -244,7 +244,7 @@ class ConsumeQueue:
             last = self.max_offset - 1
             return last if last >= self.min_offset else None
         for segment in reversed(self.segments.segments):
-            keep = _units_ending_within(segment.view, segment.wrote_position // UNIT_SIZE, phys_end)
+            keep = units_ending_within(segment.view, segment.wrote_position // UNIT_SIZE, phys_end)
             if keep:
                 last = segment.start_offset // UNIT_SIZE + keep - 1
                 return last if last >= self.min_offset else None
@@ -260,7 +260,7 @@ class ConsumeQueue:
         while segments:
             last = segments[-1]
             count = last.wrote_position // UNIT_SIZE
-            keep = _units_ending_within(last.view, count, phys_end)
+            keep = units_ending_within(last.view, count, phys_end)
             cut += count - keep
             last.write_at(keep * UNIT_SIZE, bytes((count - keep) * UNIT_SIZE))
             last.wrote_position = keep * UNIT_SIZE
@@ -306,7 +306,7 @@ class ConsumeQueue:
             self._prepared = None
 
 
-def _valid_prefix_units(view: memoryview, count: int) -> int:
+def valid_prefix_units(view: memoryview, count: int) -> int:
     """How many leading units are valid (offset >= 0 and size > 0); binary search, since a
     queue file is a valid prefix followed by zeros."""
     lo, hi = 0, count
@@ -320,7 +320,7 @@ def _valid_prefix_units(view: memoryview, count: int) -> int:
     return lo
 
 
-def _units_ending_within(view: memoryview, count: int, phys_end: int) -> int:
+def units_ending_within(view: memoryview, count: int, phys_end: int) -> int:
     """How many leading units are filler or end at or before ``phys_end`` (real units are in
     commitlog order, so this is a binary search)."""
     lo, hi = 0, count
@@ -335,7 +335,7 @@ def _units_ending_within(view: memoryview, count: int, phys_end: int) -> int:
     return lo
 
 
-def _filler_prefix_units(view: memoryview, count: int) -> int:
+def filler_prefix_units(view: memoryview, count: int) -> int:
     """How many leading units are pre-blank filler."""
     lo, hi = 0, count
     while lo < hi:

@@ -24,7 +24,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 from sdk.errors import QuiverError
 
 if TYPE_CHECKING:
+    from localstore.read_only import ReadOnlyStore
     from localstore.store import MessageStore
+
+    # What the reading commands read: the store, or a read-only view of one another process holds.
+    ReadableStore: TypeAlias = MessageStore | ReadOnlyStore
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[QuiverArgumentParser]"
 
@@ -141,7 +145,31 @@ def open_store(directory: str, **geometry: Any) -> MessageStore:
         raise CliError(f"cannot open store {path}: {exc}") from exc
 
 
-def existing_queues(store: MessageStore, topic: str, queue: int | None) -> list[int]:
+def open_store_for_reading(directory: str) -> ReadableStore:
+    """:func:`open_store`, or, when another process holds the store (a running application),
+    a read-only view of what it has written (:class:`~localstore.read_only.ReadOnlyStore`: no
+    lock, no write, only whole records), said in one line on stderr. Commands that only read
+    (``store info``, ``read``, ``query``, ``offsets show``) open stores so; :func:`is_read_only`
+    tells which they got (``--json`` output then carries ``"read_only": true``)."""
+    from localstore.errors import StoreLockedError
+    from localstore.read_only import ReadOnlyStore
+
+    try:
+        return open_store(directory)
+    except StoreLockedError as exc:
+        holder = f"pid {exc.holder_pid}" if exc.holder_pid else "pid not known"
+        warn(f"store held by another process ({holder}): read-only view of what it has written")
+        return ReadOnlyStore(directory)
+
+
+def is_read_only(store: ReadableStore) -> bool:
+    """Whether ``store`` is a read-only view (see :func:`open_store_for_reading`)."""
+    from localstore.read_only import ReadOnlyStore
+
+    return isinstance(store, ReadOnlyStore)
+
+
+def existing_queues(store: ReadableStore, topic: str, queue: int | None) -> list[int]:
     """The queues of ``topic`` a command reads (``queue``, or all when None); an unknown topic
     or queue is an error (exit 1)."""
     known = store.queue_ids(topic)

@@ -7,7 +7,9 @@ The offsets are the broker's table, ``DIR/config/consumerOffset.json`` (RocketMQ
 format; see :mod:`offsetstore.broker_table`). ``show`` prints per queue the committed offset
 (``-`` / null when none), the queue's min and max offsets and the lag (max - committed). A
 reset rewrites the file atomically; run it while no broker serves the store (the store's lock
-refuses a second opener).
+refuses a second opener). ``show`` on a store another process holds reads a read-only view of it
+and the table's file as last written (no lock, no write; see
+:func:`sdk.cli.common.open_store_for_reading`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from sdk.cli.common import (
     add_json_option,
     emit_json,
     existing_queues,
+    is_read_only,
     open_store,
+    open_store_for_reading,
 )
 
 if TYPE_CHECKING:
@@ -101,10 +105,11 @@ def run_show(args: argparse.Namespace) -> int:
     _check_name("group", args.group)
     if args.topic is not None:
         _check_name("topic", args.topic)
-    with open_store(args.data) as store:
+    with open_store_for_reading(args.data) as store:
+        read_only = is_read_only(store)
         if args.topic is not None:
             existing_queues(store, args.topic, None)  # an unknown topic is an error
-        table = _open_table(args.data)
+        table = _open_table(args.data)  # reads the file only: no lock, no write
         topics = [args.topic] if args.topic is not None else table.topics(args.group)
         if not topics:
             raise CliError(f"group {args.group} has no committed offsets in {args.data}")
@@ -119,6 +124,8 @@ def run_show(args: argparse.Namespace) -> int:
             "max_offset": row.max_offset,
             "lag": row.lag,
         }
+        if read_only:
+            document["read_only"] = True
         if args.json:
             emit_json(document)
         else:

@@ -18,8 +18,9 @@ from sdk.cli.common import (
     add_json_option,
     emit_json,
     existing_queues,
+    is_read_only,
     non_negative_int,
-    open_store,
+    open_store_for_reading,
     positive_int,
     warn,
 )
@@ -99,12 +100,12 @@ def run_key(args: argparse.Namespace) -> int:
     """Print the messages found by key; exit 1 when there is none."""
     if args.begin > args.end:
         raise CliError("--begin is after --end", EXIT_USAGE)
-    with open_store(args.data) as store:
+    with open_store_for_reading(args.data) as store:
         found = store.query_by_key(
             args.topic, args.key, max_count=args.max, begin_ms=args.begin, end_ms=args.end
         )
         for message in found:
-            print_message(message, args.json)
+            print_message(message, args.json, read_only=is_read_only(store))
     if not args.json:
         print(f"found {len(found)} message(s) of {args.topic} with key {args.key}")
     elif not found:
@@ -114,10 +115,10 @@ def run_key(args: argparse.Namespace) -> int:
 
 def run_id(args: argparse.Namespace) -> int:
     """Print the message with this id; exit 1 when there is none."""
-    with open_store(args.data) as store:
+    with open_store_for_reading(args.data) as store:
         found = store.query_by_id(args.id)
         for message in found:
-            print_message(message, args.json)
+            print_message(message, args.json, read_only=is_read_only(store))
     if not found:
         if args.json:
             warn(f"no message has the id {args.id}")  # stdout stays JSON
@@ -128,7 +129,8 @@ def run_id(args: argparse.Namespace) -> int:
 
 def run_time(args: argparse.Namespace) -> int:
     """Print the queue offset for the timestamp."""
-    with open_store(args.data) as store:
+    with open_store_for_reading(args.data) as store:
+        read_only = is_read_only(store)
         existing_queues(store, args.topic, args.queue)
         queue_offset = store.offset_for_timestamp(args.topic, args.queue, args.timestamp)
         min_offset = store.min_offset(args.topic, args.queue)
@@ -141,6 +143,8 @@ def run_time(args: argparse.Namespace) -> int:
         "min_offset": min_offset,
         "max_offset": max_offset,
     }
+    if read_only:
+        document["read_only"] = True
     if args.json:
         emit_json(document)
     else:

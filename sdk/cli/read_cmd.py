@@ -14,8 +14,9 @@ from sdk.cli.common import (
     add_json_option,
     emit_json,
     existing_queues,
+    is_read_only,
     non_negative_int,
-    open_store,
+    open_store_for_reading,
     positive_int,
     warn,
 )
@@ -23,7 +24,7 @@ from sdk.cli.common import (
 if TYPE_CHECKING:
     from localstore.record.codec import StoredMessage
     from localstore.record.tags import TagFilter
-    from localstore.store import MessageStore
+    from sdk.cli.common import ReadableStore
 
 GET_BATCH = 32
 HUMAN_BODY_CHARS = 120
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--tags: {exc}", EXIT_USAGE) from exc
     remaining = args.max if args.max is not None else -1
     total = 0
-    with open_store(args.data) as store:
+    with open_store_for_reading(args.data) as store:
         queue_ids = existing_queues(store, args.topic, args.queue)
         for queue_id in queue_ids:
             count = _read_queue(store, args, queue_id, tag_filter, remaining)
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_queue(
-    store: MessageStore,
+    store: ReadableStore,
     args: argparse.Namespace,
     queue_id: int,
     tag_filter: TagFilter,
@@ -115,7 +116,7 @@ def _read_queue(
         if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
             break
         for message in result.messages:
-            print_message(message, args.json)
+            print_message(message, args.json, read_only=is_read_only(store))
         printed += len(result.messages)
         if remaining > 0:
             remaining -= len(result.messages)
@@ -154,10 +155,13 @@ def message_json(message: StoredMessage) -> dict[str, Any]:
     }
 
 
-def print_message(message: StoredMessage, as_json: bool) -> None:
-    """One message: a JSON line, or a human-readable line."""
+def print_message(message: StoredMessage, as_json: bool, *, read_only: bool = False) -> None:
+    """One message: a JSON line (with ``"read_only": true`` when read from a read-only view
+    of a held store), or a human-readable line."""
     if as_json:
-        emit_json(message_json(message))
+        emit_json(
+            {**message_json(message), "read_only": True} if read_only else message_json(message)
+        )
         return
     try:
         text = repr(message.body.decode("utf-8"))

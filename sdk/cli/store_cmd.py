@@ -18,6 +18,7 @@ from sdk.cli.common import (
     human_size,
     is_store,
     open_store,
+    open_store_for_reading,
     parse_size,
     positive_int,
 )
@@ -25,6 +26,7 @@ from sdk.cli.common import (
 if TYPE_CHECKING:
     from localstore.recovery.recover import RecoveryReport
     from localstore.store import MessageStore
+    from sdk.cli.common import ReadableStore
 
 _GEOMETRY_OPTIONS = (  # (option, StoreGeometry field, argparse type, help)
     (
@@ -176,9 +178,10 @@ def _print_geometry(geometry: dict[str, Any]) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    """Describe the store at DIR."""
-    with open_store(args.directory) as store:
+    """Describe the store at DIR (a read-only view of it when another process holds it)."""
+    with open_store_for_reading(args.directory) as store:
         document = describe(store)
+        recovery = getattr(store, "recovery", None)  # none for a read-only view
     if args.json:
         emit_json(document)
         return EXIT_OK
@@ -188,7 +191,7 @@ def run_info(args: argparse.Namespace) -> int:
     _print_geometry(document["geometry"])
     if document["crashed_last_time"]:
         print("the last run did not close the store cleanly (recovered at open)")
-    if (cut := _recovery_cut(store.recovery)) is not None:
+    if recovery is not None and (cut := _recovery_cut(recovery)) is not None:
         print(cut)
     print(
         f"commitlog [{commitlog['min_offset']}, {commitlog['max_offset']}) in "
@@ -210,8 +213,13 @@ def run_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def describe(store: MessageStore) -> dict[str, Any]:
-    """What ``store info`` shows, as a JSON-ready dict."""
+def describe(store: ReadableStore) -> dict[str, Any]:
+    """What ``store info`` shows, as a JSON-ready dict. A read-only view of a held store
+    (:class:`~localstore.read_only.ReadOnlyStore`) recovered nothing: ``crashed_last_time``
+    and ``recovery`` are null, ``read_only`` is true and ``visible_end`` is where the records
+    it serves end."""
+    from localstore.store import MessageStore
+
     commitlog = store.commitlog
     names = sorted(set(store.topics.topics) | {topic for topic, _ in store.queues.queues})
     topics = []
@@ -241,8 +249,8 @@ def describe(store: MessageStore) -> dict[str, Any]:
         "path": str(store.root),
         "geometry": dataclasses.asdict(store.geometry),
         "flush_mode": store.geometry.flush_mode,
-        "crashed_last_time": store.crashed_last_time,
-        "recovery": _recovery_json(store),
+        "crashed_last_time": (store.crashed_last_time if isinstance(store, MessageStore) else None),
+        "recovery": _recovery_json(store) if isinstance(store, MessageStore) else None,
         "commitlog": {
             "min_offset": commitlog.min_offset,
             "max_offset": commitlog.max_offset,
@@ -256,6 +264,11 @@ def describe(store: MessageStore) -> dict[str, Any]:
             ],
         },
         "topics": topics,
+        **(
+            {}
+            if isinstance(store, MessageStore)
+            else {"read_only": True, "visible_end": store.visible_end}
+        ),
     }
 
 
