@@ -74,14 +74,12 @@ _DATA_ALIAS = "data_positional"  # dest of the positional DIR of the store comma
 _DATA_ALIAS_PROG = "data_alias_prog"  # the prog named by a both/neither usage error
 
 
-def add_data_option(
-    parser: argparse.ArgumentParser, *, positional_alias: bool = False, required: bool = True
-) -> None:
+def add_data_option(parser: argparse.ArgumentParser, *, positional_alias: bool = False) -> None:
     """``--data DIR``, the store directory, read as ``args.data``. ``positional_alias``: DIR
     may be given as a positional argument instead (``quiver store info DIR``); exactly one of
     the two is required (:func:`resolve_data_alias` checks it after parsing)."""
     if not positional_alias:
-        parser.add_argument("--data", required=required, metavar="DIR", help="the store directory")
+        parser.add_argument("--data", required=True, metavar="DIR", help="the store directory")
         return
     parser.add_argument(
         _DATA_ALIAS, nargs="?", metavar="DIR", help="the store directory (or --data DIR)"

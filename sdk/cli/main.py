@@ -1,13 +1,15 @@
 """``quiver``: the command line of the Quiver message-queue SDK.
 
     quiver store init --data DIR [--commitlog-file-size 64M ...]   create a store
-    quiver store info --data DIR                            geometry, segments, topics, offsets
-    quiver store verify --data DIR                          check every record and unit
-    quiver produce --data DIR --topic T --body TEXT         store messages
-    quiver read --data DIR --topic T                        read them back
-    quiver query key|id|time ...                            find by key, id or time
-    quiver offsets show|reset --data DIR --group G ...      consumer offsets and lag
-    quiver perf ...                                         benchmarks (when sdk/perf/cli.py exists)
+    quiver store info --data DIR                    geometry, segments, topics, offsets
+    quiver store verify --data DIR                  check every record and unit
+    quiver store clean --data DIR [--force]         delete expired segments
+    quiver produce --data DIR --topic T --body TEXT store messages
+    quiver read --data DIR --topic T                read them back
+    quiver query key|id|time --data DIR ...         find by key, id or time
+    quiver offsets show|reset --data DIR --group G  consumer offsets and lag
+    quiver group show --data DIR --group G          members, queues, offsets and lag
+    quiver perf ...                                 benchmarks (when sdk/perf/cli.py exists)
 
 Every command takes ``--data DIR`` (the ``store`` commands also take it as a positional DIR),
 ``--json`` (results as JSON lines on stdout, errors as ``{"error": KIND, "detail": MESSAGE}`` on
@@ -130,8 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         status = _expected_status(exc)
-        if status is None or debug:
-            raise
+        if status is None or (debug and not isinstance(exc, UsageError)):
+            raise  # a usage error has no traceback worth showing
         message = exc.message if isinstance(exc, CliError) else str(exc) or type(exc).__name__
         prog = exc.prog if isinstance(exc, UsageError) else "quiver"
         _report(_error_kind(exc, status), message, prog, as_json)
