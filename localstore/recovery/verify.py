@@ -15,10 +15,13 @@ starts there, with the unit's size, the queue's topic, id and queue offset, and 
 increase along a queue.
 
 It reads every record and unit: run it on a quiescent store (concurrent puts look like problems).
+``on_progress(what, done, total)``, when given, is called every few thousand records and units:
+commitlog bytes walked, then consume-queue units checked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,8 @@ from localstore.store import MessageStore
 
 DEFAULT_MAX_PROBLEMS = 100
 _UNITS_PER_READ = 4096
+_RECORDS_PER_PROGRESS = 4096
+ProgressCallback = Callable[[str, int, int], None]  # (what, done, total)
 _NO_UNIT = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 _Unit = tuple[int, int, int]  # physical offset, size, tagsCode
 _LOCATION = ("phys_offset", "topic", "queue_id", "queue_offset")
@@ -125,25 +130,38 @@ def _record_at(view: memoryview, pos: int) -> codec.StoredMessage:
         raise _MalformedError(str(exc)) from exc
 
 
-def verify_store(store: MessageStore, *, max_problems: int = DEFAULT_MAX_PROBLEMS) -> VerifyReport:
+def verify_store(
+    store: MessageStore,
+    *,
+    max_problems: int = DEFAULT_MAX_PROBLEMS,
+    on_progress: ProgressCallback | None = None,
+) -> VerifyReport:
     """Check every commitlog record and consume-queue unit of an open store (see module doc)."""
     log = store.commitlog
     report = VerifyReport(log.min_offset, log.max_offset, len(log.segments.segments))
     report.max_problems = max_problems
-    verifier = _Verifier(store, report)
+    verifier = _Verifier(store, report, on_progress or _no_progress)
     verifier.walk_commitlog()
-    for key in sorted(store.queues.queues):
+    queues = [store.queues.queues[key] for key in sorted(store.queues.queues)]
+    verifier.units_total = sum(max(q.max_offset - q.min_offset, 0) for q in queues)
+    for queue in queues:
         report.queues += 1
-        verifier.check_queue(store.queues.queues[key])
+        verifier.check_queue(queue)
     return report
+
+
+def _no_progress(what: str, done: int, total: int) -> None:
+    """The progress callback of a caller that wants none."""
 
 
 class _Verifier:
     """Both passes. The commitlog walk marks each unit it found sound from the record's side
     (``claimed``); the queue pass then re-reads the records of the other units only."""
 
-    def __init__(self, store: MessageStore, report: VerifyReport):
+    def __init__(self, store: MessageStore, report: VerifyReport, on_progress: ProgressCallback):
         self.store = store
+        self.on_progress = on_progress
+        self.units_total = 0  # of every queue, set before the queue pass
         self.commitlog = store.commitlog
         self.report = report
         self.delays = parse_delay_levels(store.options.delay_levels)
@@ -153,6 +171,8 @@ class _Verifier:
         """Pass 1: every record from the commitlog's min to its max offset."""
         report, end = self.report, self.report.max_offset
         position, first_bad = report.min_offset, -1
+        span = end - report.min_offset
+        self.on_progress("commitlog bytes", 0, span)
 
         def problem(message: str, stop: bool = False) -> None:
             nonlocal first_bad
@@ -193,6 +213,8 @@ class _Verifier:
                 position = resume
                 continue
             report.records += 1
+            if report.records % _RECORDS_PER_PROGRESS == 0:
+                self.on_progress("commitlog bytes", position - report.min_offset, span)
             if position + record.store_size > end:
                 problem(f"a record of {record.store_size} bytes runs past the max offset", True)
                 break
@@ -236,6 +258,7 @@ class _Verifier:
         offset, low, end = queue.min_offset, queue.min_offset, queue.max_offset
         claimed = self.claimed.get((queue.topic, queue.queue_id), bytearray(end - low))
         while offset < end:
+            self.on_progress("consume-queue units", report.units, self.units_total)
             chunk = bytes(queue.read_units(offset, min(_UNITS_PER_READ, end - offset)))
             if not chunk:
                 self.unit_problem(queue, offset, f"units up to {end} are missing", None)

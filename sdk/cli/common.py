@@ -1,13 +1,23 @@
 """What every ``quiver`` command shares: the parser class, errors, sizes, output, opening a store.
 
-Conventions (the ``perf`` group follows them too):
+Conventions (the ``perf`` group follows them too); a new command that keeps them gets ``--data``,
+``--json``, ``--quiet``, JSON errors and progress with nothing else to wire:
 
 * a command group module has ``add_parser(subparsers) -> None``, which adds its parser(s) and
   sets ``func`` on each leaf with ``parser.set_defaults(func=handler)``;
+* every leaf takes the store directory as ``--data DIR``: call :func:`add_data_option` (the
+  ``store`` commands pass ``positional_alias=True``, which also accepts ``quiver store info DIR``;
+  giving both or neither is a usage error), and reads it as ``args.data``;
+* every leaf calls :func:`add_json_option`: ``--json`` puts one JSON object per line on stdout
+  (:func:`emit_json`) and ``--quiet`` (implied by ``--json``) hides the progress line;
 * ``handler(args: argparse.Namespace) -> int`` returns the exit status (0 ok, 1 a failed check or
   operation, 2 bad usage) and raises :class:`CliError` for an expected failure; ``main`` turns
-  that (and localstore's ``StoreError``) into one line on stderr, never a traceback;
-* ``--json`` (:func:`add_json_option`) puts one JSON object per line on stdout (:func:`emit_json`).
+  that (and localstore's ``StoreError``, ``QuiverError``, ``OSError``) into one line on stderr,
+  never a traceback. With ``--json`` the line is ``{"error": KIND, "detail": MESSAGE}``: KIND is
+  ``usage`` for exit status 2 (argparse's own errors included), else the class of the exception
+  (for a :class:`CliError`, the class of the exception it was raised from, or ``failed``);
+* a step that can run long draws on a :func:`sdk.cli.progress.progress_line` (stderr, terminal
+  only, never with ``--json``/``--quiet``).
 
 Nothing here imports localstore at module level: a command imports what it needs when it runs.
 """
@@ -16,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
@@ -48,19 +57,70 @@ class CliError(QuiverError):
         self.status = status
 
 
+class UsageError(CliError):
+    """Bad usage found while parsing: reported as ``PROG: error: MESSAGE (see: PROG --help)``."""
+
+    def __init__(self, message: str, prog: str):
+        super().__init__(f"{message} (see: {prog} --help)", EXIT_USAGE)
+        self.prog = prog
+
+
 class QuiverArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
+    """An ArgumentParser whose usage errors raise :class:`UsageError` (exit status 2), so that
+    ``main`` reports them as it reports every error: one line, or JSON with ``--json``."""
 
     def error(self, message: str) -> NoReturn:
-        """Report a usage error in one line and exit with status 2."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+        """Report a usage error (``main`` prints it on one line and exits with status 2)."""
+        raise UsageError(message, self.prog)
+
+
+_DATA_ALIAS = "data_positional"  # dest of the positional DIR of the store commands
+_DATA_ALIAS_PROG = "data_alias_prog"  # the prog named by a both/neither usage error
+
+
+def add_data_option(parser: argparse.ArgumentParser, *, positional_alias: bool = False) -> None:
+    """``--data DIR``, the store directory, read as ``args.data``. ``positional_alias``: DIR
+    may be given as a positional argument instead (``quiver store info DIR``); exactly one of
+    the two is required (:func:`resolve_data_alias` checks it after parsing)."""
+    if not positional_alias:
+        parser.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+        return
+    parser.add_argument(
+        _DATA_ALIAS, nargs="?", metavar="DIR", help="the store directory (or --data DIR)"
+    )
+    parser.add_argument("--data", metavar="DIR", help="the store directory (or DIR)")
+    parser.set_defaults(**{_DATA_ALIAS_PROG: parser.prog})
+
+
+def resolve_data_alias(args: argparse.Namespace) -> None:
+    """Fold a positional DIR into ``args.data``; both or neither is a :class:`UsageError`."""
+    if not hasattr(args, _DATA_ALIAS):
+        return
+    positional = getattr(args, _DATA_ALIAS)
+    prog = getattr(args, _DATA_ALIAS_PROG)
+    delattr(args, _DATA_ALIAS)
+    delattr(args, _DATA_ALIAS_PROG)
+    if positional is not None and args.data is not None:
+        raise UsageError(
+            f"the store directory is given twice (DIR {positional} and --data {args.data}): "
+            "give one",
+            prog,
+        )
+    if positional is None and args.data is None:
+        raise UsageError("the store directory is missing: give --data DIR (or DIR)", prog)
+    if positional is not None:
+        args.data = positional
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
-    """``--json``: machine output, one JSON object per line on stdout."""
+    """The output options every command takes: ``--json`` (machine output, one JSON object per
+    line on stdout; errors as JSON on stderr) and ``--quiet`` (no progress line on stderr)."""
     parser.add_argument(
-        "--json", action="store_true", help="machine output: one JSON object per line on stdout"
+        "--json",
+        action="store_true",
+        help="machine output: one JSON object per line on stdout, errors as JSON on stderr",
     )
+    parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
 
 
 def json_line(document: Mapping[str, Any]) -> str:
@@ -184,35 +244,3 @@ def existing_queues(store: ReadableStore, topic: str, queue: int | None) -> list
             f"topic {topic} has no queue {queue} (it has {count} read queues)", EXIT_FAILED
         )
     return [queue]
-
-
-class Progress:
-    """A progress line on stderr for long runs: only on a terminal, at most twice a second."""
-
-    def __init__(self, what: str, total: int | None):
-        self.what = what
-        self.total = total
-        self.enabled = sys.stderr.isatty()
-        self.started = time.monotonic()
-        self._next = self.started + 1.0  # short runs print nothing
-        self._shown = False
-
-    def update(self, done: int) -> None:
-        """Show ``done`` if the last update is old enough."""
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now < self._next:
-            return
-        self._next = now + 0.5
-        rate = done / max(now - self.started, 1e-9)
-        of = f"/{self.total}" if self.total is not None else ""
-        sys.stderr.write(f"\r{self.what} {done}{of} ({rate:,.0f}/s) ")
-        sys.stderr.flush()
-        self._shown = True
-
-    def finish(self) -> None:
-        """Clear the progress line if one was shown."""
-        if self._shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()

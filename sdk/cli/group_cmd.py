@@ -21,6 +21,7 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
+    add_data_option,
     add_json_option,
     emit_json,
     open_store,
@@ -41,7 +42,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="The group's members (as last recorded by the broker), the queues each "
         "owns, and per queue the committed offset, min, max and lag.",
     )
-    show.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(show)
     show.add_argument("--group", required=True, metavar="G")
     add_json_option(show)
     show.set_defaults(func=run_show)

@@ -1,15 +1,20 @@
 """``quiver``: the command line of the Quiver message-queue SDK.
 
-    quiver store init DIR [--commitlog-file-size 64M ...]   create a store
-    quiver store info DIR                                   geometry, segments, topics, offsets
-    quiver store verify DIR                                 check every record and unit
-    quiver produce --data DIR --topic T --body TEXT         store messages
-    quiver read --data DIR --topic T                        read them back
-    quiver query key|id|time ...                            find by key, id or time
-    quiver offsets show|reset --data DIR --group G ...      consumer offsets and lag
-    quiver perf ...                                         benchmarks (when sdk/perf/cli.py exists)
+    quiver store init --data DIR [--commitlog-file-size 64M ...]   create a store
+    quiver store info --data DIR                    geometry, segments, topics, offsets
+    quiver store verify --data DIR                  check every record and unit
+    quiver store clean --data DIR [--force]         delete expired segments
+    quiver produce --data DIR --topic T --body TEXT store messages
+    quiver read --data DIR --topic T                read them back
+    quiver query key|id|time --data DIR ...         find by key, id or time
+    quiver offsets show|reset --data DIR --group G  consumer offsets and lag
+    quiver group show --data DIR --group G          members, queues, offsets and lag
+    quiver perf ...                                 benchmarks (when sdk/perf/cli.py exists)
 
-Every command takes ``--json``. Exit status: 0 ok, 1 a failed check or operation, 2 bad usage.
+Every command takes ``--data DIR`` (the ``store`` commands also take it as a positional DIR),
+``--json`` (results as JSON lines on stdout, errors as ``{"error": KIND, "detail": MESSAGE}`` on
+stderr) and ``--quiet`` (no progress line on stderr; long commands draw one on a terminal).
+Exit status: 0 ok, 1 a failed check or operation, 2 bad usage.
 Command modules follow the convention described in :mod:`sdk.cli.common`.
 """
 
@@ -29,6 +34,9 @@ from sdk.cli.common import (
     CliError,
     QuiverArgumentParser,
     Subparsers,
+    UsageError,
+    json_line,
+    resolve_data_alias,
 )
 
 PERF_MODULE = "sdk.perf.cli"
@@ -105,24 +113,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     index = _command_index(arguments)
     debug = "--debug" in arguments[:index]
+    as_json = "--json" in arguments  # until parsed: argparse's own errors are JSON with it too
     try:
         parser = build_parser(arguments[index] if index < len(arguments) else None)
         args = parser.parse_args(arguments)
+        resolve_data_alias(args)
+        as_json = bool(getattr(args, "json", False))
         status = args.func(args)
         return 0 if status is None else int(status)
     except BrokenPipeError:  # the reader of our output went away (`quiver read | head`)
         _silence_stdout()
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("quiver: interrupted", file=sys.stderr)
+        if as_json:
+            _report("interrupted", "interrupted", "quiver", as_json)
+        else:
+            print("quiver: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         status = _expected_status(exc)
-        if status is None or debug:
-            raise
+        if status is None or (debug and not isinstance(exc, UsageError)):
+            raise  # a usage error has no traceback worth showing
         message = exc.message if isinstance(exc, CliError) else str(exc) or type(exc).__name__
-        print(f"quiver: error: {' '.join(message.split())}", file=sys.stderr)
+        prog = exc.prog if isinstance(exc, UsageError) else "quiver"
+        _report(_error_kind(exc, status), message, prog, as_json)
         return status
+
+
+def _report(kind: str, message: str, prog: str, as_json: bool) -> None:
+    """One line on stderr: ``PROG: error: MESSAGE``, or ``{"error": KIND, "detail": MESSAGE}``."""
+    detail = " ".join(message.split())
+    if as_json:
+        print(json_line({"error": kind, "detail": detail}), file=sys.stderr)
+    else:
+        print(f"{prog}: error: {detail}", file=sys.stderr)
+
+
+def _error_kind(exc: Exception, status: int) -> str:
+    """``usage`` for bad usage; else the exception's class (a :class:`CliError`: the class of
+    the exception it was raised from, or ``failed``)."""
+    if status == EXIT_USAGE:
+        return "usage"
+    if isinstance(exc, CliError):
+        return type(exc.__cause__).__name__ if exc.__cause__ is not None else "failed"
+    return type(exc).__name__
 
 
 def _expected_status(exc: Exception) -> int | None:

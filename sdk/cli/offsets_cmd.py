@@ -23,6 +23,7 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
+    add_data_option,
     add_json_option,
     emit_json,
     existing_queues,
@@ -49,7 +50,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="committed offset, min, max and lag per queue",
         description="Per queue of the group's topics: committed offset, min, max and lag.",
     )
-    show.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(show)
     show.add_argument("--group", required=True, metavar="G")
     show.add_argument("--topic", metavar="T", help="only this topic (default: every topic)")
     add_json_option(show)
@@ -61,7 +62,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Set the group's offset of every queue of the topic to the earliest or "
         "latest offset, or to the first offset stored at or after TIMESTAMP_MS.",
     )
-    reset.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(reset)
     reset.add_argument("--group", required=True, metavar="G")
     reset.add_argument("--topic", required=True, metavar="T")
     reset.add_argument(

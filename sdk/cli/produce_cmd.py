@@ -16,8 +16,8 @@ from sdk.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    Progress,
     Subparsers,
+    add_data_option,
     add_json_option,
     human_size,
     non_negative_int,
@@ -25,6 +25,7 @@ from sdk.cli.common import (
     parse_size,
     positive_int,
 )
+from sdk.cli.progress import progress_line
 
 RESERVED_PROPERTIES = {"TAGS": "use --tag", "KEYS": "use --key", "UNIQ_KEY": "quiver sets it"}
 DEFAULT_BATCH = 64
@@ -40,7 +41,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Store messages: --body TEXT, --count N --size BYTES (generated bodies), "
         "or one message per line of stdin.",
     )
-    parser.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(parser)
     parser.add_argument("--topic", required=True, metavar="T")
     parser.add_argument("--tag", metavar="X", help="the messages' tag (TAGS)")
     parser.add_argument(
@@ -100,15 +101,12 @@ def run(args: argparse.Namespace) -> int:
         producer = Producer(
             store, args.topic, properties, args.queue, args.json, verbose=args.size is None
         )
-        progress = Progress("produced", total)
         # stdin without --batch: put each line as it comes (a pipe may be interactive)
         chunk_size = 1 if total is None and args.batch is None else (batch * producer.queue_count())
-        try:
+        with progress_line(args, results_on_stdout=args.size is None) as progress:
             for chunk in _chunks(bodies, chunk_size):
                 producer.send(chunk, batch)
-                progress.update(producer.stored)
-        finally:
-            progress.finish()
+                progress.update("produced", producer.stored, total)
         if not args.json:
             print(producer.summary())
     return EXIT_OK

@@ -15,6 +15,7 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
+    add_data_option,
     add_json_option,
     emit_json,
     existing_queues,
@@ -24,6 +25,7 @@ from sdk.cli.common import (
     positive_int,
     warn,
 )
+from sdk.cli.progress import progress_line
 from sdk.cli.read_cmd import print_message
 
 MAX_QUERY_RESULTS = 64
@@ -44,7 +46,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="messages whose KEYS hold K (or whose UNIQ_KEY is K), newest first",
         description="Messages of a topic with a key, newest first (at most 64).",
     )
-    key.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(key)
     key.add_argument("--topic", required=True, metavar="T")
     key.add_argument("--key", required=True, metavar="K")
     key.add_argument(
@@ -77,7 +79,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Look a message up by its offsetMsgId (host, port, commitlog offset) or "
         "its UNIQ_KEY (the id producers show).",
     )
-    by_id.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(by_id)
     by_id.add_argument("id", metavar="ID")
     add_json_option(by_id)
     by_id.set_defaults(func=run_id)
@@ -88,7 +90,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="The first queue offset whose store time is >= TIMESTAMP (clamped to the "
         "queue's min and max offsets).",
     )
-    by_time.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(by_time)
     by_time.add_argument("--topic", required=True, metavar="T")
     by_time.add_argument("--queue", required=True, type=non_negative_int, metavar="N")
     by_time.add_argument("--timestamp", required=True, type=non_negative_int, metavar="MS")
@@ -129,12 +131,15 @@ def run_id(args: argparse.Namespace) -> int:
 
 def run_time(args: argparse.Namespace) -> int:
     """Print the queue offset for the timestamp."""
-    with open_store_for_reading(args.data) as store:
-        read_only = is_read_only(store)
-        existing_queues(store, args.topic, args.queue)
-        queue_offset = store.offset_for_timestamp(args.topic, args.queue, args.timestamp)
-        min_offset = store.min_offset(args.topic, args.queue)
-        max_offset = store.max_offset(args.topic, args.queue)
+    with progress_line(args) as progress:
+        progress.status(f"opening store {args.data}")
+        with open_store_for_reading(args.data) as store:
+            read_only = is_read_only(store)
+            existing_queues(store, args.topic, args.queue)
+            progress.status(f"searching {args.topic}/{args.queue} for {args.timestamp}")
+            queue_offset = store.offset_for_timestamp(args.topic, args.queue, args.timestamp)
+            min_offset = store.min_offset(args.topic, args.queue)
+            max_offset = store.max_offset(args.topic, args.queue)
     document = {
         "topic": args.topic,
         "queue_id": args.queue,

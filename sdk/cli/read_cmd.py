@@ -11,6 +11,7 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
+    add_data_option,
     add_json_option,
     emit_json,
     existing_queues,
@@ -20,6 +21,7 @@ from sdk.cli.common import (
     positive_int,
     warn,
 )
+from sdk.cli.progress import ProgressLine, progress_line
 
 if TYPE_CHECKING:
     from localstore.record.codec import StoredMessage
@@ -39,7 +41,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Read messages of a topic, queue by queue, from each queue's min offset "
         "(or --from-offset).",
     )
-    parser.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(parser)
     parser.add_argument("--topic", required=True, metavar="T")
     parser.add_argument(
         "--queue",
@@ -74,19 +76,48 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--tags: {exc}", EXIT_USAGE) from exc
     remaining = args.max if args.max is not None else -1
     total = 0
-    with open_store_for_reading(args.data) as store:
-        queue_ids = existing_queues(store, args.topic, args.queue)
-        for queue_id in queue_ids:
-            count = _read_queue(store, args, queue_id, tag_filter, remaining)
-            total += count
-            if remaining > 0:
-                remaining -= count
-                if remaining == 0:
-                    break
+    with progress_line(args, results_on_stdout=True) as progress:
+        progress.status(f"opening store {args.data}")
+        with open_store_for_reading(args.data) as store:
+            queue_ids = existing_queues(store, args.topic, args.queue)
+            reading = _Reading(progress, _expected_count(store, args, queue_ids))
+            for queue_id in queue_ids:
+                count = _read_queue(store, args, queue_id, tag_filter, remaining, reading)
+                total += count
+                if remaining > 0:
+                    remaining -= count
+                    if remaining == 0:
+                        break
     if not args.json:
         queues = ", ".join(map(str, queue_ids)) or "none"
         print(f"read {total} message(s) from {args.topic} (queues {queues})")
     return EXIT_OK
+
+
+class _Reading:
+    """How many messages the whole command has printed, shown on the progress line."""
+
+    def __init__(self, progress: ProgressLine, expected: int | None):
+        self.progress = progress
+        self.expected = expected
+        self.printed = 0
+
+    def add(self, count: int) -> None:
+        self.printed += count
+        self.progress.update("read messages", self.printed, self.expected)
+
+
+def _expected_count(
+    store: ReadableStore, args: argparse.Namespace, queue_ids: list[int]
+) -> int | None:
+    """How many messages the command will print, None when a tag filter makes it unknown."""
+    if args.tags is not None:
+        return None
+    expected = 0
+    for queue_id in queue_ids:
+        start = max(store.min_offset(args.topic, queue_id), args.from_offset or 0)
+        expected += max(store.max_offset(args.topic, queue_id) - start, 0)
+    return expected if args.max is None else min(expected, args.max)
 
 
 def _read_queue(
@@ -95,6 +126,7 @@ def _read_queue(
     queue_id: int,
     tag_filter: TagFilter,
     remaining: int,
+    reading: _Reading,
 ) -> int:
     """Print messages of one queue; at most ``remaining`` (-1: all). Returns how many."""
     from localstore.record.codec import RecordError
@@ -118,6 +150,7 @@ def _read_queue(
         for message in result.messages:
             print_message(message, args.json, read_only=is_read_only(store))
         printed += len(result.messages)
+        reading.add(len(result.messages))
         if remaining > 0:
             remaining -= len(result.messages)
         if result.next_offset <= offset:

@@ -13,6 +13,7 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
+    add_data_option,
     add_json_option,
     emit_json,
     human_size,
@@ -22,6 +23,7 @@ from sdk.cli.common import (
     parse_size,
     positive_int,
 )
+from sdk.cli.progress import ProgressLine, progress_line
 
 if TYPE_CHECKING:
     from localstore.recovery.recover import RecoveryReport
@@ -72,7 +74,7 @@ def _add_init(actions: Subparsers) -> None:
         help="create a store",
         description="Create a store (or check an existing one's geometry).",
     )
-    init.add_argument("directory", metavar="DIR")
+    add_data_option(init, positional_alias=True)
     for option, dest, kind, text in _GEOMETRY_OPTIONS:
         init.add_argument(option, dest=dest, type=kind, metavar="N", help=text)
     init.add_argument(
@@ -99,7 +101,7 @@ def _add_info(actions: Subparsers) -> None:
         description="Describe a store: geometry, commitlog segments, "
         "topics and their queues' offsets.",
     )
-    info.add_argument("directory", metavar="DIR")
+    add_data_option(info, positional_alias=True)
     add_json_option(info)
     info.set_defaults(func=run_info)
 
@@ -112,7 +114,7 @@ def _add_verify(actions: Subparsers) -> None:
         "and every consume-queue unit. Exit status 1 when "
         "something is wrong.",
     )
-    verify.add_argument("directory", metavar="DIR")
+    add_data_option(verify, positional_alias=True)
     verify.add_argument(
         "--max-problems",
         type=positive_int,
@@ -132,7 +134,7 @@ def _add_clean(actions: Subparsers) -> None:
         "first, never the last one, and the consume-queue and index files that only point into "
         "them. --force deletes segments whatever their age.",
     )
-    clean.add_argument("directory", metavar="DIR")
+    add_data_option(clean, positional_alias=True)
     clean.add_argument(
         "--force", action="store_true", help="delete old segments whatever their age"
     )
@@ -153,7 +155,7 @@ def run_init(args: argparse.Namespace) -> int:
         new_geometry(requested)  # refused before anything is created
     except GeometryError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
-    path = Path(args.directory)
+    path = Path(args.data)
     if path.exists() and not path.is_dir():
         raise CliError(f"{path} exists and is not a directory", EXIT_USAGE)
     existed = is_store(path)
@@ -179,9 +181,11 @@ def _print_geometry(geometry: dict[str, Any]) -> None:
 
 def run_info(args: argparse.Namespace) -> int:
     """Describe the store at DIR (a read-only view of it when another process holds it)."""
-    with open_store_for_reading(args.directory) as store:
-        document = describe(store)
-        recovery = getattr(store, "recovery", None)  # none for a read-only view
+    with progress_line(args) as progress:
+        progress.status(f"opening store {args.data}")
+        with open_store_for_reading(args.data) as store:
+            document = describe(store, progress)
+            recovery = getattr(store, "recovery", None)  # none for a read-only view
     if args.json:
         emit_json(document)
         return EXIT_OK
@@ -213,7 +217,7 @@ def run_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def describe(store: ReadableStore) -> dict[str, Any]:
+def describe(store: ReadableStore, progress: ProgressLine | None = None) -> dict[str, Any]:
     """What ``store info`` shows, as a JSON-ready dict. A read-only view of a held store
     (:class:`~localstore.read_only.ReadOnlyStore`) recovered nothing: ``crashed_last_time``
     and ``recovery`` are null, ``read_only`` is true and ``visible_end`` is where the records
@@ -223,7 +227,9 @@ def describe(store: ReadableStore) -> dict[str, Any]:
     commitlog = store.commitlog
     names = sorted(set(store.topics.topics) | {topic for topic, _ in store.queues.queues})
     topics = []
-    for name in names:
+    for done, name in enumerate(names):
+        if progress is not None:
+            progress.update("describing topics", done, len(names))
         config = store.topics.get(name)
         queues = []
         for queue_id in store.queue_ids(name):
@@ -324,16 +330,24 @@ def run_verify(args: argparse.Namespace) -> int:
     removed (the store is checked as recovery left it) is reported beside the checks."""
     from localstore.recovery.verify import verify_store
 
-    with open_store(args.directory) as store:
-        report = verify_store(store, max_problems=args.max_problems)
-        recovery = _recovery_json(store)
-        cut = _recovery_cut(store.recovery)
+    with progress_line(args) as progress:
+        progress.status(f"opening store {args.data}")
+        with open_store(args.data) as store:
+            report = verify_store(
+                store,
+                max_problems=args.max_problems,
+                on_progress=lambda what, done, total: progress.update(
+                    f"verifying {what}", done, total
+                ),
+            )
+            recovery = _recovery_json(store)
+            cut = _recovery_cut(store.recovery)
     if args.json:
         emit_json({**report.to_json(), "recovery": recovery})
     else:
         if cut is not None:
-            print(f"store {args.directory}: {cut}")
-        print(f"store {args.directory}: {report.summary()}")
+            print(f"store {args.data}: {cut}")
+        print(f"store {args.data}: {report.summary()}")
         for problem in report.problems:
             print(f"  {problem}")
         if report.problem_count > len(report.problems):
@@ -341,7 +355,7 @@ def run_verify(args: argparse.Namespace) -> int:
     if report.ok:
         return EXIT_OK
     raise CliError(
-        f"store {args.directory} failed verification: {report.problem_count} "
+        f"store {args.data} failed verification: {report.problem_count} "
         f"problem(s), the first: {report.problems[0]}",
         EXIT_FAILED,
     )
@@ -349,7 +363,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_clean(args: argparse.Namespace) -> int:
     """Run retention on the store at DIR now and print what it deleted."""
-    with open_store(args.directory) as store:
+    with open_store(args.data) as store:
         report = store.clean(force=args.force, manual=True)
         queues = {
             f"{topic}/{queue_id}": store.min_offset(topic, queue_id)
@@ -368,7 +382,7 @@ def run_clean(args: argparse.Namespace) -> int:
     for path in report.deleted:
         print(f"deleted {path}")
     print(
-        f"store {args.directory}: {len(report.commitlog_files)} commitlog segment(s), "
+        f"store {args.data}: {len(report.commitlog_files)} commitlog segment(s), "
         f"{len(report.queue_files)} consume-queue file(s), {len(report.index_files)} index "
         f"file(s) deleted; commitlog min offset {report.commitlog_min_offset}"
     )

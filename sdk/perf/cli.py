@@ -6,12 +6,12 @@ import argparse
 import dataclasses
 import importlib.util
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sdk.errors import InvalidArgumentError
 from sdk.perf.defaults import DEFAULT_SIZES
 
 # A benchmark record's header, topic and properties take less than this beside its body.
@@ -192,11 +192,10 @@ def _run_bench(
     return 0
 
 
-def _usage(message: str) -> SystemExit:
-    """A usage error, reported as the CLI reports one (one line on stderr) with exit status 2
-    (bad usage). Raised as SystemExit: the CLI package is not imported outside it."""
-    print(f"quiver: error: {message}", file=sys.stderr)
-    return SystemExit(2)
+def _usage(message: str) -> InvalidArgumentError:
+    """A usage error: the CLI reports it as it reports every one (one line on stderr, or JSON
+    with ``--json``) with exit status 2 (bad usage)."""
+    return InvalidArgumentError(message)
 
 
 def _check_positive(args: argparse.Namespace, *names: str) -> None:

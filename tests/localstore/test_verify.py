@@ -104,6 +104,20 @@ def test_a_clean_store_passes_and_counts_what_it_checked(built):
     json.dumps(document)
 
 
+def test_progress_is_reported_for_both_passes(built):
+    root, _ = built
+    calls: list[tuple[str, int, int]] = []
+    with MessageStore(root, **GEOMETRY) as store:
+        span = store.commitlog.max_offset - store.commitlog.min_offset
+        report = verify_store(store, on_progress=lambda *call: calls.append(call))
+    assert report.ok
+    assert calls[0] == ("commitlog bytes", 0, span)
+    units = [call for call in calls if call[0] == "consume-queue units"]
+    assert units[0] == ("consume-queue units", 0, COUNT)
+    done = [count for _, count, _ in units]
+    assert done == sorted(done) and len(set(done)) >= 4  # at least one call per queue
+
+
 def test_a_flipped_body_byte_is_a_crc_problem_and_the_walk_goes_on(built):
     root, placed = built
     phys = placed[COUNT // 2][0]
