@@ -2,16 +2,16 @@
 
 * :class:`Message`: a message to send: topic, body, tags, keys, user properties, and an optional
   delay (one of RocketMQ's delay levels, or an absolute delivery time).
-* :data:`ReceivedMessage`: what consumers receive: the stored record decoded
-  (:class:`localstore.StoredMessage`): topic, queue id, queue offset, ``msg_id`` (the producer's
-  UNIQ_KEY), ``offset_msg_id``, tags, keys, properties, body, born and store timestamps and
-  reconsume times. The broker hands out stored records as they are; the client decodes them with
-  the store's own codec.
+* :class:`ReceivedMessage`: what consumers (and transaction checkers) receive: the SDK's view of
+  a stored record, its system properties as attributes (``tags``, ``keys``, ``msg_id``, ...) and
+  only the user's in ``properties``. The broker hands out stored records as they are; the client
+  decodes them with the store's own codec and wraps each once, where a pull answer is read.
 * :class:`ConsumeResult`: what a listener answers for a batch.
 
 Property names RocketMQ reserves (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``DELAY``, ...; see
-:data:`RESERVED_PROPERTIES`) come from the fields, not from ``properties``; the producer is to
-refuse a user property with a reserved name.
+:data:`RESERVED_PROPERTIES`) and Quiver's own (``__QUIVER_*``, :data:`QUIVER_PROPERTY_PREFIX`)
+come from the fields, never from ``properties``: the producer refuses a user property with such a
+name, and a received message leaves them out of its ``properties``.
 """
 
 from __future__ import annotations
@@ -20,16 +20,26 @@ import enum
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
-from localstore.record.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+from localstore.record.codec import (
+    PROPERTY_KEYS,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    StoredMessage,
+    split_keys,
+)
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
+from sdk.transport.transaction_models import PROPERTY_TRANSACTION_ID
 
-ReceivedMessage = StoredMessage
+QUIVER_PROPERTY_PREFIX = "__QUIVER_"
+"""The prefix of Quiver's own property names (reserved, as RocketMQ's are)."""
 
-PROPERTY_DELIVER_AT = "__QUIVER_DELIVER_AT"
+PROPERTY_DELIVER_AT = QUIVER_PROPERTY_PREFIX + "DELIVER_AT"
 """Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
 
 log = logging.getLogger(__name__)
@@ -79,6 +89,168 @@ class Message:
             keys = self.keys
             result[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
         return result
+
+
+def is_user_property(name: str) -> bool:
+    """Whether ``name`` is free for a user property: neither RocketMQ's
+    (:data:`RESERVED_PROPERTIES`) nor Quiver's (``__QUIVER_*``)."""
+    return name not in RESERVED_PROPERTIES and not name.startswith(QUIVER_PROPERTY_PREFIX)
+
+
+class ReceivedMessage:
+    """A message as a consumer (or a transaction checker) receives it. Read-only, but for
+    ``reconsume_times``, which a push consumer counts up as it retries a message itself.
+
+    Where it was stored: ``topic`` (for a message that came back through its group's retry topic
+    ``%RETRY%{group}``, the topic it was sent to, as RocketMQ's push consumer shows it),
+    ``queue_id``, ``queue_offset``, ``phys_offset`` (its commitlog offset) and ``store_size``
+    (its record's bytes).
+
+    What was sent: ``body``, ``tags`` (None without), ``keys`` (a tuple of str, empty without),
+    ``flag`` and ``properties``: the **user's** properties only, a read-only mapping.
+
+    What the producer and the broker added, RocketMQ's system properties and header fields:
+    ``msg_id`` (the producer's ``UNIQ_KEY``, the id users see; the ``offset_msg_id`` for a
+    record stored without one), ``offset_msg_id`` (store host and commitlog offset),
+    ``born_timestamp`` and ``store_timestamp`` (ms since the epoch), ``born_host`` and
+    ``store_host`` (``"address:port"``), ``reconsume_times`` (how many times it was consumed
+    and failed), ``original_topic`` (the ``RETRY_TOPIC`` of a message re-stored in a retry or
+    dead-letter topic, else None) and ``transaction_id`` (a transactional message's, else
+    None). No other system property (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``RETRY_TOPIC``,
+    ``ORIGIN_MESSAGE_ID``, ``REAL_TOPIC``, ``__QUIVER_*``, ...) shows in ``properties``; a
+    delayed message arrives with its delay spent, so it carries none.
+
+    It wraps the decoded record, which parses its properties only when first read: a consumer
+    that hands messages on without looking at them pays for one small object each. Two received
+    messages are equal when their records are (every field, the properties included)."""
+
+    __slots__ = ("_stored", "_user_properties")
+    _stored: StoredMessage
+    _user_properties: Mapping[str, str]  # set on first read of ``properties``
+    __hash__ = None  # type: ignore[assignment]  # compared by value, and reconsume_times changes
+
+    def __init__(self, stored: StoredMessage) -> None:
+        self._stored = stored
+
+    @classmethod
+    def wrap_all(cls, records: Iterable[StoredMessage]) -> list[ReceivedMessage]:
+        """``records`` as received messages (the consumers' one conversion, on the hot path)."""
+        return list(map(cls, records))
+
+    @property
+    def topic(self) -> str:
+        """The topic the message was sent to (a retried message's original one, see above)."""
+        topic = self._stored.topic
+        if topic.startswith(RETRY_PREFIX):
+            return self._stored.properties.get(PROPERTY_RETRY_TOPIC, topic)
+        return topic
+
+    @property
+    def queue_id(self) -> int:
+        return self._stored.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self._stored.queue_offset
+
+    @property
+    def phys_offset(self) -> int:
+        """The record's commitlog offset (what a push consumer names to send it back)."""
+        return self._stored.phys_offset
+
+    @property
+    def store_size(self) -> int:
+        return self._stored.store_size
+
+    @property
+    def body(self) -> bytes:
+        return self._stored.body
+
+    @property
+    def flag(self) -> int:
+        return self._stored.flag
+
+    @property
+    def tags(self) -> str | None:
+        return self._stored.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        raw = self._stored.properties.get(PROPERTY_KEYS)
+        return tuple(split_keys(raw)) if raw else ()
+
+    @property
+    def msg_id(self) -> str:
+        """The producer's id (``UNIQ_KEY``): the same for every delivery and retry of a send."""
+        return self._stored.properties.get(PROPERTY_UNIQ_KEY) or self._stored.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The broker's id of this stored record: store host and commitlog offset, in hex."""
+        return self._stored.offset_msg_id
+
+    @property
+    def born_timestamp(self) -> int:
+        return self._stored.born_timestamp
+
+    @property
+    def store_timestamp(self) -> int:
+        return self._stored.store_timestamp
+
+    @property
+    def born_host(self) -> str:
+        return self._stored.born_host
+
+    @property
+    def store_host(self) -> str:
+        return self._stored.store_host
+
+    @property
+    def reconsume_times(self) -> int:
+        return self._stored.reconsume_times
+
+    @reconsume_times.setter
+    def reconsume_times(self, value: int) -> None:
+        self._stored.reconsume_times = value  # the record is this message's own copy
+
+    @property
+    def original_topic(self) -> str | None:
+        return self._stored.properties.get(PROPERTY_RETRY_TOPIC)
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self._stored.properties.get(PROPERTY_TRANSACTION_ID)
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """The user's properties (read-only; no system property, see the class docstring)."""
+        try:
+            return self._user_properties
+        except AttributeError:  # first read: filtered once, kept
+            pass
+        user = MappingProxyType(
+            {n: v for n, v in self._stored.properties.items() if is_user_property(n)}
+        )
+        self._user_properties = user
+        return user
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReceivedMessage):
+            return NotImplemented
+        return self._stored == other._stored
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r}, "
+            f"keys={self.keys!r}, properties={dict(self.properties)!r}, "
+            f"reconsume_times={self.reconsume_times}, body={_short(self.body)!r})"
+        )
+
+
+def _short(body: bytes, limit: int = 64) -> bytes:
+    """``body`` cut to ``limit`` bytes for a repr (a long body would drown the fields)."""
+    return body if len(body) <= limit else body[:limit] + b"..."
 
 
 class ConsumeResult(enum.Enum):

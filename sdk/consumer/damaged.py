@@ -14,7 +14,9 @@ its own (:mod:`sdk.transport.models`); for one queue:
   the records before it are taken, and the queue's next pull starts just after them with
   ``check`` set, so the broker decodes the records and names the damaged one (above).
 
-So every message before and after a damaged record is delivered, in queue order.
+So every message before and after a damaged record is delivered, in queue order. The records
+are checked here as the store's :class:`~localstore.StoredMessage` and handed on as
+:class:`sdk.message.ReceivedMessage`: this is where every consumer's messages become the SDK's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import NamedTuple
 from localstore.record.codec import RecordError, StoredMessage
 from localstore.record.run_decoder import misqueued
 from offsetstore import MessageQueue
+from sdk.message import ReceivedMessage
 from sdk.transport.models import QueuePullResult, decode_records_before_damage
 
 __all__ = ["ConsumerStats", "QueueAnswer", "read_queue_answer"]
@@ -53,7 +56,7 @@ class QueueAnswer(NamedTuple):
     """One queue's pull answer, read: its messages in queue order (before any tag re-check),
     where the queue's next pull starts, and whether that pull must ask the broker to check."""
 
-    messages: list[StoredMessage]
+    messages: list[ReceivedMessage]
     next_offset: int
     check: bool
 
@@ -76,10 +79,11 @@ def read_queue_answer(
             resume,
             error,
         )
-        return QueueAnswer(messages, resume, True)
+        return QueueAnswer(ReceivedMessage.wrap_all(messages), resume, True)
+    received = ReceivedMessage.wrap_all(messages)
     damaged = answer.damaged
     if damaged is None:
-        return QueueAnswer(messages, answer.next_offset, False)
+        return QueueAnswer(received, answer.next_offset, False)
     log.error(
         "skipping damaged record: topic %s queue %d queue offset %d commitlog offset %d: %s",
         queue.topic,
@@ -89,7 +93,7 @@ def read_queue_answer(
         damaged.reason,
     )
     stats.count_damaged()
-    return QueueAnswer(messages, damaged.queue_offset + 1, False)
+    return QueueAnswer(received, damaged.queue_offset + 1, False)
 
 
 def _first_misplaced(

@@ -40,7 +40,6 @@ from threading import current_thread
 from types import TracebackType
 from typing import Any, Self
 
-from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
 from offsetstore.memory import PeriodicPersister
 from sdk.consumer.daemon_pool import DaemonThreadPool
@@ -56,7 +55,7 @@ from sdk.errors import (
     InvalidArgumentError,
 )
 from sdk.lifecycle import WarnsUnclosed
-from sdk.message import ConsumeResult, is_async_callable, read_answer
+from sdk.message import ConsumeResult, ReceivedMessage, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
 
@@ -64,8 +63,8 @@ __all__ = ["AsyncPushConsumer", "Listener", "PushConsumer", "check_listener"]
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[list[StoredMessage]], ConsumeResult | None]
-AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
+Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
+AsyncListener = Callable[[list[ReceivedMessage]], Awaitable[ConsumeResult | None]]
 
 _ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
 _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
@@ -74,7 +73,7 @@ _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally 
 _INLINE_LISTENER_S = 0.0005
 # What a listener call in flight holds: its queue and its batch (None: an orderly runner's,
 # whose current batch it takes itself).
-_InFlight = tuple[MessageQueue, list[StoredMessage] | None]
+_InFlight = tuple[MessageQueue, list[ReceivedMessage] | None]
 
 
 def _start_lease_keeper(core: PushCore, group: str) -> PeriodicPersister:
@@ -117,7 +116,7 @@ def check_listener(listener: object, *, asynchronous: bool) -> None:
         )
 
 
-def _outcome(answer: object, group: str, messages: list[StoredMessage]) -> ConsumeResult:
+def _outcome(answer: object, group: str, messages: list[ReceivedMessage]) -> ConsumeResult:
     """What a listener's ``answer`` for ``messages`` means (:func:`sdk.message.read_answer`):
     ``None`` or SUCCESS succeeds; any value that is not a ConsumeResult is logged at ERROR
     with the group and the message ids, and the batch is retried."""
@@ -309,8 +308,8 @@ class PushConsumer(WarnsUnclosed):
     def _consume(
         self,
         queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
+        process_queue: ProcessQueue[ReceivedMessage],
+        messages: list[ReceivedMessage],
     ) -> None:
         core = self.core
         state = core.try_start(queue, process_queue, messages)
@@ -684,8 +683,8 @@ class AsyncPushConsumer(WarnsUnclosed):
     async def _consume(
         self,
         queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
+        process_queue: ProcessQueue[ReceivedMessage],
+        messages: list[ReceivedMessage],
     ) -> None:
         slots = self._slots
         assert slots is not None
