@@ -52,8 +52,9 @@ def send_both(broker: EmbeddedBroker) -> dict[bytes, tuple[Message, SendReceipt]
     """A plain and a delayed message, each with tags, keys and user properties."""
     user = dict(USER_PROPERTIES)
     plain = Message(TOPIC, b"plain", tags="paid", keys=["order-1", "user-7"], properties=user)
-    delayed = Message(TOPIC, b"delayed", tags="late", keys="order-2", properties=user)
-    delayed.delay_level = 1
+    delayed = Message(
+        TOPIC, b"delayed", tags="late", keys="order-2", properties=user, delay_level=1
+    )
     with Producer(broker) as producer:
         return {m.body: (m, producer.send(m)) for m in (plain, delayed)}
 
