@@ -5,7 +5,7 @@
 * :class:`ReceivedMessage`: what consumers (and transaction checkers) receive: the SDK's view of
   a stored record, its system properties as attributes (``tags``, ``keys``, ``msg_id``, ...) and
   only the user's in ``properties``. The broker hands out stored records as they are; the client
-  decodes them with the store's own codec and wraps each once, where a pull answer is read.
+  decodes each straight into one with the store's own codec, where a pull answer is read.
 * :class:`ConsumeResult`: what a listener answers for a batch.
 
 Property names RocketMQ reserves (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``DELAY``, ...; see
@@ -20,7 +20,8 @@ import enum
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
@@ -31,6 +32,8 @@ from localstore.record.codec import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     StoredMessage,
+    decode_properties,
+    make_offset_msg_id,
     split_keys,
 )
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
@@ -43,6 +46,7 @@ PROPERTY_DELIVER_AT = QUIVER_PROPERTY_PREFIX + "DELIVER_AT"
 """Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
 
 log = logging.getLogger(__name__)
+_PARSE_LOCK = threading.Lock()
 
 
 def retry_topic(group: str) -> str:
@@ -98,11 +102,11 @@ def is_user_property(name: str) -> bool:
 
 
 class ReceivedMessage:
-    """A message as a consumer (or a transaction checker) receives it. Read-only, but for
-    ``reconsume_times``, which a push consumer counts up as it retries a message itself.
+    """A message as a consumer (or a transaction checker) receives it.
 
-    Where it was stored: ``topic`` (for a message that came back through its group's retry topic
-    ``%RETRY%{group}``, the topic it was sent to, as RocketMQ's push consumer shows it),
+    Where it was stored: ``topic`` (the topic it was sent to; for a message that came back
+    through its group's retry topic, the original topic, as RocketMQ's push consumer shows it),
+    ``stored_topic`` (the topic it was read from: ``%RETRY%{group}`` for such a message),
     ``queue_id``, ``queue_offset``, ``phys_offset`` (its commitlog offset) and ``store_size``
     (its record's bytes).
 
@@ -111,115 +115,146 @@ class ReceivedMessage:
 
     What the producer and the broker added, RocketMQ's system properties and header fields:
     ``msg_id`` (the producer's ``UNIQ_KEY``, the id users see; the ``offset_msg_id`` for a
-    record stored without one), ``offset_msg_id`` (store host and commitlog offset),
+    record stored without one), ``offset_msg_id`` (store host and commitlog offset, in hex),
     ``born_timestamp`` and ``store_timestamp`` (ms since the epoch), ``born_host`` and
     ``store_host`` (``"address:port"``), ``reconsume_times`` (how many times it was consumed
-    and failed), ``original_topic`` (the ``RETRY_TOPIC`` of a message re-stored in a retry or
-    dead-letter topic, else None) and ``transaction_id`` (a transactional message's, else
-    None). No other system property (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``RETRY_TOPIC``,
-    ``ORIGIN_MESSAGE_ID``, ``REAL_TOPIC``, ``__QUIVER_*``, ...) shows in ``properties``; a
-    delayed message arrives with its delay spent, so it carries none.
+    and failed; a push consumer counts its own retries here), ``original_topic`` (the
+    ``RETRY_TOPIC`` of a message re-stored in a retry or dead-letter topic, else None) and
+    ``transaction_id`` (a transactional message's, else None). No system property (``TAGS``,
+    ``KEYS``, ``UNIQ_KEY``, ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``REAL_TOPIC``,
+    ``__QUIVER_*``, ...) shows in ``properties``; a delayed message arrives with its delay
+    spent, so it carries none.
 
-    It wraps the decoded record, which parses its properties only when first read: a consumer
-    that hands messages on without looking at them pays for one small object each. Two received
-    messages are equal when their records are (every field, the properties included)."""
+    A consumer decodes each record straight into one (``localstore``'s ``decode_record`` with
+    ``make=ReceivedMessage``, the fields given as :class:`~localstore.StoredMessage`'s are), and
+    the stored properties text is parsed only when a property-backed attribute is first read:
+    a consumer that hands messages on without looking at them pays no more than for the
+    store's own record. :meth:`from_stored` converts a record read from a store. Two received
+    messages are equal when every field is, the properties included."""
 
-    __slots__ = ("_stored", "_user_properties")
-    _stored: StoredMessage
+    __slots__ = (
+        "_properties",
+        "_store_host_raw",
+        "_user_properties",
+        "body",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "phys_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_size",
+        "store_timestamp",
+        "stored_topic",
+    )
     _user_properties: Mapping[str, str]  # set on first read of ``properties``
     __hash__ = None  # type: ignore[assignment]  # compared by value, and reconsume_times changes
 
-    def __init__(self, stored: StoredMessage) -> None:
-        self._stored = stored
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        phys_offset: int,
+        store_size: int,
+        body_crc: int,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str,
+        store_timestamp: int,
+        store_host: str,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        body: bytes,
+        properties: dict[str, str] | str,
+        store_host_raw: bytes = b"",
+    ) -> None:
+        self.stored_topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phys_offset = phys_offset
+        self.store_size = store_size
+        self.flag = flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.body = body
+        self._properties = properties
+        self._store_host_raw = store_host_raw
 
     @classmethod
-    def wrap_all(cls, records: Iterable[StoredMessage]) -> list[ReceivedMessage]:
-        """``records`` as received messages (the consumers' one conversion, on the hot path)."""
-        return list(map(cls, records))
+    def from_stored(cls, stored: StoredMessage) -> ReceivedMessage:
+        """The message a consumer would receive for ``stored`` (a record read from a store)."""
+        return cls(
+            stored.topic,
+            stored.queue_id,
+            stored.queue_offset,
+            stored.phys_offset,
+            stored.store_size,
+            stored.body_crc,
+            stored.flag,
+            stored.sys_flag,
+            stored.born_timestamp,
+            stored.born_host,
+            stored.store_timestamp,
+            stored.store_host,
+            stored.reconsume_times,
+            stored.prepared_transaction_offset,
+            stored.body,
+            dict(stored.properties),
+            stored.store_host_raw,
+        )
+
+    def _system_properties(self) -> dict[str, str]:
+        """Every stored property, parsed on first read (as ``StoredMessage`` does)."""
+        properties = self._properties
+        if type(properties) is str:
+            parsed = decode_properties(properties) if properties else {}
+            with _PARSE_LOCK:  # two threads reading at once must end up with one dict
+                properties = self._properties
+                if type(properties) is str:
+                    properties = self._properties = parsed
+        return properties  # type: ignore[return-value]  # a dict once parsed
 
     @property
     def topic(self) -> str:
         """The topic the message was sent to (a retried message's original one, see above)."""
-        topic = self._stored.topic
+        topic = self.stored_topic
         if topic.startswith(RETRY_PREFIX):
-            return self._stored.properties.get(PROPERTY_RETRY_TOPIC, topic)
+            return self._system_properties().get(PROPERTY_RETRY_TOPIC, topic)
         return topic
 
     @property
-    def queue_id(self) -> int:
-        return self._stored.queue_id
-
-    @property
-    def queue_offset(self) -> int:
-        return self._stored.queue_offset
-
-    @property
-    def phys_offset(self) -> int:
-        """The record's commitlog offset (what a push consumer names to send it back)."""
-        return self._stored.phys_offset
-
-    @property
-    def store_size(self) -> int:
-        return self._stored.store_size
-
-    @property
-    def body(self) -> bytes:
-        return self._stored.body
-
-    @property
-    def flag(self) -> int:
-        return self._stored.flag
-
-    @property
     def tags(self) -> str | None:
-        return self._stored.properties.get(PROPERTY_TAGS)
+        return self._system_properties().get(PROPERTY_TAGS)
 
     @property
     def keys(self) -> tuple[str, ...]:
-        raw = self._stored.properties.get(PROPERTY_KEYS)
+        raw = self._system_properties().get(PROPERTY_KEYS)
         return tuple(split_keys(raw)) if raw else ()
 
     @property
     def msg_id(self) -> str:
         """The producer's id (``UNIQ_KEY``): the same for every delivery and retry of a send."""
-        return self._stored.properties.get(PROPERTY_UNIQ_KEY) or self._stored.offset_msg_id
+        return self._system_properties().get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
 
     @property
     def offset_msg_id(self) -> str:
         """The broker's id of this stored record: store host and commitlog offset, in hex."""
-        return self._stored.offset_msg_id
-
-    @property
-    def born_timestamp(self) -> int:
-        return self._stored.born_timestamp
-
-    @property
-    def store_timestamp(self) -> int:
-        return self._stored.store_timestamp
-
-    @property
-    def born_host(self) -> str:
-        return self._stored.born_host
-
-    @property
-    def store_host(self) -> str:
-        return self._stored.store_host
-
-    @property
-    def reconsume_times(self) -> int:
-        return self._stored.reconsume_times
-
-    @reconsume_times.setter
-    def reconsume_times(self, value: int) -> None:
-        self._stored.reconsume_times = value  # the record is this message's own copy
+        return make_offset_msg_id(self._store_host_raw, self.phys_offset)
 
     @property
     def original_topic(self) -> str | None:
-        return self._stored.properties.get(PROPERTY_RETRY_TOPIC)
+        return self._system_properties().get(PROPERTY_RETRY_TOPIC)
 
     @property
     def transaction_id(self) -> str | None:
-        return self._stored.properties.get(PROPERTY_TRANSACTION_ID)
+        return self._system_properties().get(PROPERTY_TRANSACTION_ID)
 
     @property
     def properties(self) -> Mapping[str, str]:
@@ -228,16 +263,22 @@ class ReceivedMessage:
             return self._user_properties
         except AttributeError:  # first read: filtered once, kept
             pass
-        user = MappingProxyType(
-            {n: v for n, v in self._stored.properties.items() if is_user_property(n)}
-        )
+        every = self._system_properties()
+        user = MappingProxyType({n: v for n, v in every.items() if is_user_property(n)})
         self._user_properties = user
         return user
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            *(getattr(self, name) for name in _COMPARED_FIELDS),
+            self._system_properties(),
+            self._store_host_raw,
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReceivedMessage):
             return NotImplemented
-        return self._stored == other._stored
+        return self._fields() == other._fields()
 
     def __repr__(self) -> str:
         return (
@@ -246,6 +287,9 @@ class ReceivedMessage:
             f"keys={self.keys!r}, properties={dict(self.properties)!r}, "
             f"reconsume_times={self.reconsume_times}, body={_short(self.body)!r})"
         )
+
+
+_COMPARED_FIELDS = tuple(name for name in ReceivedMessage.__slots__ if not name.startswith("_"))
 
 
 def _short(body: bytes, limit: int = 64) -> bytes:

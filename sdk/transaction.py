@@ -134,7 +134,7 @@ def checked_message(half: StoredMessage) -> ReceivedMessage:
     topic = properties.get(PROPERTY_REAL_TOPIC, half.topic)
     queue = properties.get(PROPERTY_REAL_QUEUE_ID, "")
     queue_id = int(queue) if queue.isdigit() else half.queue_id
-    return ReceivedMessage(half.replace(topic=topic, queue_id=queue_id))
+    return ReceivedMessage.from_stored(half.replace(topic=topic, queue_id=queue_id))
 
 
 def _transaction_id(half: StoredMessage) -> str:

@@ -15,8 +15,8 @@ its own (:mod:`sdk.transport.models`); for one queue:
   ``check`` set, so the broker decodes the records and names the damaged one (above).
 
 So every message before and after a damaged record is delivered, in queue order. The records
-are checked here as the store's :class:`~localstore.StoredMessage` and handed on as
-:class:`sdk.message.ReceivedMessage`: this is where every consumer's messages become the SDK's.
+are decoded here straight into :class:`sdk.message.ReceivedMessage`: this is where every
+consumer's messages become the SDK's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from localstore.record.codec import RecordError, StoredMessage
+from localstore.record.codec import RecordError
 from localstore.record.run_decoder import misqueued
 from offsetstore import MessageQueue
 from sdk.message import ReceivedMessage
@@ -66,10 +66,11 @@ def read_queue_answer(
 ) -> QueueAnswer:
     """Read ``answer``, the reply to a pull of ``queue`` from ``pulled_offset`` that found
     messages or named a damaged record (see the module docstring)."""
-    messages, error = decode_records_before_damage(answer.raw)
+    messages, error = decode_records_before_damage(answer.raw, ReceivedMessage)
     misplaced = _first_misplaced(queue, pulled_offset, answer.next_offset, messages)
     if misplaced is not None:
-        error = RecordError(misqueued(messages[misplaced]))
+        wrong = messages[misplaced]
+        error = RecordError(misqueued(wrong.stored_topic, wrong.queue_id, wrong.queue_offset))
         del messages[misplaced:]
     if error is not None:  # the broker copied them: it will decode them when asked to check
         resume = messages[-1].queue_offset + 1 if messages else pulled_offset
@@ -79,11 +80,10 @@ def read_queue_answer(
             resume,
             error,
         )
-        return QueueAnswer(ReceivedMessage.wrap_all(messages), resume, True)
-    received = ReceivedMessage.wrap_all(messages)
+        return QueueAnswer(messages, resume, True)
     damaged = answer.damaged
     if damaged is None:
-        return QueueAnswer(received, answer.next_offset, False)
+        return QueueAnswer(messages, answer.next_offset, False)
     log.error(
         "skipping damaged record: topic %s queue %d queue offset %d commitlog offset %d: %s",
         queue.topic,
@@ -93,11 +93,11 @@ def read_queue_answer(
         damaged.reason,
     )
     stats.count_damaged()
-    return QueueAnswer(received, damaged.queue_offset + 1, False)
+    return QueueAnswer(messages, damaged.queue_offset + 1, False)
 
 
 def _first_misplaced(
-    queue: MessageQueue, pulled_offset: int, next_offset: int, messages: list[StoredMessage]
+    queue: MessageQueue, pulled_offset: int, next_offset: int, messages: list[ReceivedMessage]
 ) -> int | None:
     """The index of the first of ``messages`` whose header does not place it in ``queue``
     between ``pulled_offset`` and ``next_offset``, after the one before it; None if all do."""
@@ -106,7 +106,7 @@ def _first_misplaced(
         if not (
             previous < message.queue_offset < next_offset
             and message.queue_id == queue.queue_id
-            and message.topic == queue.topic
+            and message.stored_topic == queue.topic
         ):
             return index
         previous = message.queue_offset

@@ -79,7 +79,7 @@ def test_async_retry_path_ends_in_the_dead_letter_queue(harness: Harness) -> Non
 
     def dead() -> list[ReceivedMessage]:
         stored = harness.service.store.get_messages(dlq_topic(group), 0, 0).messages
-        return ReceivedMessage.wrap_all(stored)  # as a consumer of the DLQ would see them
+        return [ReceivedMessage.from_stored(m) for m in stored]  # as a DLQ consumer sees them
 
     async def main() -> None:
         async with (

@@ -35,7 +35,7 @@ def always_raises(recorder: Recorder) -> Callable[[list[ReceivedMessage]], Consu
 def dead_letters(harness: Harness, group: str) -> list[ReceivedMessage]:
     store = harness.service.store
     stored = store.get_messages(dlq_topic(group), 0, 0, max_count=64).messages
-    return ReceivedMessage.wrap_all(stored)  # as a consumer of the DLQ would see them
+    return [ReceivedMessage.from_stored(m) for m in stored]  # as a DLQ consumer sees them
 
 
 @pytest.mark.parametrize("failing", [always_later, always_raises], ids=["later", "raises"])
