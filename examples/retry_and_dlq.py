@@ -141,7 +141,7 @@ def run(data: Path) -> int:
         f"4. {DLQ_READER} read {len(dead.messages)} message(s) from {letter.topic}: "
         f"keys={letter.keys}, body={letter.body.decode()!r}, "
         f"reconsume_times={letter.reconsume_times}, "
-        f"original topic {letter.properties.get('RETRY_TOPIC')}, msg_id {letter.msg_id} "
+        f"original topic {letter.original_topic}, msg_id {letter.msg_id} "
         f"({'the one sent' if letter.msg_id == sent[POISON] else 'NOT the one sent'})"
     )
     ok = (

@@ -283,7 +283,12 @@ class _Scan:
                 or message.queue_id != queue_id
                 or message.queue_offset != first + examined - 1
             ):
-                return self._stop_at(examined - 1, phys, misqueued(message), count)
+                return self._stop_at(
+                    examined - 1,
+                    phys,
+                    misqueued(message.topic, message.queue_id, message.queue_offset),
+                    count,
+                )
             if not tag_matches(message.properties.get(PROPERTY_TAGS)):
                 continue
             messages.append(message)

@@ -2,16 +2,16 @@
 
 * :class:`Message`: a message to send: topic, body, tags, keys, user properties, and an optional
   delay (one of RocketMQ's delay levels, or an absolute delivery time).
-* :data:`ReceivedMessage`: what consumers receive: the stored record decoded
-  (:class:`localstore.StoredMessage`): topic, queue id, queue offset, ``msg_id`` (the producer's
-  UNIQ_KEY), ``offset_msg_id``, tags, keys, properties, body, born and store timestamps and
-  reconsume times. The broker hands out stored records as they are; the client decodes them with
-  the store's own codec.
+* :class:`ReceivedMessage`: what consumers (and transaction checkers) receive: the SDK's view of
+  a stored record, its system properties as attributes (``tags``, ``keys``, ``msg_id``, ...) and
+  only the user's in ``properties``. The broker hands out stored records as they are; the client
+  decodes each straight into one with the store's own codec, where a pull answer is read.
 * :class:`ConsumeResult`: what a listener answers for a batch.
 
 Property names RocketMQ reserves (``TAGS``, ``KEYS``, ``UNIQ_KEY``, ``DELAY``, ...; see
-:data:`RESERVED_PROPERTIES`) come from the fields, not from ``properties``; the producer is to
-refuse a user property with a reserved name.
+:data:`RESERVED_PROPERTIES`) and Quiver's own (``__QUIVER_*``, :data:`QUIVER_PROPERTY_PREFIX`)
+come from the fields, never from ``properties``: the producer refuses a user property with such a
+name, and a received message leaves them out of its ``properties``.
 """
 
 from __future__ import annotations
@@ -20,19 +20,33 @@ import enum
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
-from localstore.record.codec import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+from localstore.record.codec import (
+    PROPERTY_KEYS,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    StoredMessage,
+    decode_properties,
+    make_offset_msg_id,
+    split_keys,
+)
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
+from sdk.transport.transaction_models import PROPERTY_TRANSACTION_ID
 
-ReceivedMessage = StoredMessage
+QUIVER_PROPERTY_PREFIX = "__QUIVER_"
+"""The prefix of Quiver's own property names (reserved, as RocketMQ's are)."""
 
-PROPERTY_DELIVER_AT = "__QUIVER_DELIVER_AT"
+PROPERTY_DELIVER_AT = QUIVER_PROPERTY_PREFIX + "DELIVER_AT"
 """Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
 
 log = logging.getLogger(__name__)
+_PARSE_LOCK = threading.Lock()
 
 
 def retry_topic(group: str) -> str:
@@ -79,6 +93,208 @@ class Message:
             keys = self.keys
             result[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
         return result
+
+
+def is_user_property(name: str) -> bool:
+    """Whether ``name`` is free for a user property: neither RocketMQ's
+    (:data:`RESERVED_PROPERTIES`) nor Quiver's (``__QUIVER_*``)."""
+    return name not in RESERVED_PROPERTIES and not name.startswith(QUIVER_PROPERTY_PREFIX)
+
+
+class ReceivedMessage:
+    """A message as a consumer (or a transaction checker) receives it.
+
+    Where it was stored: ``topic`` (the topic it was sent to; for a message that came back
+    through its group's retry topic, the original topic, as RocketMQ's push consumer shows it),
+    ``stored_topic`` (the topic it was read from: ``%RETRY%{group}`` for such a message),
+    ``queue_id``, ``queue_offset``, ``phys_offset`` (its commitlog offset) and ``store_size``
+    (its record's bytes).
+
+    What was sent: ``body``, ``tags`` (None without), ``keys`` (a tuple of str, empty without),
+    ``flag`` and ``properties``: the **user's** properties only, a read-only mapping.
+
+    What the producer and the broker added, RocketMQ's system properties and header fields:
+    ``msg_id`` (the producer's ``UNIQ_KEY``, the id users see; the ``offset_msg_id`` for a
+    record stored without one), ``offset_msg_id`` (store host and commitlog offset, in hex),
+    ``born_timestamp`` and ``store_timestamp`` (ms since the epoch), ``born_host`` and
+    ``store_host`` (``"address:port"``), ``reconsume_times`` (how many times it was consumed
+    and failed; a push consumer counts its own retries here), ``original_topic`` (the
+    ``RETRY_TOPIC`` of a message re-stored in a retry or dead-letter topic, else None) and
+    ``transaction_id`` (a transactional message's, else None). No system property (``TAGS``,
+    ``KEYS``, ``UNIQ_KEY``, ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``REAL_TOPIC``,
+    ``__QUIVER_*``, ...) shows in ``properties``; a delayed message arrives with its delay
+    spent, so it carries none.
+
+    A consumer decodes each record straight into one (``localstore``'s ``decode_record`` with
+    ``make=ReceivedMessage``, the fields given as :class:`~localstore.StoredMessage`'s are), and
+    the stored properties text is parsed only when a property-backed attribute is first read:
+    a consumer that hands messages on without looking at them pays no more than for the
+    store's own record. :meth:`from_stored` converts a record read from a store. Two received
+    messages are equal when every field is, the properties included."""
+
+    __slots__ = (
+        "_properties",
+        "_store_host_raw",
+        "_user_properties",
+        "body",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "phys_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_size",
+        "store_timestamp",
+        "stored_topic",
+    )
+    _user_properties: Mapping[str, str]  # set on first read of ``properties``
+    __hash__ = None  # type: ignore[assignment]  # compared by value, and reconsume_times changes
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        phys_offset: int,
+        store_size: int,
+        body_crc: int,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str,
+        store_timestamp: int,
+        store_host: str,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        body: bytes,
+        properties: dict[str, str] | str,
+        store_host_raw: bytes = b"",
+    ) -> None:
+        self.stored_topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.phys_offset = phys_offset
+        self.store_size = store_size
+        self.flag = flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.body = body
+        self._properties = properties
+        self._store_host_raw = store_host_raw
+
+    @classmethod
+    def from_stored(cls, stored: StoredMessage) -> ReceivedMessage:
+        """The message a consumer would receive for ``stored`` (a record read from a store)."""
+        return cls(
+            stored.topic,
+            stored.queue_id,
+            stored.queue_offset,
+            stored.phys_offset,
+            stored.store_size,
+            stored.body_crc,
+            stored.flag,
+            stored.sys_flag,
+            stored.born_timestamp,
+            stored.born_host,
+            stored.store_timestamp,
+            stored.store_host,
+            stored.reconsume_times,
+            stored.prepared_transaction_offset,
+            stored.body,
+            dict(stored.properties),
+            stored.store_host_raw,
+        )
+
+    def _system_properties(self) -> dict[str, str]:
+        """Every stored property, parsed on first read (as ``StoredMessage`` does)."""
+        properties = self._properties
+        if type(properties) is str:
+            parsed = decode_properties(properties) if properties else {}
+            with _PARSE_LOCK:  # two threads reading at once must end up with one dict
+                properties = self._properties
+                if type(properties) is str:
+                    properties = self._properties = parsed
+        return properties  # type: ignore[return-value]  # a dict once parsed
+
+    @property
+    def topic(self) -> str:
+        """The topic the message was sent to (a retried message's original one, see above)."""
+        topic = self.stored_topic
+        if topic.startswith(RETRY_PREFIX):
+            return self._system_properties().get(PROPERTY_RETRY_TOPIC, topic)
+        return topic
+
+    @property
+    def tags(self) -> str | None:
+        return self._system_properties().get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        raw = self._system_properties().get(PROPERTY_KEYS)
+        return tuple(split_keys(raw)) if raw else ()
+
+    @property
+    def msg_id(self) -> str:
+        """The producer's id (``UNIQ_KEY``): the same for every delivery and retry of a send."""
+        return self._system_properties().get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The broker's id of this stored record: store host and commitlog offset, in hex."""
+        return make_offset_msg_id(self._store_host_raw, self.phys_offset)
+
+    @property
+    def original_topic(self) -> str | None:
+        return self._system_properties().get(PROPERTY_RETRY_TOPIC)
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self._system_properties().get(PROPERTY_TRANSACTION_ID)
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """The user's properties (read-only; no system property, see the class docstring)."""
+        try:
+            return self._user_properties
+        except AttributeError:  # first read: filtered once, kept
+            pass
+        every = self._system_properties()
+        user = MappingProxyType({n: v for n, v in every.items() if is_user_property(n)})
+        self._user_properties = user
+        return user
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            *(getattr(self, name) for name in _COMPARED_FIELDS),
+            self._system_properties(),
+            self._store_host_raw,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReceivedMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r}, "
+            f"keys={self.keys!r}, properties={dict(self.properties)!r}, "
+            f"reconsume_times={self.reconsume_times}, body={_short(self.body)!r})"
+        )
+
+
+_COMPARED_FIELDS = tuple(name for name in ReceivedMessage.__slots__ if not name.startswith("_"))
+
+
+def _short(body: bytes, limit: int = 64) -> bytes:
+    """``body`` cut to ``limit`` bytes for a repr (a long body would drown the fields)."""
+    return body if len(body) <= limit else body[:limit] + b"..."
 
 
 class ConsumeResult(enum.Enum):

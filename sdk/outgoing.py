@@ -6,7 +6,8 @@ and error texts (so a bad message fails before any I/O, with a clear
 (a batch into a :class:`localstore.UniformBatch`, the same messages as columns):
 
 * ``UNIQ_KEY`` (the message id users see) is generated here, as RocketMQ's producers do;
-* ``TAGS`` and ``KEYS`` come from the fields, user properties may not use reserved names;
+* ``TAGS`` and ``KEYS`` come from the fields, user properties may not use reserved names
+  (RocketMQ's, :data:`sdk.message.RESERVED_PROPERTIES`, nor Quiver's ``__QUIVER_*``);
 * a delay becomes the ``DELAY`` property (a level) or ``__QUIVER_DELIVER_AT`` (an absolute time):
   the broker moves such a message under ``SCHEDULE_TOPIC_XXXX`` with its own delay table.
 
@@ -48,7 +49,7 @@ from localstore.record.properties import (
 from localstore.record.uniform_batch import UniformBatch
 from localstore.record.validation import topic_error
 from sdk.errors import InvalidMessageError, SendRejectedError
-from sdk.message import PROPERTY_DELIVER_AT, RESERVED_PROPERTIES, Message
+from sdk.message import PROPERTY_DELIVER_AT, QUIVER_PROPERTY_PREFIX, Message, is_user_property
 from sdk.transport.models import SendResult
 
 __all__ = [
@@ -133,10 +134,11 @@ def _check_property_names(properties: dict[str, str]) -> None:
             raise InvalidMessageError(problem)
         if not name:
             raise InvalidMessageError("a property name is empty")
-    if not RESERVED_PROPERTIES.isdisjoint(properties):
-        reserved = sorted(RESERVED_PROPERTIES.intersection(properties))
+    reserved = sorted(name for name in properties if not is_user_property(name))
+    if reserved:
         raise InvalidMessageError(
-            f"property name(s) {reserved} are reserved: use the Message fields"
+            f"property name(s) {reserved} are reserved (RocketMQ's system properties and "
+            f"Quiver's {QUIVER_PROPERTY_PREFIX}*): use the Message fields"
         )
 
 

@@ -128,13 +128,13 @@ class TransactionReceipt:
 
 
 def checked_message(half: StoredMessage) -> ReceivedMessage:
-    """A stored half message as a checker sees it: its real topic and queue id (the properties
-    and ``phys_offset`` stay the half message's)."""
+    """A stored half message as a checker sees it: its real topic and queue id (the rest, such
+    as ``msg_id``, ``transaction_id`` and ``phys_offset``, stay the half message's)."""
     properties = half.properties
     topic = properties.get(PROPERTY_REAL_TOPIC, half.topic)
     queue = properties.get(PROPERTY_REAL_QUEUE_ID, "")
     queue_id = int(queue) if queue.isdigit() else half.queue_id
-    return half.replace(topic=topic, queue_id=queue_id)
+    return ReceivedMessage.from_stored(half.replace(topic=topic, queue_id=queue_id))
 
 
 def _transaction_id(half: StoredMessage) -> str:

@@ -15,8 +15,9 @@ import ipaddress
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from localstore.record.frame import frame_problem
 from localstore.record.layout import (
@@ -324,10 +325,32 @@ class RecordError(QuiverError, ValueError):
     :class:`~localstore.errors.DamagedRecordError` that names the queue and offsets."""
 
 
-def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> StoredMessage:
+_Decoded = TypeVar("_Decoded")
+
+
+@overload
+def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> StoredMessage: ...
+
+
+@overload
+def decode_record(
+    buf: bytes | memoryview, pos: int, *, body: bool = True, make: Callable[..., _Decoded]
+) -> _Decoded: ...
+
+
+def decode_record(
+    buf: bytes | memoryview,
+    pos: int,
+    *,
+    body: bool = True,
+    make: Callable[..., Any] = StoredMessage,
+) -> Any:
     """Decode the record starting at ``pos`` of ``buf`` (whose index 0 is not a phys offset).
     ``body=False`` skips copying the body and parses the properties at once: dispatch needs
     every field but the body, properties included. With the body they are parsed on first read.
+    ``make`` builds the result from the fields, given as :class:`StoredMessage`'s are: a reader
+    with its own message class (the SDK's ``ReceivedMessage``) builds it with no
+    ``StoredMessage`` in between.
 
     Raises :class:`RecordError` when the bytes there are not a complete v1/v2 record (the rules
     of :mod:`localstore.record.frame`, which names what is wrong) or its topic or properties are
@@ -387,7 +410,7 @@ def decode_record(buf: bytes | memoryview, pos: int, *, body: bool = True) -> St
         props = str(buf[topic_end + 2 : cursor], "utf-8") if props_len > 0 else ""
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise _invalid(buf, pos, exc) from exc
-    return StoredMessage(
+    return make(
         topic,
         queue_id,
         queue_offset,

@@ -53,13 +53,10 @@ _TOPICS_LIMIT = 4096
 MISPLACED = "the record there says it is elsewhere (its PHYSICALOFFSET field names another offset)"
 
 
-def misqueued(message: StoredMessage) -> str:
-    """Why a record whose header names another topic, queue or queue offset than its unit's is
-    damaged."""
-    return (
-        f"the record there says it is {message.topic}/{message.queue_id} "
-        f"queue offset {message.queue_offset}"
-    )
+def misqueued(topic: str, queue_id: int, queue_offset: int) -> str:
+    """Why a record whose header names another topic, queue or queue offset (``topic``,
+    ``queue_id``, ``queue_offset``: what the header says) than its unit's is damaged."""
+    return f"the record there says it is {topic}/{queue_id} queue offset {queue_offset}"
 
 
 class RunDecodeError(RecordError):
@@ -201,7 +198,9 @@ def decode_run(
         message._properties = props
         message.store_host_raw = store_host
         if stored_queue_id != queue_id or queue_offset != first_offset + index:
-            raise RunDecodeError(index, misqueued(message))
+            raise RunDecodeError(
+                index, misqueued(message.topic, message.queue_id, message.queue_offset)
+            )
         append(message)
     return messages
 
@@ -218,5 +217,7 @@ def _decode_one(
     if message.phys_offset != base + pos:
         raise RunDecodeError(index, MISPLACED)
     if (message.topic, message.queue_id, message.queue_offset) != where:
-        raise RunDecodeError(index, misqueued(message))
+        raise RunDecodeError(
+            index, misqueued(message.topic, message.queue_id, message.queue_offset)
+        )
     return message

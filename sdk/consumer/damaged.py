@@ -14,7 +14,9 @@ its own (:mod:`sdk.transport.models`); for one queue:
   the records before it are taken, and the queue's next pull starts just after them with
   ``check`` set, so the broker decodes the records and names the damaged one (above).
 
-So every message before and after a damaged record is delivered, in queue order.
+So every message before and after a damaged record is delivered, in queue order. The records
+are decoded here straight into :class:`sdk.message.ReceivedMessage`: this is where every
+consumer's messages become the SDK's.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from localstore.record.codec import RecordError, StoredMessage
+from localstore.record.codec import RecordError
 from localstore.record.run_decoder import misqueued
 from offsetstore import MessageQueue
+from sdk.message import ReceivedMessage
 from sdk.transport.models import QueuePullResult, decode_records_before_damage
 
 __all__ = ["ConsumerStats", "QueueAnswer", "read_queue_answer"]
@@ -53,7 +56,7 @@ class QueueAnswer(NamedTuple):
     """One queue's pull answer, read: its messages in queue order (before any tag re-check),
     where the queue's next pull starts, and whether that pull must ask the broker to check."""
 
-    messages: list[StoredMessage]
+    messages: list[ReceivedMessage]
     next_offset: int
     check: bool
 
@@ -63,10 +66,11 @@ def read_queue_answer(
 ) -> QueueAnswer:
     """Read ``answer``, the reply to a pull of ``queue`` from ``pulled_offset`` that found
     messages or named a damaged record (see the module docstring)."""
-    messages, error = decode_records_before_damage(answer.raw)
+    messages, error = decode_records_before_damage(answer.raw, ReceivedMessage)
     misplaced = _first_misplaced(queue, pulled_offset, answer.next_offset, messages)
     if misplaced is not None:
-        error = RecordError(misqueued(messages[misplaced]))
+        wrong = messages[misplaced]
+        error = RecordError(misqueued(wrong.stored_topic, wrong.queue_id, wrong.queue_offset))
         del messages[misplaced:]
     if error is not None:  # the broker copied them: it will decode them when asked to check
         resume = messages[-1].queue_offset + 1 if messages else pulled_offset
@@ -93,7 +97,7 @@ def read_queue_answer(
 
 
 def _first_misplaced(
-    queue: MessageQueue, pulled_offset: int, next_offset: int, messages: list[StoredMessage]
+    queue: MessageQueue, pulled_offset: int, next_offset: int, messages: list[ReceivedMessage]
 ) -> int | None:
     """The index of the first of ``messages`` whose header does not place it in ``queue``
     between ``pulled_offset`` and ``next_offset``, after the one before it; None if all do."""
@@ -102,7 +106,7 @@ def _first_misplaced(
         if not (
             previous < message.queue_offset < next_offset
             and message.queue_id == queue.queue_id
-            and message.topic == queue.topic
+            and message.stored_topic == queue.topic
         ):
             return index
         previous = message.queue_offset

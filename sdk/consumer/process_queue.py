@@ -34,7 +34,7 @@ MIB = 1024 * 1024
 
 
 class QueuedMessage(Protocol):
-    """What a ProcessQueue needs of a message (e.g. ``localstore.StoredMessage``)."""
+    """What a ProcessQueue needs of a message (e.g. :class:`sdk.message.ReceivedMessage`)."""
 
     @property
     def queue_offset(self) -> int:

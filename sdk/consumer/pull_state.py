@@ -42,7 +42,6 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from localstore.record.codec import StoredMessage
 from localstore.record.tags import TagFilter
 from offsetstore import MessageQueue
 from sdk.consumer.damaged import ConsumerStats, read_queue_answer
@@ -78,7 +77,7 @@ class QueueState:
     fetch_offset: int | None
     tags: str | None
     tag_filter: TagFilter
-    buffer: deque[StoredMessage] = field(default_factory=deque)
+    buffer: deque[ReceivedMessage] = field(default_factory=deque)
     check: bool = False  # the next pull asks the broker to decode (a record did not, here)
 
     @property

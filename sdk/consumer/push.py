@@ -43,7 +43,6 @@ from threading import current_thread
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
-from localstore.record.codec import StoredMessage
 from offsetstore import MessageQueue
 from offsetstore.memory import PeriodicPersister
 from sdk.clock import SYSTEM_CLOCK, Clock
@@ -60,7 +59,7 @@ from sdk.errors import (
     InvalidArgumentError,
 )
 from sdk.lifecycle import WarnsUnclosed
-from sdk.message import ConsumeResult, is_async_callable, read_answer
+from sdk.message import ConsumeResult, ReceivedMessage, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.resolve import resolve, resolve_async
 from sdk.transport.steps import Steps, run_steps, run_steps_async
@@ -69,8 +68,8 @@ __all__ = ["AsyncPushConsumer", "Listener", "PushConsumer", "check_listener"]
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[list[StoredMessage]], ConsumeResult | None]
-AsyncListener = Callable[[list[StoredMessage]], Awaitable[ConsumeResult | None]]
+Listener = Callable[[list[ReceivedMessage]], ConsumeResult | None]
+AsyncListener = Callable[[list[ReceivedMessage]], Awaitable[ConsumeResult | None]]
 
 _ERROR_PAUSE_S = 3.0  # and after a failed pull, 3 s
 _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally after 5 s
@@ -79,7 +78,7 @@ _LOCAL_RETRY_S = 5.0  # a message whose send-back failed is re-consumed locally 
 _INLINE_LISTENER_S = 0.0005
 # What a listener call in flight holds: its queue and its batch (None: an orderly runner's,
 # whose current batch it takes itself).
-_InFlight = tuple[MessageQueue, list[StoredMessage] | None]
+_InFlight = tuple[MessageQueue, list[ReceivedMessage] | None]
 
 
 T = TypeVar("T")
@@ -114,7 +113,7 @@ def check_listener(listener: object, *, asynchronous: bool) -> None:
         )
 
 
-def _outcome(answer: object, group: str, messages: list[StoredMessage]) -> ConsumeResult:
+def _outcome(answer: object, group: str, messages: list[ReceivedMessage]) -> ConsumeResult:
     """What a listener's ``answer`` for ``messages`` means (:func:`sdk.message.read_answer`):
     ``None`` or SUCCESS succeeds; any value that is not a ConsumeResult is logged at ERROR
     with the group and the message ids, and the batch is retried."""
@@ -342,8 +341,8 @@ class PushConsumer(WarnsUnclosed):
     def _consume(
         self,
         queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
+        process_queue: ProcessQueue[ReceivedMessage],
+        messages: list[ReceivedMessage],
     ) -> None:
         core = self.core
         state = core.try_start(queue, process_queue, messages)
@@ -351,7 +350,7 @@ class PushConsumer(WarnsUnclosed):
             return
         started = time.perf_counter()
         try:
-            answer = self.listener(core.prepare(messages))
+            answer = self.listener(messages)
             result = _outcome(answer, self.group, messages)
         except Exception:
             log.exception("listener of %s raised; %s", self.group, core.failure_outcome)
@@ -397,7 +396,7 @@ class PushConsumer(WarnsUnclosed):
                     self._orderly_running.add(queue)
                 continue
             try:
-                result = _outcome(self.listener(core.prepare(messages)), self.group, messages)
+                result = _outcome(self.listener(messages), self.group, messages)
             except Exception:
                 log.exception("orderly listener of %s raised; retrying the batch", self.group)
                 result = ConsumeResult.RECONSUME_LATER
@@ -737,7 +736,7 @@ class AsyncPushConsumer(WarnsUnclosed):
                 if state is None or not messages:
                     return  # single-threaded loop: a later pull kicks a new runner
                 try:
-                    answer = await self.listener(core.prepare(messages))
+                    answer = await self.listener(messages)
                     result = _outcome(answer, self.group, messages)
                 except Exception:
                     log.exception("orderly listener of %s raised; retrying the batch", self.group)
@@ -758,8 +757,8 @@ class AsyncPushConsumer(WarnsUnclosed):
     async def _consume(
         self,
         queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
+        process_queue: ProcessQueue[ReceivedMessage],
+        messages: list[ReceivedMessage],
     ) -> None:
         slots = self._slots
         assert slots is not None
@@ -771,7 +770,7 @@ class AsyncPushConsumer(WarnsUnclosed):
             if state is None:  # being handed over (its next owner consumes these) or taken back
                 return
             try:
-                answer = await self.listener(core.prepare(messages))
+                answer = await self.listener(messages)
                 result = _outcome(answer, self.group, messages)
             except Exception:
                 log.exception("listener of %s raised; %s", self.group, core.failure_outcome)

@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypedDict
 
-from localstore.record.codec import PROPERTY_RETRY_TOPIC, StoredMessage
 from localstore.record.tags import TagFilter
 from offsetstore import MessageQueue, OffsetStore
 from sdk.clock import SYSTEM_CLOCK, Clock
@@ -53,7 +52,7 @@ from sdk.consumer.offset_steps import persist
 from sdk.consumer.ownership import QueueOwnership
 from sdk.consumer.process_queue import FlowControlLimits, ProcessQueue
 from sdk.errors import InvalidArgumentError
-from sdk.message import ConsumeResult, retry_topic
+from sdk.message import ConsumeResult, ReceivedMessage, retry_topic
 from sdk.transport.models import (
     OFFSET_MOVED,
     PullBatch,
@@ -178,7 +177,7 @@ class QueueState:
     """One owned queue. ``commit_lock`` makes "commit an offset unless the queue was let go"
     and "let go: commit, then forget" exclusive, so no offset is committed after a release."""
 
-    process_queue: ProcessQueue[StoredMessage]
+    process_queue: ProcessQueue[ReceivedMessage]
     next_offset: int
     tags: str | None
     tag_filter: TagFilter
@@ -188,7 +187,7 @@ class QueueState:
 
 # A listener batch, with the process queue it was cut from (a queue taken back later gets a
 # new one: stale batches of the old one are recognised and not consumed).
-Work = tuple[MessageQueue, ProcessQueue[StoredMessage], list[StoredMessage]]
+Work = tuple[MessageQueue, ProcessQueue[ReceivedMessage], list[ReceivedMessage]]
 
 
 class PushCore:
@@ -366,8 +365,8 @@ class PushCore:
     def try_start(
         self,
         queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
+        process_queue: ProcessQueue[ReceivedMessage],
+        messages: list[ReceivedMessage],
     ) -> QueueState | None:
         """The queue's state if a listener may start on ``messages`` now (recorded as started);
         None when the queue is being handed over or was taken back since they were pulled."""
@@ -496,17 +495,8 @@ class PushCore:
                 self.offsets.update_offset(queue, state.next_offset, True)
 
     # -- consuming -------------------------------------------------------------------------
-    def prepare(self, messages: list[StoredMessage]) -> list[StoredMessage]:
-        """What the listener sees: retried messages under their original topic."""
-        for message in messages:
-            if message.topic.startswith("%RETRY%"):  # only then read (and parse) properties
-                original = message.properties.get(PROPERTY_RETRY_TOPIC)
-                if original is not None:
-                    message.topic = original
-        return messages
-
     def complete(
-        self, queue: MessageQueue, state: QueueState, messages: list[StoredMessage]
+        self, queue: MessageQueue, state: QueueState, messages: list[ReceivedMessage]
     ) -> None:
         """Listener batch ``messages`` (started with :meth:`try_start`) is done with: release
         them and advance the offset unless the queue was let go meanwhile. No I/O: a
@@ -525,7 +515,7 @@ class PushCore:
             self.offsets.update_offset(queue, offset, True)
 
     def finish_failed(
-        self, queue: MessageQueue, state: QueueState, messages: list[StoredMessage]
+        self, queue: MessageQueue, state: QueueState, messages: list[ReceivedMessage]
     ) -> Steps[None]:
         """A listener batch failed (RECONSUME_LATER or raised): send its messages back, then
         :meth:`complete` those the broker took (the others are retried here, later)."""
@@ -533,7 +523,7 @@ class PushCore:
         self.complete(queue, state, done)
 
     # -- orderly consuming -----------------------------------------------------------------
-    def take_orderly(self, queue: MessageQueue) -> tuple[QueueState | None, list[StoredMessage]]:
+    def take_orderly(self, queue: MessageQueue) -> tuple[QueueState | None, list[ReceivedMessage]]:
         """The queue's state and its next batch in offset order, marked started; (None, [])
         when the queue is gone or being handed over, (state, []) when nothing is buffered."""
         state = self.states.get(queue)
@@ -550,7 +540,7 @@ class PushCore:
         self,
         queue: MessageQueue,
         state: QueueState,
-        messages: list[StoredMessage],
+        messages: list[ReceivedMessage],
         result: ConsumeResult,
     ) -> Steps[float | None]:
         """An orderly batch is done: None when it is settled (committed, or dead-lettered after
@@ -567,7 +557,7 @@ class PushCore:
                 self.offsets.update_offset(queue, offset, True)
         return None
 
-    def _give_up(self, messages: list[StoredMessage]) -> Steps[bool]:
+    def _give_up(self, messages: list[ReceivedMessage]) -> Steps[bool]:
         """Whether a failed orderly batch is settled: every message was retried the maximum
         number of times and (clustering) is now in the dead-letter queue."""
         limit = self.settings.max_reconsume_times
@@ -597,9 +587,9 @@ class PushCore:
     def _failed(
         self,
         queue: MessageQueue,
-        process_queue: ProcessQueue[StoredMessage],
-        messages: list[StoredMessage],
-    ) -> Steps[list[StoredMessage]]:
+        process_queue: ProcessQueue[ReceivedMessage],
+        messages: list[ReceivedMessage],
+    ) -> Steps[list[ReceivedMessage]]:
         """Send failed messages back; answers those that may be released now."""
         if not self.clustering:
             for message in messages:
@@ -628,7 +618,7 @@ class PushCore:
             return "reconsuming later (sent back to the broker, or retried here)"
         return f"its messages are dropped: {BROADCAST_FAILURE_OUTCOME}"
 
-    def _send_back(self, message: StoredMessage, delay_level: int = 0) -> Steps[bool]:
+    def _send_back(self, message: ReceivedMessage, delay_level: int = 0) -> Steps[bool]:
         """Send ``message`` back to the broker (``delay_level`` 0: the broker picks the level
         from its reconsume count); whether it was stored."""
         try:

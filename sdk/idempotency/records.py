@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -141,7 +141,7 @@ class DedupStore(Protocol):
 
 @runtime_checkable
 class ReceivedMessage(Protocol):
-    """What the idempotency helpers need of a received message (``localstore.StoredMessage``
+    """What the idempotency helpers need of a received message (:class:`sdk.ReceivedMessage`
     has it)."""
 
     @property
@@ -150,8 +150,8 @@ class ReceivedMessage(Protocol):
         ...
 
     @property
-    def keys(self) -> list[str]:
-        """The ``KEYS`` property, split."""
+    def keys(self) -> Sequence[str]:
+        """The message's keys (the ``KEYS`` property, split)."""
         ...
 
     @property
@@ -160,8 +160,8 @@ class ReceivedMessage(Protocol):
         ...
 
     @property
-    def properties(self) -> dict[str, str]:
-        """Every user and system property."""
+    def properties(self) -> Mapping[str, str]:
+        """The user's properties."""
         ...
 
 

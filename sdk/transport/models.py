@@ -20,8 +20,9 @@ each record before answering, and names the damaged one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
 
 from localstore.record.codec import RecordError, StoredMessage, decode_record, format_offset_msg_id
 from offsetstore import MessageQueue
@@ -180,6 +181,9 @@ class GroupView:
     owners: Mapping[MessageQueue, str] = field(default_factory=dict)
 
 
+_Decoded = TypeVar("_Decoded")
+
+
 def decode_records(raw: bytes | memoryview) -> list[StoredMessage]:
     """The stored records laid end to end in ``raw``, decoded."""
     messages = []
@@ -191,16 +195,29 @@ def decode_records(raw: bytes | memoryview) -> list[StoredMessage]:
     return messages
 
 
+@overload
 def decode_records_before_damage(
     raw: bytes | memoryview,
-) -> tuple[list[StoredMessage], RecordError | None]:
+) -> tuple[list[StoredMessage], RecordError | None]: ...
+
+
+@overload
+def decode_records_before_damage(
+    raw: bytes | memoryview, make: Callable[..., _Decoded]
+) -> tuple[list[_Decoded], RecordError | None]: ...
+
+
+def decode_records_before_damage(
+    raw: bytes | memoryview, make: Callable[..., Any] = StoredMessage
+) -> tuple[list[Any], RecordError | None]:
     """:func:`decode_records`, stopping at the first record that does not decode: the records
-    before it, and the error (None when every record decoded)."""
-    messages: list[StoredMessage] = []
+    before it, and the error (None when every record decoded). ``make`` builds each message
+    (see :func:`localstore.record.codec.decode_record`)."""
+    messages: list[Any] = []
     position, end = 0, len(raw)
     while position < end:
         try:
-            message = decode_record(raw, position)
+            message = decode_record(raw, position, make=make)
         except RecordError as exc:
             return messages, exc
         messages.append(message)

@@ -80,7 +80,7 @@ def test_retry_then_dead_letter(tmp_path: Path):
         "3. order-3 was delivered 3 times (reconsume_times [0, 1, 2]), then dead-lettered" in text
     )
     dlq = next(line for line in lines if line.startswith("4. "))
-    assert "read 1 message(s) from %DLQ%billing: keys=['order-3']" in dlq
+    assert "read 1 message(s) from %DLQ%billing: keys=('order-3',)" in dlq
     assert "original topic orders" in dlq and "(the one sent)" in dlq
     assert lines[-1] == "retry and DLQ: OK"
 

@@ -13,14 +13,17 @@ def test_tags_and_keys_become_rocketmq_properties():
     assert Message("orders", b"{}").system_properties() == {}
 
 
-def test_received_messages_are_stored_records(tmp_path):
+def test_a_received_message_is_its_stored_record_with_system_properties_as_attributes(tmp_path):
     with MessageStore(tmp_path, commitlog_file_size=65536) as store:
-        message = Message("orders", b"body", tags="paid", keys=["k1"])
-        properties = {**message.system_properties(), "UNIQ_KEY": "ABC"}
+        message = Message("orders", b"body", tags="paid", keys=["k1", "k2"])
+        properties = {**message.system_properties(), "UNIQ_KEY": "ABC", "color": "red"}
         store.put(NewMessage(message.topic, message.body, 0, properties))
-        [received] = store.get_messages("orders", 0, 0).messages
-    assert isinstance(received, ReceivedMessage)
-    assert (received.tags, received.keys, received.msg_id) == ("paid", ["k1"], "ABC")
+        [stored] = store.get_messages("orders", 0, 0).messages
+    received = ReceivedMessage.from_stored(stored)
+    assert (received.tags, received.keys, received.msg_id) == ("paid", ("k1", "k2"), "ABC")
+    assert received.properties == {"color": "red"}
+    assert received == ReceivedMessage.from_stored(stored.replace()) and received != stored
+    assert "msg_id='ABC'" in repr(received) and "'color': 'red'" in repr(received)
 
 
 def test_errors_say_whether_a_retry_may_help():

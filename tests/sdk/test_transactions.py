@@ -260,7 +260,7 @@ def test_unknown_then_the_checker_commits(
     assert checker.ids() == [receipt.transaction_id]
     (asked,) = checker.asked
     assert asked.topic == TOPIC and asked.queue_id == receipt.queue_id  # as consumers see it
-    assert asked.keys == ["order-7"] and asked.body == b"maybe"
+    assert asked.keys == ("order-7",) and asked.body == b"maybe"
     assert len(stored(broker.service, TOPIC)) == 1
 
 

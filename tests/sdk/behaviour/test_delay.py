@@ -38,7 +38,7 @@ def test_delay_levels_deliver_no_earlier_than_their_delay(
         assert "DELAY" not in got.properties
         assert "REAL_TOPIC" not in got.properties
     first = next(d for d in recorder.deliveries if d.message.msg_id == level_1.msg_id)
-    assert first.message.keys == ["r-1"]
+    assert first.message.keys == ("r-1",)
     second = next(d for d in recorder.deliveries if d.message.msg_id == level_2.msg_id)
     assert second.message.tags == "later"
 

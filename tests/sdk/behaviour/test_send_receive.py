@@ -49,9 +49,8 @@ def test_tag_expression_receives_only_its_tags_with_every_field(
         assert got.msg_id == receipt.msg_id
         assert got.offset_msg_id == receipt.offset_msg_id
         assert got.tags == message.tags
-        assert got.keys == list(message.keys)
-        for name, value in message.properties.items():
-            assert got.properties[name] == value
+        assert got.keys == tuple(message.keys)
+        assert got.properties == message.properties  # the user's, and only theirs
         assert got.body == message.body
         assert got.store_timestamp == receipt.store_timestamp
         assert 0 < got.born_timestamp <= got.store_timestamp
