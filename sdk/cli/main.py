@@ -7,6 +7,7 @@
     quiver read --data DIR --topic T                        read them back
     quiver query key|id|time ...                            find by key, id or time
     quiver offsets show|reset --data DIR --group G ...      consumer offsets and lag
+    quiver topic list|create|update|delete --data DIR ...   topics and their queues
     quiver perf ...                                         benchmarks (when sdk/perf/cli.py exists)
 
 Every command takes ``--json``. Exit status: 0 ok, 1 a failed check or operation, 2 bad usage.
@@ -22,7 +23,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sdk.cli import group_cmd, offsets_cmd, produce_cmd, query_cmd, read_cmd, store_cmd
+from sdk.cli import group_cmd, offsets_cmd, produce_cmd, query_cmd, read_cmd, store_cmd, topic_cmd
 from sdk.cli.common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -53,6 +54,7 @@ def build_parser(command: str | None = None) -> QuiverArgumentParser:
     query_cmd.add_parser(subparsers)
     offsets_cmd.add_parser(subparsers)
     group_cmd.add_parser(subparsers)
+    topic_cmd.add_parser(subparsers)
     _add_perf(subparsers, load=command == "perf")
     return parser
 
