@@ -10,7 +10,6 @@ import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -61,15 +60,16 @@ def produce(broker: EmbeddedBroker, count: int, *, queue_id: int | None = None) 
         ]
 
 
-def read(broker: EmbeddedBroker, queue_id: int, count: int, **options: Any) -> list[bytes]:
+def read(broker: EmbeddedBroker, queue_id: int, count: int) -> list[bytes]:
     """The next ``count`` bodies of ``queue_id`` for GROUP (committed at close)."""
-    with PullConsumer(broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, **options) as pull:
+    with PullConsumer(
+        broker, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET, max_poll_records=1
+    ) as pull:
         pull.assign([MessageQueue(TOPIC, broker.service.broker_name, queue_id)])
         got: list[bytes] = []
-        for message in pull:
-            got.append(message.body)
-            if len(got) == count:
-                break
+        deadline = time.monotonic() + 10.0  # a missing message fails the test, never hangs it
+        while len(got) < count and time.monotonic() < deadline:
+            got.extend(m.body for m in pull.poll(timeout_s=0.5))
         return got
 
 
