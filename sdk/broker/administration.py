@@ -203,7 +203,9 @@ class BrokerAdministration:
     def list_groups(self) -> list[GroupInfo]:
         """Every group the broker has members or offsets of, sorted by name (its own too)."""
         names = set(self._groups.groups()) | set(self._offsets.groups())
-        return [self.describe_group(name) for name in sorted(names)]
+        reports = (self._report(name) for name in sorted(names))
+        # a group whose members all left and which committed nothing is not listed
+        return [_group_info(r) for r in reports if r.members or r.queues]
 
     def describe_group(self, group: str) -> GroupInfo:
         """Members and per-queue lag of ``group``: live when this broker has seen the group,

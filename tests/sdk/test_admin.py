@@ -186,6 +186,10 @@ def test_a_reset_is_refused_while_the_group_consumes(broker, admin):
         assert group.members[0].subscriptions == ((TOPIC, "*"),)
         with pytest.raises(IllegalStateError, match="running consumers in group"):
             admin.delete_topic(TOPIC)
+    transport = broker.transport()  # a member that joins and leaves, committing nothing
+    transport.heartbeat("idle", "client-1", {"elsewhere": "*"}, "CLUSTERING")
+    transport.unregister("idle", "client-1")
+    assert [(g.group, g.members) for g in admin.list_groups()] == [(GROUP, ())]
 
 
 def test_a_deleted_topic_no_longer_lists_and_reads_nothing(broker, admin, tmp_path):
