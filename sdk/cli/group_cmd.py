@@ -18,6 +18,7 @@ import time
 from sdk.cli.admin_access import check_name, open_admin
 from sdk.cli.common import (
     EXIT_OK,
+    CliError,
     Subparsers,
     add_json_option,
     emit_json,
@@ -47,8 +48,13 @@ def add_parser(subparsers: Subparsers) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """Print the group report; exit 1 for a group the store knows nothing of."""
     check_name("group", args.group)
+    from offsetstore.base import OffsetStoreError
+
     with open_admin(args.data) as admin:
-        report = admin.describe_group(args.group)
+        try:
+            report = admin.describe_group(args.group)
+        except OffsetStoreError as exc:  # the recorded group snapshot and its backup are damaged
+            raise CliError(f"cannot read the group records of {args.data}: {exc}") from exc
     if args.json:
         emit_json(report.to_json())
         return EXIT_OK
