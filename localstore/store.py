@@ -7,7 +7,7 @@ Layout under the store root (RocketMQ's, so either can open the other's files)::
     checkpoint                   4 KiB of flush timestamps
     commitlog/{20 digits}        the records
     consumequeue/{topic}/{q}/{20 digits}   20-byte units per message
-    config/topics.json           topic configs (RocketMQ's broker format)
+    config/topics.json           topic configs (RocketMQ's broker format), deleted topics
     config/store.json            Quiver's own: the geometry (RocketMQ never reads it)
     index/{yyyyMMddHHmmssSSS}    the key index files
     timeindex/, offsetindex/     Quiver's own sparse indexes (derived, rebuilt when missing)
@@ -51,7 +51,8 @@ from localstore.put.path import PutPath
 from localstore.queue.consume_queue import ConsumeQueue
 from localstore.queue.registry import QueueRegistry
 from localstore.queue.time_index import QueueTimeIndex, offset_for_timestamp
-from localstore.queue.topics import TopicTable
+from localstore.queue.topic_changes import delete_topic, set_topic
+from localstore.queue.topics import TopicConfig, TopicTable
 from localstore.reader import caught_up, get_messages, read_filter, visible_max_offset
 from localstore.record.codec import (
     NewMessage,
@@ -153,6 +154,7 @@ class MessageStore:
             delay_levels=self._delay_levels,
             index=in_process_index,
             damaged=self.damaged,
+            deleted_topics=self.topics.deleted,
         )
         for queue in self.queues.queues.values():  # files alone cannot tell what retention cut
             correct_min_offset(queue, self.commitlog.min_offset)
@@ -430,6 +432,7 @@ class MessageStore:
             )
             if report.commitlog_files:
                 self.offset_index.drop_before(self.commitlog.min_offset)
+                self.topics.forget_tombstones_before(self.commitlog.min_offset)
             for key, queue_min in report.queue_min_offsets.items():
                 time_index = self.time_indexes.get(key)
                 if time_index is not None:
@@ -660,6 +663,40 @@ class MessageStore:
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for (t, q) in self.queues.queues if t == topic)
+
+    # -- topic administration (localstore.queue.topic_changes) -------------------------------
+    def set_topic(
+        self, name: str, *, read_queue_nums: int, write_queue_nums: int, perm: int
+    ) -> TopicConfig:
+        """Create topic ``name`` or change its queue counts and RocketMQ permission bits; the
+        next put of the topic follows the new config (checks of the values are the caller's)."""
+        self._ensure_open()
+        with self._put_lock:
+            return set_topic(
+                self.topics,
+                self._puts,
+                name,
+                read_queue_nums=read_queue_nums,
+                write_queue_nums=write_queue_nums,
+                perm=perm,
+            )
+
+    def delete_topic(self, name: str) -> list[int]:
+        """Remove topic ``name``'s config, consume queues and time indexes (its records stay
+        in the commitlog until retention); answers the queue ids it had. See
+        :mod:`localstore.queue.topic_changes`."""
+        self._ensure_open()
+        with self._put_lock:
+            return delete_topic(
+                self.root,
+                self.topics,
+                self._puts,
+                self.queues,
+                self.time_indexes,
+                self._retired,
+                name,
+                self.commitlog.max_offset,
+            )
 
     def _ensure_open(self) -> None:
         if self._puts.closed:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from offsetstore import MessageQueue
 from sdk._version import __version__ as __version__
+from sdk.admin import Admin, AsyncAdmin
 from sdk.consumer.membership import ConsumeFrom, MessageModel
 from sdk.consumer.process_queue import FlowControlLimits
 from sdk.consumer.pull import AsyncPullConsumer, PullConsumer
@@ -31,6 +32,8 @@ from sdk.errors import (
     InvalidMessageError,
     QuiverError,
     SendRejectedError,
+    UnknownGroupError,
+    UnknownTopicError,
 )
 from sdk.message import ConsumeResult, Message, ReceivedMessage, dlq_topic, retry_topic
 from sdk.outgoing import SendReceipt, SendReceipts
@@ -73,7 +76,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Admin",
     "ArgumentTypeError",
+    "AsyncAdmin",
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
@@ -106,6 +111,8 @@ __all__ = [
     "TransactionReceipt",
     "TransactionState",
     "TransactionalProducer",
+    "UnknownGroupError",
+    "UnknownTopicError",
     "dlq_topic",
     "retry_topic",
 ]

@@ -50,6 +50,15 @@ class ClientClosedError(QuiverError):
     """A producer or consumer was used after ``close()``."""
 
 
+class UnknownTopicError(QuiverError, LookupError):
+    """An administrative call named a topic the broker does not have."""
+
+
+class UnknownGroupError(QuiverError, LookupError):
+    """An administrative call named a consumer group the broker knows nothing of: no committed
+    offsets and no members. (A reset may create one when asked: ``create=True``.)"""
+
+
 class CloseError(QuiverError):
     """Closing failed part-way (a config file that could not be written, a store flush that
     failed, ...). Every other step was still tried: threads stopped, the store closed and its
@@ -73,4 +82,6 @@ __all__ = [
     "InvalidMessageError",
     "QuiverError",
     "SendRejectedError",
+    "UnknownGroupError",
+    "UnknownTopicError",
 ]

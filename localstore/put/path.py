@@ -46,7 +46,7 @@ from localstore.put.queue_state import QueuePutState
 from localstore.put.single import SinglePut
 from localstore.queue.registry import QueueRegistry
 from localstore.queue.time_index import QueueTimeIndex
-from localstore.queue.topics import TopicTable
+from localstore.queue.topics import PERM_WRITE, TopicTable
 from localstore.record.batch_encoder import RejectedMessageError, encode_batch
 from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.record.tags import SCHEDULE_TOPIC
@@ -117,6 +117,13 @@ class PutPath:
     def close(self) -> None:
         """Under the put lock: the store closed; every later put is refused."""
         self.closed = self.single.refusing = True
+
+    def forget_topic(self, topic: str) -> None:
+        """Under the put lock: the topic's config changed or it was deleted; its next puts
+        pass the config check again (a put that found a state before this takes the general
+        path: the state is marked retired)."""
+        for key in [key for key in self.states if key[0] == topic]:
+            self.states.pop(key).retired = True
 
     def set_flush_failed(self, failed: bool) -> None:
         """Under the put lock: the last commitlog flush failed (puts are refused until one
@@ -301,6 +308,13 @@ class PutPath:
         if config is None:
             count = self._options.default_queue_count
             config = self.topics.create(topic, max(count, queue_id + 1) if system else count)
+        if not system and not config.perm & PERM_WRITE:
+            return PutResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                f"topic {topic} is not writable (perm {config.perm})",
+                topic,
+                queue_id,
+            )
         if 0 <= queue_id < config.write_queue_nums:
             return None
         if system and queue_id >= 0:

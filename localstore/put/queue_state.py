@@ -36,6 +36,7 @@ class QueuePutState:
         "next_offset",
         "plain_size",
         "queue",
+        "retired",
         "tails",
         "time_index",
         "topic_field",
@@ -45,6 +46,8 @@ class QueuePutState:
         self.queue = queue
         self.time_index = time_index
         self.next_offset = queue.max_offset  # queue offset of the next unit
+        # Set under the put lock when the topic's config changed: puts take the general path.
+        self.retired = False
         self.magic, self.topic_field = topic_field(queue.topic)
         # A v1 record with IPv4 hosts, less its body and properties.
         self.plain_size = HEADER_V4_SIZE + len(self.topic_field) + PROPERTIES_LENGTH_BYTES

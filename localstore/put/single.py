@@ -162,7 +162,7 @@ class SinglePut:
         lock = self._lock
         lock.acquire()  # not ``with``: acquire and release cost half as much on this path
         try:
-            if self.refusing:
+            if self.refusing or state.retired:  # retired: found before a topic change
                 return None
             queue_offset = state.next_offset
             # The unit must follow the last one in the queue's last file, within its reserved

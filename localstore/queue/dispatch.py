@@ -22,7 +22,7 @@ units that point into a damaged range. A skip with no damaged range to explain i
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from localstore.errors import CorruptStoreError
 from localstore.index.service import IndexService
@@ -67,6 +67,7 @@ class Dispatcher:
         *,
         units_known_to: int = 0,
         rebuilt: Collection[tuple[str, int]] = (),
+        deleted_topics: Mapping[str, int] | None = None,
     ):
         self._queues = queues
         self._damaged = damaged
@@ -78,6 +79,8 @@ class Dispatcher:
         self._units_known_to = units_known_to
         self._queues_end = queues.dispatch_from()  # where the existing queues' units end
         self._rebuilt = frozenset(rebuilt)
+        # deleted topic -> commitlog offset of its deletion: its records before get no unit
+        self._deleted = dict(deleted_topics or {})
         self._since_flush = 0
         self.units_added = 0
 
@@ -86,11 +89,17 @@ class Dispatcher:
         if (
             not message.sys_flag & SYSFLAG_TRANSACTION_PREPARED
             and message.phys_offset + message.store_size > self._units_known_to
+            and not self._deleted_before(message)
         ):
             self._add_unit(message)
         self._since_flush += 1
         if self._since_flush >= self.FLUSH_EVERY:
             self.flush()
+
+    def _deleted_before(self, message: StoredMessage) -> bool:
+        """Whether ``message`` belongs to a topic deleted after it was stored."""
+        deleted = self._deleted
+        return bool(deleted) and message.phys_offset < deleted.get(message.topic, -1)
 
     def _add_to_index(self, message: StoredMessage) -> None:
         if self._index is None:

@@ -7,7 +7,15 @@
 
 so a RocketMQ broker pointed at a Quiver store finds its topics. A store without the file (one
 RocketMQ's store code wrote without a broker) gets its topics from its consume-queue directories.
-Topics are created on first put with the store's default queue count.
+Topics are created on first put with the store's default queue count, or ahead of that (and
+changed) by an administrator (:meth:`localstore.MessageStore.set_topic`).
+
+A deleted topic (:meth:`localstore.MessageStore.delete_topic`) leaves a tombstone in the
+document's ``quiverDeletedTopics`` map (topic -> the commitlog offset when it was deleted, a field
+RocketMQ's broker ignores): its records stay in the commitlog until retention removes them, and
+recovery dispatches none of those before the tombstone's offset, so a reopened store does not
+bring the deleted topic back. A tombstone is dropped once retention removed every record it
+covers.
 
 A damaged ``topics.json`` (unreadable, not JSON, or JSON of another shape) is replaced by its
 ``topics.json.bak`` at load, as every config file is (:mod:`localstore.files.json_shape`).
@@ -32,9 +40,12 @@ from localstore.files.json_shape import (
     read_with_backup,
 )
 
-PERM_READ_WRITE = 6
+PERM_READ = 4  # RocketMQ's PermName.PERM_READ
+PERM_WRITE = 2  # RocketMQ's PermName.PERM_WRITE
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
 MAX_QUEUE_NUMS = 2**31 - 1  # Java ints in RocketMQ's TopicConfig
 TOPICS_FILE = Path("config") / "topics.json"
+DELETED_TOPICS_FIELD = "quiverDeletedTopics"
 
 
 @dataclass(slots=True)
@@ -68,6 +79,8 @@ class TopicTable:
         self._extra: dict[str, Any] = {}  # RocketMQ fields we keep as they were
         self._document_extra: dict[str, Any] = {}  # top-level fields we keep (RocketMQ 5's maps)
         self._main_damaged = False  # loaded from topics.json.bak
+        # deleted topic -> commitlog offset at its deletion (recovery skips its records before)
+        self.deleted: dict[str, int] = {}
 
     def load(self, consume_queue_dir: Path) -> None:
         """Read ``config/topics.json`` (if any), then add the topics found on disk.
@@ -84,8 +97,9 @@ class TopicTable:
             self._document_extra = {
                 key: value
                 for key, value in data.items()
-                if key not in ("dataVersion", "topicConfigTable")
+                if key not in ("dataVersion", "topicConfigTable", DELETED_TOPICS_FIELD)
             }
+            self.deleted = _deleted_topics(data.get(DELETED_TOPICS_FIELD, {}))
             for name, entry in table.items():
                 self._extra[name] = entry
                 self.topics[name] = TopicConfig(
@@ -111,6 +125,22 @@ class TopicTable:
         self.save()
         return config
 
+    def remove(self, name: str, deleted_at_offset: int) -> None:
+        """Forget topic ``name``, leaving a tombstone for its records before
+        ``deleted_at_offset`` (the commitlog's end when it was deleted), and save."""
+        self.topics.pop(name, None)
+        self._extra.pop(name, None)
+        self.deleted[name] = max(deleted_at_offset, self.deleted.get(name, 0))
+        self.save()
+
+    def forget_tombstones_before(self, commitlog_min_offset: int) -> None:
+        """Drop the tombstones whose records retention removed (saves when one went)."""
+        gone = [name for name, end in self.deleted.items() if end <= commitlog_min_offset]
+        for name in gone:
+            del self.deleted[name]
+        if gone:
+            self.save()
+
     def save(self) -> None:
         self._counter += 1
         # A topic's entry: what Quiver owns from its config, every other field as it was read
@@ -132,6 +162,8 @@ class TopicTable:
             },
             "topicConfigTable": table,
         }
+        if self.deleted:
+            document[DELETED_TOPICS_FIELD] = dict(sorted(self.deleted.items()))
         data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
         # Loaded from .bak: the damaged main file must not be rotated over that good backup.
         write_atomically(self.path, data, keep_backup=not self._main_damaged)
@@ -166,7 +198,21 @@ def _decode_topics(data: bytes) -> tuple[dict[str, Any], int, dict[str, dict[str
         raise ShapeError(f"topicConfigTable is not an object (found {json_kind(table)})")
     for name, config in table.items():
         _check_topic_entry(f"topicConfigTable[{name!r}]", config)
+    _deleted_topics(document.get(DELETED_TOPICS_FIELD, {}))
     return document, counter, table
+
+
+def _deleted_topics(value: Any) -> dict[str, int]:
+    """The tombstones of a loaded document (a field of another shape is a damaged file)."""
+    if not isinstance(value, dict):
+        raise ShapeError(f"{DELETED_TOPICS_FIELD} is not an object (found {json_kind(value)})")
+    for name, end in value.items():
+        if not is_json_int(end) or end < 0:
+            raise ShapeError(
+                f"{DELETED_TOPICS_FIELD}[{name!r}] is not a non-negative integer "
+                f"(found {json_kind(end)})"
+            )
+    return dict(value)
 
 
 def _check_topic_entry(where: str, config: Any) -> None:

@@ -35,6 +35,7 @@ the index loaded after a crash, and are rebuilt here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -85,8 +86,10 @@ def recover(
     delay_levels: tuple[int, ...],
     index: IndexService | None = None,
     damaged: DamagedRanges | None = None,
+    deleted_topics: Mapping[str, int] | None = None,
 ) -> RecoveryReport:
-    """Recover the store's commitlog, consume queues and index in place."""
+    """Recover the store's commitlog, consume queues and index in place. ``deleted_topics``
+    (topic -> commitlog offset of its deletion) get no unit for their records before it."""
     damaged = damaged if damaged is not None else DamagedRanges(commitlog.directory.parent)
     queue_check = QueueCheck(commitlog, queues, damaged)
     start = None if crashed else _normal_start(commitlog, queues, index, queue_check)
@@ -120,6 +123,7 @@ def recover(
         damaged,
         units_known_to=units_known_to,
         rebuilt=dropped,
+        deleted_topics=deleted_topics,
     )
 
     def undecodable(start: int, stop: int) -> None:  # frame valid, fields not (properties)

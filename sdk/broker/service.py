@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -58,6 +59,7 @@ from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
+from sdk.broker.administration import BrokerAdministration
 from sdk.broker.group_report import GroupReport, build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
@@ -243,7 +245,7 @@ class BrokerService:
             ("answering parked pulls", self.notifier.notify_all),
             ("stopping the group expiry", self._expiry.close),
             ("stopping the group snapshots", self._snapshots.close),
-            ("recording the consumer groups", self._write_group_snapshot),
+            ("recording the consumer groups", self._write_group_snapshot_if_any),
             ("stopping the transaction checks", self.transactions.stop),
             ("stopping the schedule and persisting its progress", self.schedule.stop),
             ("persisting the consumer offsets", self.offsets.close),
@@ -603,3 +605,28 @@ class BrokerService:
             write_snapshot(self.root, snapshot_document(views, models, time.time_ns() // 1_000_000))
         except OSError as exc:
             log.warning("cannot record the consumer groups: %s", exc)
+
+    # -- administration (sdk.broker.administration) --------------------------------------------
+    @functools.cached_property
+    def admin(self) -> BrokerAdministration:
+        """Topics, groups, lag and offset resets of this broker."""
+        return BrokerAdministration(
+            self.store,
+            self.offsets,
+            self.groups,
+            self.group_view,
+            broker_name=self.broker_name,
+            root=self.root,
+            on_topic_gone=self._topic_gone,
+        )
+
+    def _topic_gone(self, topic: str, queue_ids: Sequence[int]) -> None:
+        """A deleted topic's parked pulls answer now (they find nothing)."""
+        for queue_id in queue_ids:
+            self.notifier.notify(topic, queue_id)
+
+    def _write_group_snapshot_if_any(self) -> None:
+        """At close: record the groups, unless this broker never saw one (a broker opened to
+        inspect or administer a store keeps the record the last serving broker left)."""
+        if self.groups.groups():
+            self._write_group_snapshot()

@@ -2,29 +2,27 @@
 
 quiver group show --data DIR --group G [--json]
 
-Reads the store in ``DIR`` (no broker may be serving it: the store's lock refuses a second
-opener): committed offsets from ``config/consumerOffset.json``, queue bounds from the store, and
-the members and queue owners the broker last recorded in ``config/quiverConsumerGroups.json``
-(see :mod:`sdk.broker.group_report`). A broker that closed cleanly after its consumers records
-no member; a crashed one leaves the members it knew.
+Asks :meth:`sdk.Admin.describe_group` of the store opened as a broker for the run (no other
+process may be serving it: the store's lock refuses a second opener): committed offsets from
+``config/consumerOffset.json``, queue bounds from the store, and the members and queue owners
+the serving broker last recorded in ``config/quiverConsumerGroups.json`` (see
+:mod:`sdk.broker.group_report`). A broker that closed cleanly after its consumers records no
+member; a crashed one leaves the members it knew.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
+from sdk.cli.admin_access import check_name, open_admin
 from sdk.cli.common import (
-    EXIT_FAILED,
     EXIT_OK,
-    EXIT_USAGE,
     CliError,
     Subparsers,
     add_data_option,
     add_json_option,
     emit_json,
-    open_store,
 )
 
 
@@ -50,36 +48,26 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print the group report; exit 1 for a group the store knows nothing of."""
+    check_name("group", args.group)
     from offsetstore.base import OffsetStoreError
-    from offsetstore.broker_table import ConsumerOffsetTable
-    from sdk.broker.group_report import build_report, read_snapshot
 
-    if not args.group or "@" in args.group:
-        raise CliError(
-            f"bad group name {args.group!r} (must be non-empty, without '@')", EXIT_USAGE
-        )
-    with open_store(args.data) as store:
+    with open_admin(args.data) as admin:
         try:
-            offsets = ConsumerOffsetTable(args.data)
-            view, models, recorded_ms = read_snapshot(Path(args.data), args.group, "broker-a")
-        except (OffsetStoreError, ValueError) as exc:
+            report = admin.describe_group(args.group)
+        except OffsetStoreError as exc:  # the recorded group snapshot and its backup are damaged
             raise CliError(f"cannot read the group records of {args.data}: {exc}") from exc
-        report = build_report(
-            args.group, view, models, offsets, store, live=False, as_of_ms=recorded_ms
-        )
-    if not report.members and not report.queues:
-        raise CliError(f"group {args.group} has no members or offsets in {args.data}", EXIT_FAILED)
     if args.json:
         emit_json(report.to_json())
         return EXIT_OK
     when = (
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(recorded_ms / 1000))
-        if recorded_ms
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.as_of_ms / 1000))
+        if report.as_of_ms
         else "never"
     )
-    print(f"group {report.group}: {len(report.members)} member(s) (recorded {when})")
+    seen = "live" if report.live else f"recorded {when}"
+    print(f"group {report.group}: {len(report.members)} member(s) ({seen})")
     for member in report.members:
-        topics = ", ".join(f"{t} [{e}]" for t, e in sorted(member.subscriptions.items()))
+        topics = ", ".join(f"{t} [{e}]" for t, e in sorted(member.subscriptions))
         print(f"  {member.client_id} {member.message_model}: {topics}")
         print(f"    queues: {', '.join(member.queues) or 'none'}")
     for queue in report.queues:

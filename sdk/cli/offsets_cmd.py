@@ -1,15 +1,18 @@
 """``quiver offsets``: a consumer group's committed offsets, lag, and resets.
 
 quiver offsets show --data DIR --group G [--topic T]
-quiver offsets reset --data DIR --group G --topic T --to earliest|latest|TIMESTAMP_MS
+quiver offsets reset --data DIR --group G --topic T --to earliest|latest|TIMESTAMP_MS [--create]
+quiver offsets reset --data DIR --group G --topic T --queue-offset Q=OFFSET ... [--create]
 
 The offsets are the broker's table, ``DIR/config/consumerOffset.json`` (RocketMQ's file and
-format; see :mod:`offsetstore.broker_table`). ``show`` prints per queue the committed offset
-(``-`` / null when none), the queue's min and max offsets and the lag (max - committed). A
-reset rewrites the file atomically; run it while no broker serves the store (the store's lock
-refuses a second opener). ``show`` on a store another process holds reads a read-only view of it
-and the table's file as last written (no lock, no write; see
-:func:`sdk.cli.common.open_store_for_reading`).
+format; see :mod:`offsetstore.broker_table`), read and changed through :class:`sdk.Admin` on the
+store opened as a broker for the run (:mod:`sdk.cli.admin_access`). ``show`` prints per queue
+the committed offset (``-`` / null when none), the queue's min and max offsets and the lag
+(max - committed); on a store another process holds it reads a read-only view of it and the
+table's file as last written (no lock, no write; see
+:func:`sdk.cli.common.open_store_for_reading`). A reset is persisted atomically; it is refused
+for a group the store has no offsets of unless ``--create`` says to make it, and while another
+process serves the store (the store's lock refuses a second opener).
 """
 
 from __future__ import annotations
@@ -17,23 +20,23 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from localstore.errors import StoreLockedError
+from sdk.cli.admin_access import check_name, open_admin
 from sdk.cli.common import (
-    EXIT_FAILED,
     EXIT_OK,
-    EXIT_USAGE,
     CliError,
     Subparsers,
     add_data_option,
     add_json_option,
     emit_json,
     existing_queues,
-    is_read_only,
-    open_store,
     open_store_for_reading,
 )
+from sdk.errors import UnknownGroupError
+from sdk.transport.admin_models import QueueLag
 
 if TYPE_CHECKING:
-    from offsetstore.broker_table import ConsumerOffsetTable, ResetTarget
+    from offsetstore.broker_table import ResetTarget
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -60,16 +63,29 @@ def add_parser(subparsers: Subparsers) -> None:
         "reset",
         help="move a group's offsets of a topic",
         description="Set the group's offset of every queue of the topic to the earliest or "
-        "latest offset, or to the first offset stored at or after TIMESTAMP_MS.",
+        "latest offset, or to the first offset stored at or after TIMESTAMP_MS; or set given "
+        "queues' offsets (--queue-offset). Refused while the group's consumers run.",
     )
     add_data_option(reset)
     reset.add_argument("--group", required=True, metavar="G")
     reset.add_argument("--topic", required=True, metavar="T")
-    reset.add_argument(
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument(
         "--to",
-        required=True,
         type=reset_target,
         metavar="earliest|latest|TIMESTAMP_MS",
+    )
+    target.add_argument(
+        "--queue-offset",
+        type=queue_offset,
+        action="append",
+        metavar="Q=OFFSET",
+        help="set queue Q's offset (repeatable; other queues keep theirs)",
+    )
+    reset.add_argument(
+        "--create",
+        action="store_true",
+        help="reset a group the store has no offsets of (creates it)",
     )
     add_json_option(reset)
     reset.set_defaults(func=run_reset)
@@ -86,35 +102,25 @@ def reset_target(text: str) -> ResetTarget:
     )
 
 
-def _open_table(directory: str) -> ConsumerOffsetTable:
-    from offsetstore.base import OffsetStoreError
-    from offsetstore.broker_table import ConsumerOffsetTable
-
-    try:
-        return ConsumerOffsetTable(directory)
-    except OffsetStoreError as exc:
-        raise CliError(str(exc)) from exc
-
-
-def _check_name(kind: str, name: str) -> None:
-    if not name or "@" in name:
-        raise CliError(f"bad {kind} name {name!r} (must be non-empty, without '@')", EXIT_USAGE)
+def queue_offset(text: str) -> tuple[int, int]:
+    """``Q=OFFSET`` (two ints >= 0), for argparse."""
+    queue, _, offset = text.partition("=")
+    if not (queue.isdigit() and offset.isdigit()):
+        raise argparse.ArgumentTypeError(f"want QUEUE_ID=OFFSET (e.g. 0=42), not {text!r}")
+    return int(queue), int(offset)
 
 
 def run_show(args: argparse.Namespace) -> int:
-    """Print the group's queues; exit 1 when the group has no offsets (and no --topic)."""
-    _check_name("group", args.group)
+    """Print the group's queues; exit 1 for a group the store knows nothing of (no --topic)."""
+    check_name("group", args.group)
     if args.topic is not None:
-        _check_name("topic", args.topic)
-    with open_store_for_reading(args.data) as store:
-        read_only = is_read_only(store)
-        if args.topic is not None:
-            existing_queues(store, args.topic, None)  # an unknown topic is an error
-        table = _open_table(args.data)  # reads the file only: no lock, no write
-        topics = [args.topic] if args.topic is not None else table.topics(args.group)
-        if not topics:
-            raise CliError(f"group {args.group} has no committed offsets in {args.data}")
-        rows = [row for topic in topics for row in table.lag(args.group, topic, store)]
+        check_name("topic", args.topic)
+    read_only = False
+    try:
+        with open_admin(args.data) as admin:
+            rows = admin.lag(args.group, args.topic)
+    except StoreLockedError:  # a running application holds it: read what it has written
+        rows, read_only = _lag_of_held_store(args), True
     for row in rows:
         document = {
             "group": args.group,
@@ -141,30 +147,63 @@ def run_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _lag_of_held_store(args: argparse.Namespace) -> list[QueueLag]:
+    """The group's lag per queue, read from a store another process holds (a read-only view,
+    and the offset table's file as last written: no lock, no write)."""
+    from offsetstore.base import OffsetStoreError
+    from offsetstore.broker_table import ConsumerOffsetTable
+
+    with open_store_for_reading(args.data) as store:
+        if args.topic is not None:
+            existing_queues(store, args.topic, None)  # an unknown topic is an error
+        try:
+            table = ConsumerOffsetTable(args.data)  # reads the file only: no lock, no write
+        except OffsetStoreError as exc:
+            raise CliError(str(exc)) from exc
+        topics = [args.topic] if args.topic is not None else table.topics(args.group)
+        if not topics:
+            raise CliError(f"group {args.group} has no committed offsets in {args.data}")
+        return [
+            QueueLag(row.topic, row.queue_id, None, row.committed, row.min_offset, row.max_offset)
+            for topic in topics
+            for row in table.lag(args.group, topic, store)
+        ]
+
+
 def run_reset(args: argparse.Namespace) -> int:
-    """Reset the group's offsets of the topic and persist the table."""
-    _check_name("group", args.group)
-    _check_name("topic", args.topic)
-    with open_store(args.data) as store:
-        if not store.queue_ids(args.topic):
-            raise CliError(f"topic {args.topic} has no queues in {args.data}", EXIT_FAILED)
-        table = _open_table(args.data)
-        before = table.offsets(args.group, args.topic)
-        after = table.reset(args.group, args.topic, args.to, store)
-        table.close()
-    for queue_id, offset in after.items():
+    """Reset the group's offsets of the topic (persisted when the command's broker closes)."""
+    check_name("group", args.group)
+    check_name("topic", args.topic)
+    to: ResetTarget | None = args.to
+    with open_admin(args.data) as admin:
+        try:
+            moved = admin.reset_offsets(
+                args.group,
+                args.topic,
+                to=to if isinstance(to, str) else None,
+                timestamp_ms=to if isinstance(to, int) else None,
+                offsets=dict(args.queue_offset) if args.queue_offset else None,
+                create=args.create,
+            )
+        except UnknownGroupError as exc:
+            raise CliError(
+                f"group {args.group} has no offsets or members in {args.data} "
+                "(add --create to make it with these offsets)"
+            ) from exc
+    for row in moved:
         document = {
             "group": args.group,
             "topic": args.topic,
-            "queue_id": queue_id,
-            "previous": before.get(queue_id),
-            "offset": offset,
+            "queue_id": row.queue_id,
+            "previous": row.previous,
+            "offset": row.offset,
         }
         if args.json:
             emit_json(document)
         else:
-            previous = before.get(queue_id, "-")
-            print(f"{args.topic}/{queue_id}: {previous} -> {offset}")
+            previous = "-" if row.previous is None else row.previous
+            print(f"{args.topic}/{row.queue_id}: {previous} -> {row.offset}")
     if not args.json:
-        print(f"group {args.group}: reset {len(after)} queue(s) of {args.topic} to {args.to}")
+        target = to if to is not None else "the given offsets"
+        print(f"group {args.group}: reset {len(moved)} queue(s) of {args.topic} to {target}")
     return EXIT_OK

@@ -21,6 +21,13 @@ from typing import Protocol
 
 from localstore.record.codec import NewMessage
 from offsetstore import MessageQueue
+from sdk.transport.admin_models import (
+    GroupInfo,
+    OffsetReset,
+    QueueLag,
+    ResetRequest,
+    TopicInfo,
+)
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
@@ -120,6 +127,43 @@ class BrokerTransport(Protocol):
         """Release what the transport holds (not the broker)."""
         ...
 
+    # -- administration (sdk.transport.admin_models) -------------------------------------------
+    # Refusals raise typed errors (UnknownTopicError, UnknownGroupError, InvalidArgumentError,
+    # IllegalStateError); sdk.Admin is the public face.
+    def list_topics(self) -> list[TopicInfo]:
+        """Every topic of the broker, sorted by name."""
+        ...
+
+    def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
+        """Create a topic with ``queue_count`` read and write queues (refused if it exists)."""
+        ...
+
+    def update_topic(self, name: str, *, queue_count: int | None, perm: int | None) -> TopicInfo:
+        """Change a topic's queue count and/or permission."""
+        ...
+
+    def delete_topic(self, name: str) -> list[int]:
+        """Delete a topic (config, queues, offsets; records stay until retention)."""
+        ...
+
+    def list_groups(self) -> list[GroupInfo]:
+        """Every group the broker has members or offsets of."""
+        ...
+
+    def describe_group(self, group: str) -> GroupInfo:
+        """A group's members and per-queue lag."""
+        ...
+
+    def group_lag(self, group: str, topic: str | None) -> list[QueueLag]:
+        """A group's lag per queue of ``topic`` (None: of every topic it consumes)."""
+        ...
+
+    def reset_offsets(
+        self, group: str, topic: str, request: ResetRequest, *, create: bool
+    ) -> list[OffsetReset]:
+        """Move a group's offsets of a topic; ``create`` allows a group the broker lacks."""
+        ...
+
 
 class AsyncBrokerTransport(Protocol):
     """:class:`BrokerTransport` for asyncio clients: every operation, awaitable. Nothing blocks
@@ -193,3 +237,24 @@ class AsyncBrokerTransport(Protocol):
     ) -> TransactionChecks: ...
 
     async def close(self) -> None: ...
+
+    # -- administration: as BrokerTransport's -------------------------------------------------
+    async def list_topics(self) -> list[TopicInfo]: ...
+
+    async def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo: ...
+
+    async def update_topic(
+        self, name: str, *, queue_count: int | None, perm: int | None
+    ) -> TopicInfo: ...
+
+    async def delete_topic(self, name: str) -> list[int]: ...
+
+    async def list_groups(self) -> list[GroupInfo]: ...
+
+    async def describe_group(self, group: str) -> GroupInfo: ...
+
+    async def group_lag(self, group: str, topic: str | None) -> list[QueueLag]: ...
+
+    async def reset_offsets(
+        self, group: str, topic: str, request: ResetRequest, *, create: bool
+    ) -> list[OffsetReset]: ...

@@ -19,10 +19,18 @@ from localstore import StoreClosedError
 from localstore.record.codec import NewMessage
 from offsetstore import MessageQueue
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError
+from sdk.transport.admin_models import (
+    GroupInfo,
+    OffsetReset,
+    QueueLag,
+    ResetRequest,
+    TopicInfo,
+)
 from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 if TYPE_CHECKING:
+    from sdk.broker.administration import BrokerAdministration
     from sdk.broker.service import BrokerService
 
 __all__ = ["AsyncInProcessTransport", "InProcessTransport"]
@@ -176,6 +184,50 @@ class InProcessTransport:
     def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""
 
+    # -- administration (sdk.broker.administration, answers in sdk.transport.admin_models) ---
+    @staticmethod
+    def _admin_call(service: BrokerService, call: Callable[[BrokerAdministration], T]) -> T:
+        """``call`` on the broker's administration; a closed broker is unavailable."""
+        if service.closed:
+            raise BrokerUnavailableError("the embedded broker is closed")
+        try:
+            return call(service.admin)
+        except StoreClosedError as exc:
+            raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
+
+    def list_topics(self) -> list[TopicInfo]:
+        return self._admin_call(self.service, lambda admin: admin.list_topics())
+
+    def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
+        return self._admin_call(
+            self.service, lambda admin: admin.create_topic(name, queue_count, perm)
+        )
+
+    def update_topic(self, name: str, *, queue_count: int | None, perm: int | None) -> TopicInfo:
+        return self._admin_call(
+            self.service, lambda admin: admin.update_topic(name, queue_count, perm)
+        )
+
+    def delete_topic(self, name: str) -> list[int]:
+        return self._admin_call(self.service, lambda admin: admin.delete_topic(name))
+
+    def list_groups(self) -> list[GroupInfo]:
+        return self._admin_call(self.service, lambda admin: admin.list_groups())
+
+    def describe_group(self, group: str) -> GroupInfo:
+        return self._admin_call(self.service, lambda admin: admin.describe_group(group))
+
+    def group_lag(self, group: str, topic: str | None) -> list[QueueLag]:
+        return self._admin_call(self.service, lambda admin: admin.lag(group, topic))
+
+    def reset_offsets(
+        self, group: str, topic: str, request: ResetRequest, *, create: bool
+    ) -> list[OffsetReset]:
+        return self._admin_call(
+            self.service,
+            lambda admin: admin.reset_offsets(group, topic, request, create=create),
+        )
+
 
 class AsyncInProcessTransport:
     """A :class:`sdk.transport.base.AsyncBrokerTransport` over a :class:`BrokerService`.
@@ -307,3 +359,42 @@ class AsyncInProcessTransport:
 
     async def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""
+
+    # -- administration: the service's calls, made on the loop (each is short: config files,
+    # offsets and queue bounds, no wait) --------------------------------------------------------
+    async def list_topics(self) -> list[TopicInfo]:
+        return InProcessTransport._admin_call(self.service, lambda admin: admin.list_topics())
+
+    async def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
+        return InProcessTransport._admin_call(
+            self.service, lambda admin: admin.create_topic(name, queue_count, perm)
+        )
+
+    async def update_topic(
+        self, name: str, *, queue_count: int | None, perm: int | None
+    ) -> TopicInfo:
+        return InProcessTransport._admin_call(
+            self.service, lambda admin: admin.update_topic(name, queue_count, perm)
+        )
+
+    async def delete_topic(self, name: str) -> list[int]:
+        return InProcessTransport._admin_call(self.service, lambda admin: admin.delete_topic(name))
+
+    async def list_groups(self) -> list[GroupInfo]:
+        return InProcessTransport._admin_call(self.service, lambda admin: admin.list_groups())
+
+    async def describe_group(self, group: str) -> GroupInfo:
+        return InProcessTransport._admin_call(
+            self.service, lambda admin: admin.describe_group(group)
+        )
+
+    async def group_lag(self, group: str, topic: str | None) -> list[QueueLag]:
+        return InProcessTransport._admin_call(self.service, lambda admin: admin.lag(group, topic))
+
+    async def reset_offsets(
+        self, group: str, topic: str, request: ResetRequest, *, create: bool
+    ) -> list[OffsetReset]:
+        return InProcessTransport._admin_call(
+            self.service,
+            lambda admin: admin.reset_offsets(group, topic, request, create=create),
+        )

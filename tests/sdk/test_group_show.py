@@ -118,9 +118,10 @@ def test_group_show_after_a_crash_lists_the_members_it_knew(tmp_path: Path):
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    done = quiver("group", "show", "--data", data, "--group", "billing")
-    assert done.returncode == 0, done.stderr
-    assert "group billing: 1 member(s)" in done.stdout
+    for _ in range(2):  # a command's own broker keeps the record the crashed one left
+        done = quiver("group", "show", "--data", data, "--group", "billing")
+        assert done.returncode == 0, done.stderr
+        assert "group billing: 1 member(s)" in done.stdout
     assert f"{client_id} CLUSTERING: %RETRY%billing [*], orders [paid]" in done.stdout
     assert "queues: %RETRY%billing/0, orders/0, orders/1, orders/2, orders/3" in done.stdout
 

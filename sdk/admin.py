@@ -1,0 +1,280 @@
+"""Administration of a broker: topics, consumer groups, lag and offset resets.
+
+    from sdk import Admin, EmbeddedBroker
+
+    with EmbeddedBroker("./data") as broker, Admin(broker) as admin:
+        admin.create_topic("orders", queue_count=8)
+        for topic in admin.list_topics():
+            print(topic.name, topic.read_queue_nums, topic.perm)
+        print(admin.lag("billing"))
+        admin.reset_offsets("billing", "orders", to="earliest")
+
+:class:`Admin` blocks, :class:`AsyncAdmin` awaits; both take an :class:`sdk.EmbeddedBroker`
+(or a transport) and reach it through the transport seam, so a remote broker is administered
+the same way. They share their argument checks (:func:`reset_request`). The broker's rules
+(queue counts, permissions, what deleting a topic removes, when a reset is refused) are
+documented in :mod:`sdk.broker.administration`; answers are the frozen dataclasses of
+:mod:`sdk.transport.admin_models`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Literal
+
+from sdk.errors import ClientClosedError, InvalidArgumentError
+from sdk.lifecycle import WarnsUnclosed
+from sdk.transport.admin_models import (
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    GroupInfo,
+    MemberInfo,
+    OffsetReset,
+    QueueLag,
+    ResetRequest,
+    TopicInfo,
+)
+from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
+from sdk.transport.resolve import resolve, resolve_async
+
+__all__ = [
+    "PERM_READ",
+    "PERM_READ_WRITE",
+    "PERM_WRITE",
+    "Admin",
+    "AsyncAdmin",
+    "GroupInfo",
+    "MemberInfo",
+    "OffsetReset",
+    "QueueLag",
+    "TopicInfo",
+    "reset_request",
+]
+
+ResetTo = Literal["earliest", "latest"]
+
+
+def reset_request(
+    to: ResetTo | None, timestamp_ms: int | None, offsets: Mapping[int, int] | None
+) -> ResetRequest:
+    """The request of a reset given exactly one of ``to``, ``timestamp_ms`` or ``offsets``."""
+    given = [name for name, value in (("to", to), ("timestamp_ms", timestamp_ms),
+                                      ("offsets", offsets)) if value is not None]  # fmt: skip
+    if len(given) != 1:
+        raise InvalidArgumentError(
+            "give exactly one of to=, timestamp_ms= or offsets= "
+            f"({'none' if not given else ', '.join(given)} given)"
+        )
+    if to is not None and to not in ("earliest", "latest"):
+        raise InvalidArgumentError(f"to must be 'earliest' or 'latest', not {to!r}")
+    if timestamp_ms is not None and (_not_int(timestamp_ms) or timestamp_ms < 0):
+        raise InvalidArgumentError(f"timestamp_ms must be an int >= 0, not {timestamp_ms!r}")
+    pairs = None
+    if offsets is not None:
+        if not offsets:
+            raise InvalidArgumentError("offsets= names no queue")
+        for queue_id, offset in offsets.items():
+            if _not_int(queue_id) or _not_int(offset) or queue_id < 0 or offset < 0:
+                raise InvalidArgumentError(
+                    f"offsets= maps queue ids to offsets, ints >= 0: not {queue_id!r}: {offset!r}"
+                )
+        pairs = tuple(sorted(offsets.items()))
+    return ResetRequest(to, timestamp_ms, pairs)
+
+
+def _not_int(value: object) -> bool:
+    return not isinstance(value, int) or isinstance(value, bool)
+
+
+class _AdminBase(WarnsUnclosed):
+    _closed = True  # until the constructor finished
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"{type(self).__name__} is closed")
+
+
+class Admin(_AdminBase):
+    """Blocking administration of the broker ``broker`` (an :class:`sdk.EmbeddedBroker` or a
+    transport). Close it (or use ``with``); the broker stays open.
+
+    Topics: :meth:`list_topics`, :meth:`create_topic`, :meth:`update_topic`,
+    :meth:`delete_topic`. Groups: :meth:`list_groups`, :meth:`describe_group`, :meth:`lag`,
+    :meth:`reset_offsets`. Refusals raise :class:`sdk.errors.UnknownTopicError`,
+    :class:`sdk.errors.UnknownGroupError`, :class:`sdk.errors.InvalidArgumentError` or
+    :class:`sdk.errors.IllegalStateError`, each naming what was refused and why.
+    """
+
+    def __init__(self, broker: object) -> None:
+        self.transport: BrokerTransport = resolve(broker)
+        self._closed = False
+        self._mark_opened()
+
+    def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
+        """The broker's topics sorted by name (its own retry, dead-letter and schedule topics
+        too when ``include_system``)."""
+        self._check_open()
+        topics = self.transport.list_topics()
+        return topics if include_system else [t for t in topics if not t.system]
+
+    def create_topic(
+        self, name: str, queue_count: int = 4, *, perm: int = PERM_READ_WRITE
+    ) -> TopicInfo:
+        """Create topic ``name`` with ``queue_count`` queues (producers spread over them,
+        consumers share them); an existing topic is refused."""
+        self._check_open()
+        return self.transport.create_topic(name, queue_count, perm)
+
+    def update_topic(
+        self, name: str, *, queue_count: int | None = None, perm: int | None = None
+    ) -> TopicInfo:
+        """Change the queue count and/or permission of ``name``. Fewer queues are refused
+        while a queue that would go holds messages not consumed yet."""
+        self._check_open()
+        return self.transport.update_topic(name, queue_count=queue_count, perm=perm)
+
+    def delete_topic(self, name: str) -> list[int]:
+        """Delete ``name``: its config, queues and every group's offsets of it (its records
+        stay in the commitlog until retention removes them); answers the ids of the queues
+        whose files were removed. The broker's own topics, and a topic a running consumer
+        subscribes to, are refused."""
+        self._check_open()
+        return self.transport.delete_topic(name)
+
+    def list_groups(self, *, include_system: bool = False) -> list[GroupInfo]:
+        """Every group the broker has members or committed offsets of, with its lag (the
+        broker's own ``CID_RMQ_SYS_*`` groups too when ``include_system``)."""
+        self._check_open()
+        groups = self.transport.list_groups()
+        return groups if include_system else [g for g in groups if not g.system]
+
+    def describe_group(self, group: str) -> GroupInfo:
+        """``group``'s members, the queues each owns, and its lag per queue."""
+        self._check_open()
+        return self.transport.describe_group(group)
+
+    def lag(self, group: str, topic: str | None = None) -> list[QueueLag]:
+        """``group``'s committed offset, bounds and lag per queue of ``topic`` (default: of
+        every topic it subscribes to or committed offsets of)."""
+        self._check_open()
+        return self.transport.group_lag(group, topic)
+
+    def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: ResetTo | None = None,
+        timestamp_ms: int | None = None,
+        offsets: Mapping[int, int] | None = None,
+        create: bool = False,
+    ) -> list[OffsetReset]:
+        """Move ``group``'s offsets of ``topic`` to the ``earliest``/``latest`` offset, to the
+        first message stored at or after ``timestamp_ms``, or to ``offsets`` (queue id ->
+        offset). Refused while the group's consumers run, and for a group the broker has no
+        offsets or members of unless ``create``."""
+        request = reset_request(to, timestamp_ms, offsets)
+        self._check_open()
+        return self.transport.reset_offsets(group, topic, request, create=create)
+
+    def close(self) -> None:
+        """Release the transport (not the broker). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self.transport.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncAdmin(_AdminBase):
+    """:class:`Admin` for asyncio: the same calls, awaited. Close it with ``await close()`` or
+    ``async with``."""
+
+    def __init__(self, broker: object) -> None:
+        self.transport: AsyncBrokerTransport = resolve_async(broker)
+        self._closed = False
+        self._mark_opened()
+
+    async def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
+        """As :meth:`Admin.list_topics`."""
+        self._check_open()
+        topics = await self.transport.list_topics()
+        return topics if include_system else [t for t in topics if not t.system]
+
+    async def create_topic(
+        self, name: str, queue_count: int = 4, *, perm: int = PERM_READ_WRITE
+    ) -> TopicInfo:
+        """As :meth:`Admin.create_topic`."""
+        self._check_open()
+        return await self.transport.create_topic(name, queue_count, perm)
+
+    async def update_topic(
+        self, name: str, *, queue_count: int | None = None, perm: int | None = None
+    ) -> TopicInfo:
+        """As :meth:`Admin.update_topic`."""
+        self._check_open()
+        return await self.transport.update_topic(name, queue_count=queue_count, perm=perm)
+
+    async def delete_topic(self, name: str) -> list[int]:
+        """As :meth:`Admin.delete_topic`."""
+        self._check_open()
+        return await self.transport.delete_topic(name)
+
+    async def list_groups(self, *, include_system: bool = False) -> list[GroupInfo]:
+        """As :meth:`Admin.list_groups`."""
+        self._check_open()
+        groups = await self.transport.list_groups()
+        return groups if include_system else [g for g in groups if not g.system]
+
+    async def describe_group(self, group: str) -> GroupInfo:
+        """As :meth:`Admin.describe_group`."""
+        self._check_open()
+        return await self.transport.describe_group(group)
+
+    async def lag(self, group: str, topic: str | None = None) -> list[QueueLag]:
+        """As :meth:`Admin.lag`."""
+        self._check_open()
+        return await self.transport.group_lag(group, topic)
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: ResetTo | None = None,
+        timestamp_ms: int | None = None,
+        offsets: Mapping[int, int] | None = None,
+        create: bool = False,
+    ) -> list[OffsetReset]:
+        """As :meth:`Admin.reset_offsets`."""
+        request = reset_request(to, timestamp_ms, offsets)
+        self._check_open()
+        return await self.transport.reset_offsets(group, topic, request, create=create)
+
+    async def close(self) -> None:
+        """Release the transport (not the broker). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self.transport.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

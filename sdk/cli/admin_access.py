@@ -1,0 +1,45 @@
+"""Open the store in ``--data DIR`` as a broker for the admin commands (topic, offsets, group).
+
+The commands act through :class:`sdk.Admin`, as an application would, on an
+:class:`sdk.EmbeddedBroker` opened over the directory for the command's run: a store another
+process holds is refused by the store's lock (the error says which process). Closing the broker
+persists what the command changed (offsets, topic configs) and keeps the last recorded consumer
+group snapshot as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sdk.cli.common import EXIT_USAGE, CliError, is_store
+
+if TYPE_CHECKING:
+    from sdk.admin import Admin
+
+__all__ = ["check_name", "open_admin"]
+
+
+@contextmanager
+def open_admin(directory: str) -> Iterator[Admin]:
+    """An :class:`sdk.Admin` over the existing store at ``directory`` (a usage error when
+    there is none: an admin command never creates a store)."""
+    from sdk.admin import Admin
+    from sdk.broker.embedded import EmbeddedBroker
+
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise CliError(f"{path} is a file, not a store directory", EXIT_USAGE)
+    if not is_store(path):
+        what = "does not exist" if not path.exists() else "holds no store"
+        raise CliError(f"{path} {what} (create a store with: quiver store init {path})", EXIT_USAGE)
+    with EmbeddedBroker(path) as broker, Admin(broker) as admin:
+        yield admin
+
+
+def check_name(kind: str, name: str) -> None:
+    """A group or topic name the offset table can hold: non-empty, without ``@``."""
+    if not name or "@" in name:
+        raise CliError(f"bad {kind} name {name!r} (must be non-empty, without '@')", EXIT_USAGE)
