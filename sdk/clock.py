@@ -105,9 +105,9 @@ class ManualClock:
 
     def wait(self, condition: threading.Condition, timeout_s: float) -> None:
         with self._lock:
-            if timeout_s <= 0:
-                return
             entry = (self._monotonic_ns + _ns(timeout_s), condition)
+            if entry[0] <= self._monotonic_ns:
+                return
             self._waiters.append(entry)
         try:
             condition.wait()

@@ -40,9 +40,7 @@ class _Lease:
 class QueueLeases:
     """The queue leases of every consumer group (thread-safe)."""
 
-    def __init__(
-        self, lease_ms: int = DEFAULT_LEASE_MS, clock: Clock = SYSTEM_CLOCK
-    ) -> None:
+    def __init__(self, lease_ms: int = DEFAULT_LEASE_MS, clock: Clock = SYSTEM_CLOCK) -> None:
         self.lease_ms = lease_ms
         self._clock = clock
         self._lock = threading.Lock()
