@@ -311,3 +311,17 @@ def test_a_parked_pull_sees_a_put_that_timed_out_on_the_disk_once_a_flush_covers
         answered_at, bodies = answers[0]
         assert bodies == [b"late"]
         assert answered_at - released < 5  # not the 20 s of its wait
+
+
+def test_a_silent_member_is_dropped_once_the_brokers_clock_passes_its_expiry(tmp_path: Path):
+    clock = ManualClock()
+    options = BrokerOptions(member_expiry_ms=120_000, clock=clock)
+    options.geometry = {"commitlog_file_size": 1 << 20}
+    with BrokerService(tmp_path / "broker", options) as service:
+        service.heartbeat("g", "silent", {"orders": "*"}, "CLUSTERING")
+        clock.advance(60)
+        service.heartbeat("g", "alive", {"orders": "*"}, "CLUSTERING")
+        clock.advance(60)  # silent for exactly the expiry: still a member
+        assert service.group_view("g").members == ("alive", "silent")
+        clock.advance(0.001)
+        assert service.group_view("g").members == ("alive",)
