@@ -70,17 +70,17 @@ class ManualClock:
 
     def __init__(self, start_ms: int | None = None) -> None:
         self._lock = threading.Lock()
-        self._monotonic_s = 0.0
+        self._monotonic_ns = 0  # whole ns: advancing by 0.1 ten times is exactly 1 s
         self._start_ms = time.time_ns() // 1_000_000 if start_ms is None else start_ms
-        self._waiters: list[tuple[float, threading.Condition]] = []
+        self._waiters: list[tuple[int, threading.Condition]] = []  # (deadline ns, wakes)
 
     def monotonic(self) -> float:
         with self._lock:
-            return self._monotonic_s
+            return self._monotonic_ns / 1e9
 
     def time_ms(self) -> int:
         with self._lock:
-            return self._start_ms + round(self._monotonic_s * 1000)
+            return self._start_ms + self._monotonic_ns // 1_000_000
 
     def pending_waits(self) -> int:
         """How many :meth:`wait` and :meth:`sleep` calls are parked on this clock (a test
@@ -93,17 +93,20 @@ class ManualClock:
         if seconds < 0:
             raise ValueError(f"a clock does not go back: advance({seconds})")
         with self._lock:
-            self._monotonic_s += seconds
-            now = self._monotonic_s
-            due = [condition for deadline, condition in self._waiters if deadline <= now]
+            self._monotonic_ns += _ns(seconds)
+            due = [
+                condition
+                for deadline_ns, condition in self._waiters
+                if deadline_ns <= self._monotonic_ns
+            ]
         for condition in due:
             with condition:
                 condition.notify_all()
 
     def wait(self, condition: threading.Condition, timeout_s: float) -> None:
         with self._lock:
-            entry = (self._monotonic_s + max(timeout_s, 0.0), condition)
-            if entry[0] <= self._monotonic_s:
+            entry = (self._monotonic_ns + _ns(timeout_s), condition)
+            if entry[0] <= self._monotonic_ns:
                 return
             self._waiters.append(entry)
         try:
@@ -114,7 +117,16 @@ class ManualClock:
 
     def sleep(self, seconds: float) -> None:
         condition = threading.Condition()
-        deadline = self.monotonic() + seconds
+        with self._lock:
+            deadline_ns = self._monotonic_ns + _ns(seconds)
         with condition:
-            while self.monotonic() < deadline:
-                self.wait(condition, deadline - self.monotonic())
+            while (remaining_ns := deadline_ns - self._now_ns()) > 0:
+                self.wait(condition, remaining_ns / 1e9)
+
+    def _now_ns(self) -> int:
+        with self._lock:
+            return self._monotonic_ns
+
+
+def _ns(seconds: float) -> int:
+    return max(round(seconds * 1e9), 0)

@@ -34,6 +34,7 @@ from tenacity import (
 )
 
 from localstore.record.codec import NewMessage
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import ClientClosedError, InvalidArgumentError, InvalidMessageError
 from sdk.lifecycle import WarnsUnclosed
 from sdk.message import Message
@@ -55,20 +56,21 @@ def _is_retriable(exc: BaseException) -> bool:
 
 
 class _Routes:
-    """Queue counts per topic, asked of the broker at most once per ``ttl_s``."""
+    """Queue counts per topic, asked of the broker at most once per ``ttl_s`` of ``clock``."""
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, clock: Clock) -> None:
         self.ttl_s = ttl_s
+        self._clock = clock
         self._counts: dict[str, tuple[int, float]] = {}
 
     def cached(self, topic: str) -> int | None:
         found = self._counts.get(topic)
-        if found is None or time.monotonic() - found[1] > self.ttl_s:
+        if found is None or self._clock.monotonic() - found[1] > self.ttl_s:
             return None
         return found[0]
 
     def remember(self, topic: str, count: int) -> int:
-        self._counts[topic] = (count, time.monotonic())
+        self._counts[topic] = (count, self._clock.monotonic())
         return count
 
 
@@ -80,6 +82,7 @@ class _ProducerBase(WarnsUnclosed):
         retries: int,
         route_ttl_s: float,
         max_body_bytes: int,
+        clock: Clock,
     ) -> None:
         if retries < 0:
             raise InvalidArgumentError(f"retries must be >= 0, got {retries}")
@@ -87,7 +90,7 @@ class _ProducerBase(WarnsUnclosed):
         self.selector = selector
         self.retries = retries
         self.builder = MessageBuilder(max_body_bytes=max_body_bytes)
-        self._routes = _Routes(route_ttl_s)
+        self._routes = _Routes(route_ttl_s, clock)
         self._closed = False
 
     def _check_open(self) -> None:
@@ -118,6 +121,8 @@ class Producer(_ProducerBase):
     ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. ``group`` is the
     producer group (recorded for transactions later; any name). ``selector`` replaces
     round-robin queue selection. ``retries``: extra attempts on retriable failures.
+    ``route_ttl_s``: how long a topic's queue count is used before it is asked again, on
+    ``clock`` (tests give a :class:`sdk.clock.ManualClock`).
 
     Queues are chosen round-robin per topic unless ``sharding_key=`` (or ``queue_id=``) is
     given. A message's ``keys`` do not choose its queue (unlike a Kafka record key): they are
@@ -135,8 +140,9 @@ class Producer(_ProducerBase):
         route_ttl_s: float = 30.0,
         max_body_bytes: int = 4 * 1024 * 1024,
         async_workers: int = 4,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(group, selector, retries, route_ttl_s, max_body_bytes)
+        super().__init__(group, selector, retries, route_ttl_s, max_body_bytes, clock)
         self.transport: BrokerTransport = resolve(broker)
         self._async_workers = async_workers
         self._executor: ThreadPoolExecutor | None = None
@@ -315,8 +321,9 @@ class AsyncProducer(_ProducerBase):
         retries: int = 2,
         route_ttl_s: float = 30.0,
         max_body_bytes: int = 4 * 1024 * 1024,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(group, selector, retries, route_ttl_s, max_body_bytes)
+        super().__init__(group, selector, retries, route_ttl_s, max_body_bytes, clock)
         self.transport: AsyncBrokerTransport = resolve_async(broker)
         self._pending: set[asyncio.Task[SendReceipt]] = set()
         # The pending sends as the first close() found them, gathered (None: still open).

@@ -30,6 +30,7 @@ from typing import Any
 from localstore import StoreOptions
 from localstore.files.store_directory import check_store_directory
 from sdk.broker.service import BrokerOptions, BrokerService
+from sdk.clock import Clock
 from sdk.lifecycle import WarnsUnclosed
 from sdk.transport.in_process import AsyncInProcessTransport, InProcessTransport
 
@@ -67,6 +68,8 @@ class EmbeddedBroker(WarnsUnclosed):
     dotfiles aside), or one that does not exist yet; a directory that holds something else and
     no store is refused (:class:`localstore.errors.StoreDirectoryError`) unless
     ``create=True`` says to make the store there (see :mod:`localstore.files.store_directory`).
+    ``clock`` (a shortcut for ``options.clock``) is the time its leases, member expiry,
+    schedule and transaction checks read: tests give a :class:`sdk.clock.ManualClock`.
     Close it (or use ``with``) after the clients that use it: closing flushes and releases the
     store directory.
     """
@@ -78,10 +81,13 @@ class EmbeddedBroker(WarnsUnclosed):
         options: BrokerOptions | None = None,
         store_options: StoreOptions | None = None,
         create: bool = False,
+        clock: Clock | None = None,
         **geometry: Any,
     ) -> None:
         check_store_directory(Path(root), create=create)
         options = options or BrokerOptions()
+        if clock is not None:
+            options.clock = clock
         if store_options is not None:
             options.store = store_options
         if geometry:

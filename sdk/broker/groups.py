@@ -11,19 +11,15 @@ Invariant: members are reported sorted, so every member computes the same alloca
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.transport.models import GroupView
 
 __all__ = ["DEFAULT_MEMBER_EXPIRY_MS", "GroupRegistry"]
 
 DEFAULT_MEMBER_EXPIRY_MS = 120_000
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -45,10 +41,10 @@ class GroupRegistry:
     def __init__(
         self,
         expiry_ms: int = DEFAULT_MEMBER_EXPIRY_MS,
-        clock_ms: Callable[[], int] = _monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.expiry_ms = expiry_ms
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
 
@@ -60,7 +56,7 @@ class GroupRegistry:
         message_model: str,
     ) -> int:
         """Register or refresh a member; answers the group's generation (bumped if it joined)."""
-        now = self._clock_ms()
+        now = self._now_ms()
         with self._lock:
             state = self._groups.setdefault(group, _Group())
             self._expire(state, now)
@@ -86,7 +82,7 @@ class GroupRegistry:
             state = self._groups.get(group)
             if state is None:
                 return GroupView(0, ())
-            self._expire(state, self._clock_ms())
+            self._expire(state, self._now_ms())
             members = tuple(sorted(state.members))
             subscriptions = {cid: dict(state.members[cid].subscriptions) for cid in members}
             return GroupView(state.generation, members, subscriptions)
@@ -111,7 +107,7 @@ class GroupRegistry:
     def expire(self) -> list[str]:
         """Drop silent members of every group (the broker calls this periodically); answers
         the groups that changed."""
-        now = self._clock_ms()
+        now = self._now_ms()
         with self._lock:
             return [group for group, state in self._groups.items() if self._expire(state, now)]
 
@@ -122,3 +118,6 @@ class GroupRegistry:
         if silent:
             state.generation += 1
         return bool(silent)
+
+    def _now_ms(self) -> int:
+        return round(self._clock.monotonic() * 1000)

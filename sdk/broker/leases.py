@@ -14,25 +14,21 @@ leases every queue a clustering member consumes, the same way for both kinds of 
 
 Invariant: for each (group, queue) there is at most one owner whose lease has not expired, so two
 members that both honour their leases never consume one queue at the same time. Times are the
-broker's monotonic clock in ms.
+broker's monotonic clock (the :class:`~sdk.clock.Clock` it is given) in ms.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from offsetstore import MessageQueue
+from sdk.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["DEFAULT_LEASE_MS", "QueueLeases"]
 
 DEFAULT_LEASE_MS = 30_000  # RocketMQ's lock max live time (renewed every 20 s)
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -44,11 +40,9 @@ class _Lease:
 class QueueLeases:
     """The queue leases of every consumer group (thread-safe)."""
 
-    def __init__(
-        self, lease_ms: int = DEFAULT_LEASE_MS, clock_ms: Callable[[], int] = _monotonic_ms
-    ) -> None:
+    def __init__(self, lease_ms: int = DEFAULT_LEASE_MS, clock: Clock = SYSTEM_CLOCK) -> None:
         self.lease_ms = lease_ms
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._lock = threading.Lock()
         self._leases: dict[tuple[str, MessageQueue], _Lease] = {}
 
@@ -57,7 +51,7 @@ class QueueLeases:
     ) -> set[MessageQueue]:
         """Grant or renew leases on ``queues``; answers the queues ``client_id`` now holds
         among them (those held by another live owner are refused)."""
-        now = self._clock_ms()
+        now = self._now_ms()
         expires = now + self.lease_ms
         granted: set[MessageQueue] = set()
         with self._lock:
@@ -93,10 +87,13 @@ class QueueLeases:
 
     def owners(self, group: str) -> dict[MessageQueue, str]:
         """The live lease of every queue of ``group``: ``{queue: owner}``."""
-        now = self._clock_ms()
+        now = self._now_ms()
         with self._lock:
             return {
                 queue: lease.owner
                 for (g, queue), lease in self._leases.items()
                 if g == group and lease.expires_ms > now
             }
+
+    def _now_ms(self) -> int:
+        return round(self._clock.monotonic() * 1000)

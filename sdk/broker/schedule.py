@@ -27,6 +27,8 @@ Invariants:
 
 * Never early: a message is re-put only when ``now >= store time + delay(level)`` under the
   service's table; for an absolute time also ``now >= __QUIVER_DELIVER_AT``.
+* Bounded rounds: a round serves what each level's queue held when the round began; a
+  message rescheduled into a level during the round waits for the next round.
 * Order: a level has one fixed delay, so its queue is in delivery-time order; the service stops
   at the first message of a level that is not yet due and delivers each level in queue order.
 * Delivery time is computed as the stored message's store timestamp + the service's delay for
@@ -55,7 +57,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -88,6 +89,7 @@ from offsetstore.json_shape import (
     expect_object,
     json_kind,
 )
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT
 
@@ -110,10 +112,6 @@ _SCHEDULE_PROPERTIES = (PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE
 _PERMANENT_FAILURES = (PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED)
 
 DelayLevels = str | Sequence[int]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def delay_levels(levels: DelayLevels) -> tuple[int, ...]:
@@ -162,7 +160,7 @@ def delayed_message(
     delays = delay_levels(levels)
     properties = dict(message.properties)
     if deliver_at_ms is not None:
-        now = _now_ms() if now_ms is None else now_ms
+        now = SYSTEM_CLOCK.time_ms() if now_ms is None else now_ms
         level = _level_for(deliver_at_ms - now, delays)
         properties[PROPERTY_DELIVER_AT] = str(deliver_at_ms)
     else:
@@ -240,7 +238,8 @@ class ScheduleService:
     ``{root}/config/delayOffset.json``. ``levels`` is the delay table (a ``messageDelayLevel``
     string or delays in ms; default: the store's ``StoreOptions.delay_levels``); level queue
     ``L - 1`` is served with delay ``levels[L - 1]``. Use :meth:`start` / :meth:`stop` or a
-    ``with`` block; :meth:`run_once` runs one round in the caller's thread.
+    ``with`` block; :meth:`run_once` runs one round in the caller's thread. ``clock`` says
+    what time it is (when a message is due) and paces the rounds.
     """
 
     def __init__(
@@ -250,8 +249,10 @@ class ScheduleService:
         levels: DelayLevels | None = None,
         poll_interval_s: float = 0.1,
         on_delivered: Callable[[PutResult], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self.store = store
+        self._clock = clock
         self.on_delivered = on_delivered  # the put of a message that became due, once stored
         self.root = Path(root) if root is not None else store.root
         # By default the store's own table, the one its consume-queue tag codes were made with.
@@ -264,7 +265,8 @@ class ScheduleService:
         self.skipped = 0  # messages dropped as undeliverable
         self._data_version = {"counter": 0, "stateVersion": 0, "timestamp": 0}
         self._round_lock = threading.Lock()
-        self._stop = threading.Event()
+        self._wake = threading.Condition()  # notified by stop(); the clock wakes the rounds
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self._dirty = False
         self._keep_backup = True  # False after loading from .bak: the main file is damaged
@@ -302,7 +304,7 @@ class ScheduleService:
 
     def _persist_locked(self) -> None:
         self._data_version["counter"] += 1
-        self._data_version["timestamp"] = _now_ms()
+        self._data_version["timestamp"] = self._clock.time_ms()
         document = {
             "dataVersion": dict(self._data_version),
             "offsetTable": dict(sorted(self.offsets.items())),
@@ -322,7 +324,8 @@ class ScheduleService:
         with self._round_lock:
             moved = 0
             for level in range(1, len(self.delays) + 1):
-                moved += self._serve_level(level, _now_ms() if now_ms is None else now_ms)
+                now = self._clock.time_ms() if now_ms is None else now_ms
+                moved += self._serve_level(level, now)
             if moved or self._dirty:
                 self._persist_locked()
             return moved
@@ -331,8 +334,9 @@ class ScheduleService:
         queue_id = level - 1
         delay = self.delays[queue_id]
         offset = self.offsets.get(level, 0)
+        end = self.store.max_offset(SCHEDULE_TOPIC, queue_id)  # what this round serves
         moved = 0
-        while True:
+        while offset < end:
             stored_at = self.store.store_timestamp(SCHEDULE_TOPIC, queue_id, offset)
             if stored_at < 0:  # nothing there: the end, or removed by retention
                 low = self.store.min_offset(SCHEDULE_TOPIC, queue_id)
@@ -353,7 +357,7 @@ class ScheduleService:
                 self._dirty = True
                 continue
             for stored in result.messages:
-                if stored.store_timestamp + delay > now:
+                if stored.queue_offset >= end or stored.store_timestamp + delay > now:
                     return moved
                 if not self._deliver(stored, now):
                     return moved
@@ -412,12 +416,13 @@ class ScheduleService:
         are delivered right away)."""
         if self._thread is not None:
             raise IllegalStateError("the schedule service is already started")
-        self._stop.clear()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="quiver-schedule", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping:
+            next_round_s = self._clock.monotonic() + self.poll_interval_s
             try:
                 self.run_once()
             except StoreClosedError:
@@ -425,11 +430,22 @@ class ScheduleService:
                 return
             except Exception:
                 log.exception("schedule service round failed; retrying")
-            self._stop.wait(self.poll_interval_s)
+            self._pause_until(next_round_s)
+
+    def _pause_until(self, at_s: float) -> None:
+        """Wait for the next round: until ``at_s`` on the clock (rounds keep their pace on the
+        clock, so time moved during a round is not lost) or :meth:`stop`. An early return
+        only brings a round forward."""
+        with self._wake:
+            remaining_s = at_s - self._clock.monotonic()
+            if not self._stopping and remaining_s > 0:
+                self._clock.wait(self._wake, remaining_s)
 
     def stop(self) -> None:
         """Stop the thread (after its current round) and persist the progress."""
-        self._stop.set()
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()

@@ -38,7 +38,6 @@ import functools
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +75,7 @@ from sdk.broker.transactions import (
     DEFAULT_TIMEOUT_MS,
     TransactionService,
 )
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import CloseError
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import (
@@ -105,6 +105,8 @@ class BrokerOptions:
     ``delay_levels``: the schedule service's delay table, a RocketMQ ``messageDelayLevel``
     string or delays in ms (sub-second tables for tests); None uses the store's.
     ``geometry``: sizes to create a new store with (see :class:`localstore.StoreGeometry`).
+    ``clock``: the time the broker's leases, member expiry, schedule and transaction checks
+    read (tests give a :class:`sdk.clock.ManualClock`; the store's timestamps stay real).
     """
 
     broker_name: str = "broker-a"
@@ -121,6 +123,7 @@ class BrokerOptions:
     transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
     transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS
     transaction_max_checks: int = DEFAULT_MAX_CHECKS
+    clock: Clock = SYSTEM_CLOCK
 
 
 _HOST_HEX: dict[bytes, str] = {}  # packed store host -> its upper-case hex (one or two a broker)
@@ -183,8 +186,9 @@ class BrokerService:
         self.store = MessageStore(root, options=self.options.store, **self.options.geometry)
         self.root = self.store.root
         self.notifier = ArrivalNotifier()
-        self.groups = GroupRegistry(self.options.member_expiry_ms)
-        self.leases = QueueLeases(self.options.queue_lease_ms)
+        self._clock = self.options.clock
+        self.groups = GroupRegistry(self.options.member_expiry_ms, self._clock)
+        self.leases = QueueLeases(self.options.queue_lease_ms, self._clock)
         self._parked = ParkedPulls(
             self.store, self.groups, self.notifier, self._read, lambda: self._closed
         )
@@ -198,6 +202,7 @@ class BrokerService:
                 levels=self.options.delay_levels,
                 poll_interval_s=self.options.schedule_poll_interval_s,
                 on_delivered=self._tell_arrival,
+                clock=self._clock,
             )
             self.schedule.start()
             undo.callback(self.schedule.stop)
@@ -208,6 +213,7 @@ class BrokerService:
                 check_interval_ms=self.options.transaction_check_interval_ms,
                 max_checks=self.options.transaction_max_checks,
                 on_committed=self._tell_arrival,
+                clock=self._clock,
             )
             self.transactions.start()
             undo.pop_all()
@@ -318,9 +324,12 @@ class BrokerService:
         try:
             if deliver_at_text is not None:
                 deliver_at = int(deliver_at_text)
-                if deliver_at <= time.time_ns() // 1_000_000:  # already due: deliver now
+                now_ms = self._clock.time_ms()
+                if deliver_at <= now_ms:  # already due: deliver now
                     return self.send([plain])
-                delayed = delayed_message(plain, deliver_at_ms=deliver_at, levels=self._delays)
+                delayed = delayed_message(
+                    plain, deliver_at_ms=deliver_at, levels=self._delays, now_ms=now_ms
+                )
             else:
                 level = int(level_text or "0")
                 if level <= 0:
@@ -587,7 +596,7 @@ class BrokerService:
             self.offsets,
             self.store,
             live=True,
-            as_of_ms=time.time_ns() // 1_000_000,
+            as_of_ms=self._clock.time_ms(),
         )
 
     def _snapshot_if_changed(self) -> bool:
@@ -602,7 +611,7 @@ class BrokerService:
         views = {group: self.group_view(group) for group in groups}
         models = {group: self.groups.models(group) for group in groups}
         try:
-            write_snapshot(self.root, snapshot_document(views, models, time.time_ns() // 1_000_000))
+            write_snapshot(self.root, snapshot_document(views, models, self._clock.time_ms()))
         except OSError as exc:
             log.warning("cannot record the consumer groups: %s", exc)
 

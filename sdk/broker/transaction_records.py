@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 
 from localstore import NewMessage, StoredMessage
 from localstore.record.codec import (
@@ -45,10 +44,6 @@ OP_REMOVE_TAG = "d"
 HALF_QUEUE = 0
 OP_QUEUE = 0
 _REMOVED_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def transaction_id(message: StoredMessage) -> str:
@@ -99,13 +94,14 @@ def committed_message(half: StoredMessage) -> NewMessage | None:
     )
 
 
-def op_message(half_queue_offset: int) -> NewMessage:
+def op_message(half_queue_offset: int, born_ms: int) -> NewMessage:
+    """The op message marking ``half_queue_offset`` resolved, born at ``born_ms`` (epoch ms)."""
     return NewMessage(
         OP_TOPIC,
         str(half_queue_offset).encode(),
         OP_QUEUE,
         {PROPERTY_TAGS: OP_REMOVE_TAG, PROPERTY_WAIT: "false"},
-        born_timestamp=_now_ms(),
+        born_timestamp=born_ms,
     )
 
 

@@ -65,7 +65,6 @@ import collections
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from localstore import (
@@ -100,6 +99,7 @@ from sdk.broker.transaction_records import (
     resolved_offsets,
     transaction_id,
 )
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT
 from sdk.transport.transaction_models import (
@@ -140,10 +140,6 @@ _FETCH_MAX = 32
 _OP_READ_BATCH = 256
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _settle(woken: asyncio.Future[None]) -> None:
     if not woken.done():
         woken.set_result(None)
@@ -159,7 +155,8 @@ class TransactionService:
     background; :meth:`run_once` runs one round in the caller's thread.
 
     ``on_committed(result)`` is called with the put of a committed message once it is stored
-    (the broker wakes parked pulls with it)."""
+    (the broker wakes parked pulls with it). ``clock`` says what time it is (which half
+    messages are old enough to check), paces the rounds and bounds :meth:`fetch_checks`."""
 
     def __init__(
         self,
@@ -170,6 +167,7 @@ class TransactionService:
         check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
         max_checks: int = DEFAULT_MAX_CHECKS,
         on_committed: Callable[[PutResult], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if timeout_ms < 0 or check_interval_ms <= 0 or max_checks < 0:
             raise InvalidArgumentError(
@@ -182,6 +180,7 @@ class TransactionService:
         self.check_interval_ms = check_interval_ms
         self.max_checks = max_checks
         self.on_committed = on_committed
+        self._clock = clock
         self.committed = 0  # commits made by this service since construction
         self.rolled_back = 0  # rollbacks, including those after max_checks
         self.expired = 0  # rolled back after max_checks checks
@@ -197,7 +196,8 @@ class TransactionService:
         self._pending: dict[str, dict[int, int]] = {}  # group -> {half offset: phys offset}
         self._producers: dict[str, dict[str, int]] = {}  # group -> {client id: last fetch ms}
         self._round_lock = threading.Lock()
-        self._stop = threading.Event()
+        self._wake = threading.Condition()  # notified by stop(); the clock wakes the rounds
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self._closed = False
         # Event-loop fetches waiting for checks: each entry wakes one (from any thread).
@@ -411,7 +411,9 @@ class TransactionService:
         resolution order); under sync flush, waits for it outside the lock."""
         offset = half.queue_offset
         with self._lock:
-            result, waiter = self.store.append([op_message(offset)], system=True)
+            result, waiter = self.store.append(
+                [op_message(offset, self._clock.time_ms())], system=True
+            )
             if not result.status.stored:
                 return EndTransactionResult(
                     result.status.value, f"could not write the op message: {result.detail}"
@@ -433,7 +435,7 @@ class TransactionService:
         half messages older than the timeout, roll back those checked ``max_checks`` times.
         Answers how many half messages it queued or rolled back."""
         with self._round_lock:
-            now = _now_ms() if now_ms is None else now_ms
+            now = self._clock.time_ms() if now_ms is None else now_ms
             self._commit_progress()
             queued, expired = self._walk(now)
             if queued:
@@ -526,14 +528,14 @@ class TransactionService:
     ) -> TransactionChecks:
         """The half messages producer group ``group`` is asked about (up to ``max_count``),
         waiting up to ``wait_ms`` for one; each handed out counts as one check."""
-        deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        deadline = self._clock.monotonic() + max(wait_ms, 0) / 1000
         with self._checks_ready:
-            self._producers.setdefault(group, {})[client_id] = _now_ms()
+            self._producers.setdefault(group, {})[client_id] = self._clock.time_ms()
             while not self._pending.get(group) and not self._closed:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
                     break
-                self._checks_ready.wait(remaining)
+                self._clock.wait(self._checks_ready, remaining)
             taken = self._take_checks_locked(group, max_count)
         return self._read_halves(taken)
 
@@ -551,7 +553,7 @@ class TransactionService:
                 loop.call_soon_threadsafe(_settle, woken)
 
             with self._checks_ready:
-                self._producers.setdefault(group, {})[client_id] = _now_ms()
+                self._producers.setdefault(group, {})[client_id] = self._clock.time_ms()
                 remaining = deadline - loop.time()
                 if self._pending.get(group) or self._closed or remaining <= 0:
                     taken = self._take_checks_locked(group, max_count)
@@ -604,14 +606,15 @@ class TransactionService:
         broker was down are asked about right away)."""
         if self._thread is not None:
             raise IllegalStateError("the transaction check service is already started")
-        self._stop.clear()
+        self._stopping = False
         self._thread = threading.Thread(
             target=self._run, name="quiver-transaction-check", daemon=True
         )
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping:
+            next_round_s = self._clock.monotonic() + self.check_interval_ms / 1000
             try:
                 self.run_once()
             except StoreClosedError:
@@ -619,11 +622,22 @@ class TransactionService:
                 return
             except Exception:
                 log.exception("transaction check round failed; retrying")
-            self._stop.wait(self.check_interval_ms / 1000)
+            self._pause_until(next_round_s)
+
+    def _pause_until(self, at_s: float) -> None:
+        """Wait for the next round: until ``at_s`` on the clock (rounds keep their pace on the
+        clock, so time moved during a round is not lost) or :meth:`stop`. An early return
+        only brings a round forward."""
+        with self._wake:
+            remaining_s = at_s - self._clock.monotonic()
+            if not self._stopping and remaining_s > 0:
+                self._clock.wait(self._wake, remaining_s)
 
     def stop(self) -> None:
         """Stop the thread, answer waiting fetches, commit the progress to the offset table."""
-        self._stop.set()
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
         with self._checks_ready:
             self._closed = True
             self._notify_checks_locked()

@@ -54,6 +54,7 @@ from offsetstore import (
     OffsetStore,
     ReadOffsetType,
 )
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.consumer.allocate import AllocateStrategy
 from sdk.consumer.membership import (
     ConsumeFrom,
@@ -110,6 +111,7 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         allocate_strategy: AllocateStrategy | None = None,
         instance_name: str | None = None,
         offsets_dir: str | Path | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(
             group,
@@ -122,6 +124,7 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             pull_batch_size=pull_batch_size,
             allocate_strategy=allocate_strategy,
             instance_name=instance_name,
+            clock=clock,
         )
         self._broker = self._connect(broker)
         # No periodic persist. Clustering: it would send the last committed offset of a queue
@@ -287,6 +290,8 @@ class PullConsumer(_PullConsumerBase):
     ``auto_commit``: commit positions every ``auto_commit_interval_s`` during polls and on close.
     ``max_poll_records``: most messages one poll returns; ``pull_batch_size``: most messages
     fetched per queue per request. ``allocate_strategy``: how the group shares queues.
+    ``clock``: when rebalances, lease renewals and auto-commits fall due (tests give a
+    :class:`sdk.clock.ManualClock`; a poll's timeout stays a real wait).
 
     Use ``with``, or call :meth:`close`. Subscribing (or assigning) joins the group and fixes
     the start positions at once.

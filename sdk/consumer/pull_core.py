@@ -65,6 +65,7 @@ from collections.abc import Iterable, Mapping
 
 from localstore.record.validation import topic_error
 from offsetstore import MessageQueue
+from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.consumer.allocate import AllocateAveragely, AllocateStrategy
 from sdk.consumer.damaged import ConsumerStats
 from sdk.consumer.membership import (
@@ -137,6 +138,7 @@ class PullCore(ABC):
         pull_batch_size: int,
         allocate_strategy: AllocateStrategy | None,
         instance_name: str | None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.group = check_group(group)
         for name, value in (
@@ -159,6 +161,9 @@ class PullCore(ABC):
         self.pull_batch_size = pull_batch_size
         self.allocate_strategy = allocate_strategy or AllocateAveragely()
         self.client_id = new_client_id(instance_name)
+        # When a rebalance, a lease renewal or an auto-commit falls due; a poll's own timeout
+        # is a real wait for messages and reads the real clock.
+        self._clock = clock
         # The assigned queues (positions, fetched messages), the paused ones, those to release.
         self._queues = QueueTable(self.group)
         self._subscription: dict[str, str | None] | None = None  # None: not subscribed
@@ -168,9 +173,9 @@ class PullCore(ABC):
         # Wanted queues whose lease another member still holds (it is releasing them): asked
         # for again at every pull until granted.
         self._pending_leases: set[MessageQueue] = set()
-        self._last_rebalance = 0.0
+        self._last_rebalance: float | None = None  # None: never rebalanced
         self._last_renewal: float | None = None  # when the broker last confirmed our leases
-        self._last_commit = time.monotonic()
+        self._last_commit = clock.monotonic()
         self._last_auto_commit: Offsets = {}
         self._poll_lock = threading.Lock()
         self._closed = False
@@ -295,7 +300,8 @@ class PullCore(ABC):
         """The subscription to heartbeat and rebalance with, when that is due; else None."""
         if self._subscription is None:
             return None
-        if self._rejoin or time.monotonic() - self._last_rebalance >= REBALANCE_INTERVAL_S:
+        last = self._last_rebalance
+        if self._rejoin or last is None or self._clock.monotonic() - last >= REBALANCE_INTERVAL_S:
             return dict(self._subscription)
         return None
 
@@ -314,7 +320,7 @@ class PullCore(ABC):
         queued for release (their lease was just confirmed: committing them is safe)."""
         self._generation = generation
         self._rejoin = False
-        self._last_rebalance = time.monotonic()
+        self._last_rebalance = self._clock.monotonic()
         lost: set[MessageQueue] = set()
         if self._leased:
             lost = self._leases_renewed(set(self._queues) | wanted, granted)
@@ -334,7 +340,9 @@ class PullCore(ABC):
         if not self._leased or not self._queues:
             return False
         last = self._last_renewal
-        return committing or last is None or time.monotonic() - last >= LEASE_RENEW_INTERVAL_S
+        return (
+            committing or last is None or self._clock.monotonic() - last >= LEASE_RENEW_INTERVAL_S
+        )
 
     def _leases_renewed(
         self, asked: Iterable[MessageQueue], granted: set[MessageQueue]
@@ -343,7 +351,7 @@ class PullCore(ABC):
         refused were lost (their lease ran out and another member took it). They are dropped
         at once, without committing (the new owner's commits must stand), and asked for again
         (pending) while allocated to this member. Answers the lost queues."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         since = None if self._last_renewal is None else now - self._last_renewal
         held = bool(self._queues)
         lost = {q for q in asked if q in self._queues and q not in granted}
@@ -422,10 +430,11 @@ class PullCore(ABC):
         """How long the next pull may wait: until the deadline, no later than the next
         rebalance or lease renewal is due, and at most ``PENDING_LEASE_WAIT_S`` while a
         wanted queue's lease is pending (so it is asked for again promptly once freed)."""
-        now = time.monotonic()
-        remaining = deadline - now
+        remaining = deadline - time.monotonic()
+        now = self._clock.monotonic()
         if self._subscription is not None:
-            remaining = min(remaining, self._last_rebalance + REBALANCE_INTERVAL_S - now)
+            last_rebalance = self._last_rebalance if self._last_rebalance is not None else -math.inf
+            remaining = min(remaining, last_rebalance + REBALANCE_INTERVAL_S - now)
         if self._leased and self._queues and self._last_renewal is not None:
             remaining = min(remaining, self._last_renewal + LEASE_RENEW_INTERVAL_S - now)
         if self._pending_leases:
@@ -462,7 +471,7 @@ class PullCore(ABC):
     def _auto_commit_due(self) -> Offsets | None:
         """The positions to auto-commit now, or None (off, not due, or nothing moved since the
         last commit of positions)."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not self.auto_commit or now - self._last_commit < self.auto_commit_interval_s:
             return None
         self._last_commit = now

@@ -12,8 +12,10 @@ import pytest
 from localstore import NewMessage, PutResult, PutStatus, StoreOptions, pack_host
 from offsetstore import MessageQueue
 from sdk.broker.service import BrokerOptions, BrokerService
+from sdk.clock import ManualClock
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.models import PullBatch, QueuePull, decode_records
+from tests.sdk.waiting import wait_until
 
 
 @pytest.fixture
@@ -45,14 +47,24 @@ def test_a_batch_may_not_hold_delayed_messages(service: BrokerService):
     assert result.status == "MESSAGE_ILLEGAL" and "delayed" in result.detail
 
 
-def test_a_delayed_message_waits_under_the_schedule_topic(service: BrokerService):
-    sent_at = time.monotonic()
-    result = service.send([message(body=b"later", DELAY="1")])
-    assert result.status == "PUT_OK" and result.topic == "SCHEDULE_TOPIC_XXXX"
-    assert pull_all(service, "orders") == []
+def test_a_delayed_message_waits_under_the_schedule_topic(tmp_path: Path):
+    clock = ManualClock()
+    options = BrokerOptions(delay_levels=[40] * 18, clock=clock)
+    options.geometry = {"commitlog_file_size": 1 << 20}
+    with BrokerService(tmp_path / "broker", options) as service:
+        result = service.send([message(body=b"later", DELAY="1")])
+        assert result.status == "PUT_OK" and result.topic == "SCHEDULE_TOPIC_XXXX"
+        due_ms = result.store_timestamp + 40
+        clock.advance((due_ms - 1 - clock.time_ms()) / 1000)
+        assert service.schedule.run_once() == 0  # 1 ms before it is due: never early
+        assert pull_all(service, "orders") == []
+        clock.advance(service.schedule.poll_interval_s)  # due, and a round comes
+        assert_delivered_once_due(service)
+
+
+def assert_delivered_once_due(service: BrokerService) -> None:
     batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=5000)
     answer = service.pull_wait(batch)
-    assert time.monotonic() - sent_at >= 0.04  # never early
     delivered = decode_records(answer.results[0].raw)
     assert [m.body for m in delivered] == [b"later"]
     assert "DELAY" not in delivered[0].properties
@@ -208,9 +220,12 @@ def test_a_failed_start_stops_what_already_started(tmp_path: Path):
     options = BrokerOptions(geometry={"commitlog_file_size": 1 << 20}, transaction_max_checks=-1)
     with pytest.raises(ValueError):
         BrokerService(tmp_path / "b", options)
-    time.sleep(0.1)
-    leftover = {t.name for t in threads.enumerate()} - before
-    assert not {name for name in leftover if name.startswith("quiver")}
+
+    def quiver_threads_left() -> set[str]:
+        leftover = {t.name for t in threads.enumerate()} - before
+        return {name for name in leftover if name.startswith("quiver")}
+
+    wait_until(lambda: not quiver_threads_left())
     with BrokerService(tmp_path / "b", BrokerOptions(geometry={"commitlog_file_size": 1 << 20})):
         pass  # the store was released
 
@@ -296,3 +311,17 @@ def test_a_parked_pull_sees_a_put_that_timed_out_on_the_disk_once_a_flush_covers
         answered_at, bodies = answers[0]
         assert bodies == [b"late"]
         assert answered_at - released < 5  # not the 20 s of its wait
+
+
+def test_a_silent_member_is_dropped_once_the_brokers_clock_passes_its_expiry(tmp_path: Path):
+    clock = ManualClock()
+    options = BrokerOptions(member_expiry_ms=120_000, clock=clock)
+    options.geometry = {"commitlog_file_size": 1 << 20}
+    with BrokerService(tmp_path / "broker", options) as service:
+        service.heartbeat("g", "silent", {"orders": "*"}, "CLUSTERING")
+        clock.advance(60)
+        service.heartbeat("g", "alive", {"orders": "*"}, "CLUSTERING")
+        clock.advance(60)  # silent for exactly the expiry: still a member
+        assert service.group_view("g").members == ("alive", "silent")
+        clock.advance(0.001)
+        assert service.group_view("g").members == ("alive",)

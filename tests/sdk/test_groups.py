@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from sdk.broker.groups import GroupRegistry
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
+from sdk.clock import ManualClock
 
 
 def test_join_refresh_and_leave_bump_the_generation_only_on_change():
-    registry = GroupRegistry(expiry_ms=1000, clock_ms=Clock())
+    registry = GroupRegistry(expiry_ms=1000, clock=ManualClock())
     first = registry.heartbeat("g", "b", {"t": "*"}, "CLUSTERING")
     second = registry.heartbeat("g", "a", {"t": "*"}, "CLUSTERING")
     assert second == first + 1
@@ -28,13 +21,13 @@ def test_join_refresh_and_leave_bump_the_generation_only_on_change():
 
 
 def test_silent_members_expire():
-    clock = Clock()
-    registry = GroupRegistry(expiry_ms=1000, clock_ms=clock)
+    clock = ManualClock()
+    registry = GroupRegistry(expiry_ms=1000, clock=clock)
     registry.heartbeat("g", "a", {}, "CLUSTERING")
-    clock.now = 600
+    clock.advance(0.6)
     registry.heartbeat("g", "b", {}, "CLUSTERING")
     before = registry.generation("g")
-    clock.now = 1500  # a is silent for 1500 ms, b for 900 ms
+    clock.advance(0.9)  # a is silent for 1500 ms, b for 900 ms
     registry.expire()
     assert registry.view("g").members == ("b",)
     assert registry.generation("g") == before + 1

@@ -25,6 +25,7 @@ from sdk import (
     SendRejectedError,
     outgoing,
 )
+from sdk.clock import ManualClock
 from sdk.transport.in_process import InProcessTransport
 
 # Fields a batch's messages are checked for as well (a single send checks them and more).
@@ -398,3 +399,20 @@ def test_a_store_out_of_file_descriptors_is_a_retriable_rejection_not_an_oserror
             assert "Too many open files" in refused.value.detail
             receipt = producer.send(Message("fresh", b"m1"), queue_id=0)
         assert receipt.queue_offset == 0
+
+
+def test_a_topics_queue_count_is_asked_again_once_the_route_ttl_passed(broker):
+    topics = broker.service.store.topics
+    topics.create("grow", 2)
+    clock = ManualClock()
+    with Producer(broker, route_ttl_s=30.0, clock=clock) as producer:
+
+        def queues_used() -> set[int]:
+            return {producer.send(Message("grow", b"x")).queue_id for _ in range(8)}
+
+        assert queues_used() == {0, 1}
+        topics.create("grow", 4)  # the topic grows: the cached route does not know yet
+        clock.advance(30.0)
+        assert queues_used() == {0, 1}
+        clock.advance(0.001)  # past the route's time to live: asked again
+        assert queues_used() == {0, 1, 2, 3}

@@ -26,6 +26,7 @@ from sdk import (
     PullConsumer,
     ReceivedMessage,
 )
+from sdk.clock import ManualClock
 from sdk.consumer import pull_core
 
 from .brokers import SMALL_GEOMETRY
@@ -390,20 +391,24 @@ def test_auto_commit_on_close(broker):
         assert again.poll(0) == []
 
 
-def test_auto_commit_during_poll_commits_what_earlier_polls_returned(broker):
+def test_auto_commit_during_poll_commits_what_earlier_polls_returned(broker, clock):
     send(broker, 6, queue_id=0)
     q0 = queue(broker, 0)
     with from_first(
         broker,
         auto_commit_interval_s=0.05,
         max_poll_records=4,
+        clock=clock,
     ) as consumer:
         consumer.assign([q0])
         assert len(consumer.poll(1.0)) == 4
         assert broker.service.query_offset(GROUP, TOPIC, 0) == 0
-        time.sleep(0.06)
-        assert len(consumer.poll(1.0)) == 2  # commits the 4 handed out before
-        assert broker.service.query_offset(GROUP, TOPIC, 0) == 4
+        clock.advance(0.049)
+        assert len(consumer.poll(1.0)) == 2  # the interval has not passed: no commit
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 0
+        clock.advance(0.001)
+        assert consumer.poll(0) == []  # commits the 6 handed out before
+        assert broker.service.query_offset(GROUP, TOPIC, 0) == 6
 
 
 def test_without_auto_commit_close_commits_nothing(broker):
@@ -587,9 +592,14 @@ def test_async_members_split_the_queues(broker):
 
 
 @pytest.fixture
-def short_lease_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    """A broker whose queue leases last 300 ms (30 s by default)."""
-    options = BrokerOptions(queue_lease_ms=300)
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def short_lease_broker(tmp_path: Path, clock: ManualClock) -> Iterator[EmbeddedBroker]:
+    """A broker whose queue leases last 300 ms (30 s by default) on ``clock``."""
+    options = BrokerOptions(queue_lease_ms=300, clock=clock)
     with EmbeddedBroker(tmp_path / "data", options=options, **GEOMETRY) as embedded:
         yield embedded
 
@@ -603,7 +613,7 @@ def take_over(broker: EmbeddedBroker, q0: MessageQueue, offset: int) -> None:
 
 @pytest.mark.parametrize("comeback", ["poll", "commit", "close"])
 def test_a_member_that_lost_a_lease_drops_the_queue_without_committing(
-    short_lease_broker, caplog, comeback
+    short_lease_broker, clock, caplog, comeback
 ):
     broker = short_lease_broker
     send(broker, 30, queue_id=0)
@@ -612,10 +622,13 @@ def test_a_member_that_lost_a_lease_drops_the_queue_without_committing(
         broker,
         max_poll_records=10,
         auto_commit_interval_s=0.1,
+        clock=clock,
     ) as consumer:
         consumer.subscribe([TOPIC])
         assert len(consumer.poll(1.0)) == 10
-        time.sleep(0.5)  # the application is busy longer than the lease
+        clock.advance(0.299)  # the application is busy, just short of the lease
+        assert broker.service.lock_queues(GROUP, "B", [q0]) == set()
+        clock.advance(0.201)  # now longer than the lease
         take_over(broker, q0, 25)
         with caplog.at_level(logging.WARNING, logger="sdk.consumer.pull"):
             if comeback == "poll":
@@ -649,7 +662,7 @@ class LastTwoWhenShared:
 
 
 def test_a_queue_taken_away_after_its_lease_was_lost_is_released_without_a_commit(
-    short_lease_broker, monkeypatch
+    short_lease_broker, clock, monkeypatch
 ):
     monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)  # lease / 3
     broker = short_lease_broker
@@ -661,10 +674,11 @@ def test_a_queue_taken_away_after_its_lease_was_lost_is_released_without_a_commi
         broker,
         auto_commit_interval_s=60,  # only the release commits
         allocate_strategy=LastTwoWhenShared(),
+        clock=clock,
     ) as consumer:
         consumer.subscribe([TOPIC])
         assert len(poll_until(consumer, 60)) == 60
-        time.sleep(0.5)  # the application is busy longer than the lease
+        clock.advance(0.5)  # the application is busy longer than the lease
         service.heartbeat(GROUP, "B", {TOPIC: "*"}, "CLUSTERING")  # B joins: q0 and q1 go
         take_over(broker, q0, 25)
         assert consumer.poll(0) == []  # sees the new generation: releases q1, drops q0
@@ -675,7 +689,8 @@ def test_a_queue_taken_away_after_its_lease_was_lost_is_released_without_a_commi
         assert owners == {q0: "B", q2: consumer.client_id, q3: consumer.client_id}
 
 
-def test_polling_renews_the_leases_during_a_long_poll_and_between_short_ones(tmp_path, monkeypatch):
+def test_polling_renews_the_leases_during_a_long_poll(tmp_path, monkeypatch):
+    # A real long poll on the system clock: it must renew on its own, no test drives it.
     monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)
     options = BrokerOptions(queue_lease_ms=1000)
     with (
@@ -688,22 +703,38 @@ def test_polling_renews_the_leases_during_a_long_poll_and_between_short_ones(tmp
         assert len(mine) == 4
         assert consumer.poll(1.5) == []  # longer than the lease
         assert service.group_view(GROUP).owners == dict.fromkeys(mine, consumer.client_id)
-        for _ in range(15):  # short polls, 100 ms apart
+        assert service.lock_queues(GROUP, "B", mine) == set()
+
+
+def test_polling_renews_the_leases_between_short_polls(tmp_path, monkeypatch, clock):
+    monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)
+    options = BrokerOptions(queue_lease_ms=1000, clock=clock)
+    with (
+        EmbeddedBroker(tmp_path / "data", options=options, **GEOMETRY) as broker,
+        PullConsumer(broker, GROUP, clock=clock) as consumer,
+    ):
+        service = broker.service
+        consumer.subscribe([TOPIC])
+        mine = consumer.assignment()
+        assert len(mine) == 4
+        for _ in range(15):  # short polls, 100 ms apart: 1.5 leases in all
             consumer.poll(0)
-            time.sleep(0.1)
+            clock.advance(0.1)
         assert service.lock_queues(GROUP, "B", mine) == set()
         assert consumer.assignment() == mine
 
 
-def test_polling_less_often_than_the_lease_is_warned_about(broker, monkeypatch, caplog):
+def test_polling_less_often_than_the_lease_is_warned_about(broker, monkeypatch, caplog, clock):
     monkeypatch.setattr(pull_core, "QUEUE_LEASE_S", 0.5, raising=False)
     monkeypatch.setattr(pull_core, "LEASE_RENEW_INTERVAL_S", 0.1, raising=False)
-    with PullConsumer(broker, GROUP) as consumer:
+    with PullConsumer(broker, GROUP, clock=clock) as consumer:
         consumer.subscribe([TOPIC])
         with caplog.at_level(logging.WARNING, logger="sdk.consumer.pull"):
             consumer.poll(0)
+            clock.advance(0.5)  # a renewal exactly one lease after the last: not warned
+            consumer.poll(0)
             assert "longer than the broker's queue lease" not in caplog.text
-            time.sleep(0.7)
+            clock.advance(0.7)
             consumer.poll(0)
         assert "longer than the broker's queue lease" in caplog.text
         assert "poll at least every" in caplog.text
@@ -744,7 +775,7 @@ def test_a_clustering_consumer_runs_no_periodic_offset_persist(broker):
 
 
 def test_async_member_that_lost_a_lease_drops_the_queue_without_committing(
-    short_lease_broker, caplog
+    short_lease_broker, clock, caplog
 ):
     broker = short_lease_broker
     send(broker, 30, queue_id=0)
@@ -757,10 +788,11 @@ def test_async_member_that_lost_a_lease_drops_the_queue_without_committing(
             consume_from=ConsumeFrom.FIRST_OFFSET,
             max_poll_records=10,
             auto_commit_interval_s=0.1,
+            clock=clock,
         ) as consumer:
             consumer.subscribe([TOPIC])
             assert len(await consumer.poll(1.0)) == 10
-            await asyncio.sleep(0.5)
+            clock.advance(0.5)  # the application is busy longer than the lease
             take_over(broker, q0, 25)
             assert await consumer.poll(0) == []
             return consumer.assignment()

@@ -7,7 +7,7 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,16 +21,21 @@ from sdk.broker.schedule import (
     delay_levels,
     delayed_message,
 )
+from sdk.clock import ManualClock
+from tests.sdk.waiting import wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TOPIC = "orders"
 LEVELS = (200, 400)  # ms
-EPS_MS = 5  # clock granularity between the store's timestamps and ours
-LATE_MS = 1000
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def advance_to(clock: ManualClock, at_ms: int) -> None:
+    """Move ``clock``'s wall time to ``at_ms`` (epoch ms, not before its time now)."""
+    clock.advance((at_ms - clock.time_ms()) / 1000)
 
 
 def open_store(root: Path) -> MessageStore:
@@ -71,13 +76,6 @@ def schedule(store: MessageStore, msg: NewMessage, level: int) -> StoredMessage:
 
 def real_messages(store: MessageStore, queue_id: int = 1) -> list[StoredMessage]:
     return store.get_messages(TOPIC, queue_id, 0, max_count=100).messages
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 # -- delayed_message ---------------------------------------------------------------------------
@@ -152,16 +150,17 @@ def test_run_once_delivers_exactly_at_the_delay(store: MessageStore, root: Path)
 def test_delivered_after_the_delay_not_before_and_unchanged(
     store: MessageStore, root: Path
 ) -> None:
-    with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02) as service:
+    clock = ManualClock()
+    with ScheduleService(store, root, levels=LEVELS, clock=clock) as service:
         first = schedule(store, message(b"one", "k1"), 1)
         second = schedule(store, message(b"two", "k2"), 2)
-        wait_for(lambda: len(real_messages(store)) == 2)
-    delivered = {m.body: m for m in real_messages(store)}
-    for sched, delay in ((first, LEVELS[0]), (second, LEVELS[1])):
-        out = delivered[sched.body]
-        assert out.store_timestamp >= sched.store_timestamp + delay - EPS_MS
-        assert out.store_timestamp <= sched.store_timestamp + delay + LATE_MS
-    out = delivered[b"one"]
+        for delivered, (sched, delay) in enumerate(((first, LEVELS[0]), (second, LEVELS[1]))):
+            advance_to(clock, sched.store_timestamp + delay - 1)
+            assert service.run_once() == 0  # 1 ms before it is due
+            assert len(real_messages(store)) == delivered
+            clock.advance(service.poll_interval_s)  # due, and a round comes
+            wait_until(lambda n=delivered: len(real_messages(store)) == n + 1)  # type: ignore[misc]
+    out = {m.body: m for m in real_messages(store)}[b"one"]
     assert out.topic == TOPIC and out.queue_id == 1
     assert out.properties == {"TAGS": "tagA", "KEYS": "k1", "UNIQ_KEY": "UNIQ-k1", "custom": "x"}
     assert (out.flag, out.born_timestamp, out.born_host, out.reconsume_times) == (
@@ -176,41 +175,52 @@ def test_delivered_after_the_delay_not_before_and_unchanged(
 
 def test_order_within_a_level(store: MessageStore, root: Path) -> None:
     bodies = [f"m{i}".encode() for i in range(10)]
-    with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02):
-        for body in bodies:
-            schedule(store, message(body), 1)
-        wait_for(lambda: len(real_messages(store)) == len(bodies))
+    clock = ManualClock()
+    with ScheduleService(store, root, levels=LEVELS, clock=clock):
+        last = [schedule(store, message(body), 1) for body in bodies][-1]
+        advance_to(clock, last.store_timestamp + LEVELS[0] + 100)  # due, and a round comes
+        wait_until(lambda: len(real_messages(store)) == len(bodies))
     assert [m.body for m in real_messages(store)] == bodies
 
 
 def test_retry_topic_is_a_system_topic(store: MessageStore, root: Path) -> None:
     retry = NewMessage("%RETRY%group", b"again", queue_id=0, reconsume_times=1)
     assert store.put(delayed_message(retry, 1, levels=LEVELS), system=True).ok
-    with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02):
-        wait_for(lambda: bool(store.get_messages("%RETRY%group", 0, 0).messages))
+    clock = ManualClock(start_ms=store.store_timestamp(SCHEDULE_TOPIC, 0, 0))
+    with ScheduleService(store, root, levels=LEVELS, clock=clock):
+        clock.advance(LEVELS[0] / 1000 + 0.1)  # due, and a round comes
+        wait_until(lambda: bool(store.get_messages("%RETRY%group", 0, 0).messages))
     assert store.get_messages("%RETRY%group", 0, 0).messages[0].reconsume_times == 1
 
 
 def test_absolute_time_never_early(store: MessageStore, root: Path) -> None:
-    deliver_at = now_ms() + 700
-    delayed = delayed_message(message(b"at"), deliver_at_ms=deliver_at, levels=LEVELS)
+    clock = ManualClock()
+    deliver_at = clock.time_ms() + 5_000
+    delayed = delayed_message(
+        message(b"at"), deliver_at_ms=deliver_at, levels=LEVELS, now_ms=clock.time_ms()
+    )
     assert delayed.properties["DELAY"] == "2"
-    with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02) as service:
+    with ScheduleService(store, root, levels=LEVELS, clock=clock) as service:
         assert store.put(delayed, system=True).ok
-        wait_for(lambda: len(real_messages(store)) == 1)
+        advance_to(clock, store.store_timestamp(SCHEDULE_TOPIC, 1, 0) + LEVELS[1] + 100)
+        wait_until(lambda: service.rescheduled == 1)  # its level fired, its time had not come
+        advance_to(clock, deliver_at - 1)
+        wait_until(lambda: service.rescheduled == 2)  # again, now at level 1
+        assert real_messages(store) == []
+        advance_to(clock, deliver_at + 100)
+        wait_until(lambda: len(real_messages(store)) == 1)
     out = real_messages(store)[0]
-    assert out.store_timestamp >= deliver_at
-    assert out.store_timestamp <= deliver_at + LATE_MS
     assert PROPERTY_DELIVER_AT not in out.properties
     assert "DELAY" not in out.properties and "REAL_TOPIC" not in out.properties
-    assert service.rescheduled >= 1 and service.delivered == 1
+    assert service.rescheduled == 2 and service.delivered == 1
 
 
 def test_absolute_time_already_past(store: MessageStore, root: Path) -> None:
     past = delayed_message(message(b"late"), deliver_at_ms=now_ms() - 10_000, levels=LEVELS)
     assert store.put(past, system=True).ok
-    with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02) as service:
-        wait_for(lambda: len(real_messages(store)) == 1)
+    fired = ManualClock(start_ms=store.store_timestamp(SCHEDULE_TOPIC, 0, 0) + LEVELS[0])
+    with ScheduleService(store, root, levels=LEVELS, clock=fired) as service:
+        wait_until(lambda: len(real_messages(store)) == 1)
     assert service.rescheduled == 0
 
 
@@ -228,22 +238,28 @@ def test_message_without_real_topic_is_skipped(store: MessageStore, root: Path) 
 def test_restart_before_due_delivers_once(root: Path) -> None:
     levels = (600,)
     with open_store(root) as store:
-        service = ScheduleService(store, root, levels=levels, poll_interval_s=0.02)
-        service.start()
         assert store.put(delayed_message(message(b"r"), 1, levels=levels), system=True).ok
         stored_at = store.store_timestamp(SCHEDULE_TOPIC, 0, 0)
-        service.stop()
+        clock = ManualClock(start_ms=stored_at)
+        service = ScheduleService(store, root, levels=levels, clock=clock)
+        service.start()
+        advance_to(clock, stored_at + levels[0] - 1)
+        assert service.run_once() == 0
+        service.stop()  # before it was due
         assert real_messages(store) == []
-    assert now_ms() < stored_at + levels[0]  # stopped before it was due
     with open_store(root) as store:
-        with ScheduleService(store, root, levels=levels, poll_interval_s=0.02):
-            wait_for(lambda: len(real_messages(store)) == 1)
-            time.sleep(0.1)  # more rounds: still one
-        out = real_messages(store)
-        assert len(out) == 1 and out[0].store_timestamp >= stored_at + levels[0] - EPS_MS
+        clock = ManualClock(start_ms=stored_at + levels[0] - 1)
+        with ScheduleService(store, root, levels=levels, clock=clock) as service:
+            assert service.run_once() == 0 and real_messages(store) == []
+            clock.advance(service.poll_interval_s)  # due, and the next round comes
+            wait_until(lambda: len(real_messages(store)) == 1)
+            clock.advance(10)
+            assert service.run_once() == 0  # more rounds: still one
+        assert len(real_messages(store)) == 1
     with open_store(root) as store:  # a clean restart after delivery: no duplicate
-        with ScheduleService(store, root, levels=levels, poll_interval_s=0.02) as service:
-            time.sleep(0.2)
+        clock = ManualClock(start_ms=stored_at + 10_000)
+        with ScheduleService(store, root, levels=levels, clock=clock) as service:
+            assert service.run_once() == 0
         assert len(real_messages(store)) == 1
         assert service.delivered == 0
 
@@ -251,16 +267,13 @@ def test_restart_before_due_delivers_once(root: Path) -> None:
 def test_due_during_downtime_is_delivered_at_restart(root: Path) -> None:
     with open_store(root) as store:
         ScheduleService(store, root, levels=LEVELS).stop()  # never started: writes progress
-        schedule(store, message(b"while-down"), 1)
-    time.sleep(LEVELS[0] / 1000 + 0.05)
+        stored_at = schedule(store, message(b"while-down"), 1).store_timestamp
     with open_store(root) as store:
-        started = now_ms()
-        with ScheduleService(store, root, levels=LEVELS, poll_interval_s=0.02):
-            wait_for(lambda: len(real_messages(store)) == 1)
-        late_ms = real_messages(store)[0].store_timestamp - started
-        # Right away: well within the level's own delay, which a message made to wait again
-        # from the restart would take.
-        assert late_ms < LEVELS[0] / 2
+        # Restarted once it was due: delivered by the first round, the clock standing still
+        # (a message made to wait again from the restart would need the clock to move).
+        clock = ManualClock(start_ms=stored_at + LEVELS[0])
+        with ScheduleService(store, root, levels=LEVELS, clock=clock):
+            wait_until(lambda: len(real_messages(store)) == 1)
 
 
 def test_progress_file_has_rocketmq_shape(store: MessageStore, root: Path) -> None:

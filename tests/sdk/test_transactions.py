@@ -3,7 +3,11 @@ producer killed between its half message and its commit.
 
 Real embedded brokers with small geometry and real threads; brokers that the check-back should
 drive on its own use a 200 ms transaction timeout and a 50 ms check interval, the others a 60 s
-interval (only the first round at start runs by itself) and call ``run_once`` directly.
+interval (only the first round at start runs by itself) and call ``run_once`` directly. Most
+brokers read a :class:`ManualClock`: a test moves it past the timeout to have the check-back
+run (:func:`pass_timeout`) and never waits for time to pass; the asyncio producers' brokers
+keep the system clock (their check request parks a thread of the loop's executor, which
+``asyncio.run`` joins).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from sdk import (
 )
 from sdk.broker.service import BrokerService
 from sdk.broker.transactions import CHECK_GROUP, HALF_TOPIC, OP_TOPIC, committed_message
+from sdk.clock import ManualClock
 from sdk.transport.transaction_models import (
     ALREADY_RESOLVED,
     COMMITTED,
@@ -87,6 +92,18 @@ def manual_options(max_checks: int = 2) -> BrokerOptions:
 
 def open_broker(root: Path, options: BrokerOptions, **extra: Any) -> EmbeddedBroker:
     return EmbeddedBroker(root, options=options, **{**GEOMETRY, **extra})
+
+
+def pass_timeout(service: BrokerService, clock: ManualClock) -> None:
+    """Move ``clock`` past the transaction timeout of every half message stored so far and at
+    least one check interval on, so a check round comes (``fast_options``' times)."""
+    newest_ms = max(m.store_timestamp for m in stored(service, HALF_TOPIC))
+    clock.advance(max(newest_ms + 200 + 50 - clock.time_ms(), 50) / 1000)
+
+
+def next_round(clock: ManualClock) -> None:
+    """Move ``clock`` one check interval (``fast_options``') on: a check round comes."""
+    clock.advance(0.05)
 
 
 class Checker:
@@ -170,7 +187,20 @@ def settle(service: BrokerService) -> None:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker on the system clock (for the asyncio producers)."""
     with open_broker(tmp_path / "broker", fast_options()) as made:
+        yield made
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def manual_broker(tmp_path: Path, clock: ManualClock) -> Iterator[EmbeddedBroker]:
+    """A broker whose check-back runs when ``clock`` moves."""
+    with open_broker(tmp_path / "broker", fast_options(), clock=clock) as made:
         yield made
 
 
@@ -178,8 +208,9 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
 
 
 def test_commit_makes_the_message_visible_once_in_rocketmqs_shapes(
-    broker: EmbeddedBroker, collected: Collected
+    manual_broker: EmbeddedBroker, collected: Collected, clock: ManualClock
 ):
+    broker = manual_broker
     checker = Checker(UNKNOWN)
     with consume(broker, collected), TransactionalProducer(broker, GROUP, checker) as producer:
         seen_in_local: list[list[ReceivedMessage]] = []
@@ -194,7 +225,8 @@ def test_commit_makes_the_message_visible_once_in_rocketmqs_shapes(
         assert receipt.state is COMMIT and receipt.end_status == COMMITTED
         assert receipt.topic == TOPIC and receipt.queue_offset == 0
         wait_until(lambda: collected.bodies() == [b"paid 42"])
-        time.sleep(0.1)
+        pass_timeout(broker.service, clock)
+        assert broker.service.transactions.run_once() == 0  # resolved: never asked about
         assert collected.bodies() == [b"paid 42"]
     assert checker.asked == []
 
@@ -219,14 +251,18 @@ def test_commit_makes_the_message_visible_once_in_rocketmqs_shapes(
     assert service.offsets.offsets(CHECK_GROUP, HALF_TOPIC) == {0: 1}
 
 
-def test_rollback_is_never_delivered(broker: EmbeddedBroker, collected: Collected):
+def test_rollback_is_never_delivered(
+    manual_broker: EmbeddedBroker, collected: Collected, clock: ManualClock
+):
+    broker = manual_broker
     checker = Checker(COMMIT)
     with consume(broker, collected), TransactionalProducer(broker, GROUP, checker) as producer:
         receipt = producer.send_in_transaction(Message(TOPIC, b"x"), lambda m: ROLLBACK)
         assert receipt.state is ROLLBACK and receipt.end_status == ROLLED_BACK
         producer.send(Message(TOPIC, b"plain"))
         wait_until(lambda: collected.bodies() == [b"plain"])
-        time.sleep(0.4)  # past the transaction timeout: nothing is asked, nothing appears
+        pass_timeout(broker.service, clock)  # past the transaction timeout: nothing is asked
+        assert broker.service.transactions.run_once() == 0
         assert collected.bodies() == [b"plain"]
     assert checker.asked == []
     assert [m.body for m in stored(broker.service, TOPIC)] == [b"plain"]
@@ -246,16 +282,24 @@ def test_rollback_is_never_delivered(broker: EmbeddedBroker, collected: Collecte
     ids=["unknown", "raises", "not-a-state"],
 )
 def test_unknown_then_the_checker_commits(
-    broker: EmbeddedBroker, collected: Collected, local: Any, local_state: TransactionState
+    manual_broker: EmbeddedBroker,
+    collected: Collected,
+    clock: ManualClock,
+    local: Any,
+    local_state: TransactionState,
 ):
+    broker = manual_broker
     checker = Checker(COMMIT)
     with consume(broker, collected), TransactionalProducer(broker, GROUP, checker) as producer:
         message = Message(TOPIC, b"maybe", keys=["order-7"])
         receipt = producer.send_in_transaction(message, local)
         assert receipt.state is local_state and receipt.end_status == "UNKNOWN"
-        assert stored(broker.service, TOPIC) == []
+        assert broker.service.transactions.run_once() == 0  # younger than the timeout
+        assert stored(broker.service, TOPIC) == [] and checker.asked == []
+        pass_timeout(broker.service, clock)
         wait_until(lambda: collected.bodies() == [b"maybe"])
-        time.sleep(0.3)  # more rounds: the resolved half message is not asked about again
+        next_round(clock)  # more rounds: the resolved half message is not asked about again
+        assert broker.service.transactions.run_once() == 0
         assert collected.bodies() == [b"maybe"]
     assert checker.ids() == [receipt.transaction_id]
     (asked,) = checker.asked
@@ -264,10 +308,14 @@ def test_unknown_then_the_checker_commits(
     assert len(stored(broker.service, TOPIC)) == 1
 
 
-def test_unknown_then_the_checker_rolls_back(broker: EmbeddedBroker, collected: Collected):
+def test_unknown_then_the_checker_rolls_back(
+    manual_broker: EmbeddedBroker, collected: Collected, clock: ManualClock
+):
+    broker = manual_broker
     checker = Checker(ROLLBACK)
     with consume(broker, collected), TransactionalProducer(broker, GROUP, checker) as producer:
         receipt = producer.send_in_transaction(Message(TOPIC, b"no"), lambda m: UNKNOWN)
+        pass_timeout(broker.service, clock)
         wait_until(lambda: broker.service.transactions.rolled_back == 1)
         producer.send(Message(TOPIC, b"plain"))
         wait_until(lambda: collected.bodies() == [b"plain"])
@@ -276,18 +324,24 @@ def test_unknown_then_the_checker_rolls_back(broker: EmbeddedBroker, collected: 
 
 
 def test_a_checker_that_never_decides_gets_the_message_rolled_back_after_max_checks(
-    tmp_path: Path, collected: Collected
+    tmp_path: Path, collected: Collected, clock: ManualClock
 ):
     checker = Checker(lambda message: UNKNOWN if len(checker.asked) % 2 else 1 / 0)
     with (
-        open_broker(tmp_path / "b", fast_options(max_checks=3)) as broker,
+        open_broker(tmp_path / "b", fast_options(max_checks=3), clock=clock) as broker,
         TransactionalProducer(broker, GROUP, checker) as producer,
     ):
         receipt = producer.send_in_transaction(Message(TOPIC, b"?"), lambda m: UNKNOWN)
         transactions = broker.service.transactions
+        pass_timeout(broker.service, clock)
+        for asked in (1, 2, 3):  # each round asks again, once the last check was collected
+            wait_until(lambda n=asked: len(checker.asked) == n)  # type: ignore[misc]
+            assert transactions.expired == 0
+            next_round(clock)
         wait_until(lambda: transactions.expired == 1)
         assert transactions.is_resolved(0) and transactions.rolled_back == 1
-        time.sleep(0.2)
+        next_round(clock)
+        assert transactions.run_once() == 0
         assert checker.ids() == [receipt.transaction_id] * 3  # max_checks, then no more
         assert stored(broker.service, TOPIC) == []
         assert producer.send_in_transaction(Message(TOPIC, b"!"), lambda m: COMMIT).end_status == (
@@ -325,16 +379,19 @@ def test_a_young_half_message_is_not_asked_about(tmp_path: Path):
         assert service.transactions.pending_checks(GROUP) == []
 
 
-def test_a_waiting_fetch_is_answered_when_a_check_is_queued(tmp_path: Path):
-    with BrokerService(tmp_path / "b", _service_options(manual_options())) as service:
+def test_a_waiting_fetch_is_answered_when_a_check_is_queued(tmp_path: Path, clock: ManualClock):
+    options = _service_options(manual_options())
+    options.clock = clock
+    with BrokerService(tmp_path / "b", options) as service:
         service.send_half(GROUP, new_message(b"half"))
         answers = []
         fetcher = threading.Thread(
             target=lambda: answers.append(service.fetch_transaction_checks(GROUP, "c", 10_000))
         )
         fetcher.start()
-        time.sleep(0.05)
-        service.transactions.run_once(time.time_ns() // 1_000_000 + 10_000)
+        # Known once the fetch holds the lock it waits under: the round's wake-up finds it parked.
+        wait_until(lambda: "c" in service.transactions.producers(GROUP))
+        service.transactions.run_once(clock.time_ms() + 10_000)
         fetcher.join(5)
         assert not fetcher.is_alive() and answers[0].count == 1
 
@@ -452,15 +509,18 @@ def test_resolution_survives_a_restart(tmp_path: Path, collected: Collected, pro
         for name in ("consumerOffset.json", "consumerOffset.json.bak"):
             (root / "config" / name).unlink(missing_ok=True)
     checker = Checker(COMMIT)
+    clock = ManualClock()
     with (
-        open_broker(root, fast_options()) as broker,
+        open_broker(root, fast_options(), clock=clock) as broker,
         consume(broker, collected),
         TransactionalProducer(broker, GROUP, checker) as producer,
     ):
         transactions = broker.service.transactions
         assert transactions.is_resolved(1) and transactions.is_resolved(2)
+        pass_timeout(broker.service, clock)
         wait_until(lambda: collected.bodies() == [b"committed", b"pending"])
-        time.sleep(0.3)
+        next_round(clock)
+        assert transactions.run_once() == 0  # more rounds: nothing more is asked
         assert collected.bodies() == [b"committed", b"pending"]
         assert checker.ids() == [pending.transaction_id]  # never the resolved ones
         wait_until(lambda: transactions.progress == 3)
@@ -587,14 +647,17 @@ def test_a_producer_killed_between_half_message_and_commit(tmp_path: Path, colle
     assert child.returncode == -signal.SIGKILL
 
     checker = Checker(lambda message: COMMIT if message.msg_id == transaction else UNKNOWN)
+    clock = ManualClock()
     with (
-        open_broker(root, fast_options()) as broker,  # crash recovery, then the check-back
+        open_broker(root, fast_options(), clock=clock) as broker,  # recovery, then check-back
         consume(broker, collected),
         TransactionalProducer(broker, GROUP, checker),
     ):
+        pass_timeout(broker.service, clock)
         wait_until(lambda: collected.bodies() == [b"from a dead producer"])
+        next_round(clock)
         wait_until(lambda: broker.service.transactions.progress == 1)
-        time.sleep(0.3)
+        assert broker.service.transactions.run_once() == 0  # more rounds: nothing more asked
         assert collected.bodies() == [b"from a dead producer"]
         assert [m.msg_id for m in collected.messages] == [transaction]
     assert checker.ids() == [transaction]
