@@ -20,7 +20,10 @@ from sdk import (
     Producer,
     PushConsumer,
     dlq_topic,
+    retry_topic,
 )
+
+from .waiting import group_settled, wait_until
 
 
 @pytest.mark.parametrize(
@@ -81,12 +84,16 @@ def _deliveries_until_dead(broker: EmbeddedBroker, **settings: object) -> list[i
         always_later,
         consume_from=ConsumeFrom.FIRST_OFFSET,
         **settings,
-    ):
+    ) as consumer:
         deadline = time.monotonic() + 20
         while store.max_offset(dlq_topic("billing"), 0) < 1:
             assert time.monotonic() < deadline, f"not dead-lettered; deliveries {seen}"
             time.sleep(0.01)
-        time.sleep(0.2)  # nothing more is delivered once it is dead
+        # Nothing more is delivered once it is dead: by the time no send-back waits in the
+        # schedule and the group committed the topic and its retry topic to their ends, every
+        # delivery there will be has been made.
+        topics = ("orders", retry_topic("billing"))
+        wait_until(lambda: group_settled(broker.service, consumer, "billing", topics))
     with lock:
         return list(seen)
 

@@ -3,13 +3,13 @@ topic and id, ``max_reconsume_times`` times, then lands in ``%DLQ%{group}``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
 from sdk import ConsumeResult, Message, Producer
 from sdk.message import ReceivedMessage, dlq_topic, retry_topic
+from tests.sdk.waiting import group_settled
 
 from .conftest import ConsumerFactory, Harness, Recorder, wait_until
 
@@ -100,11 +100,14 @@ def test_message_succeeding_on_retry_is_not_dead_lettered(
         return ConsumeResult.SUCCESS
 
     # One retry allowed: a success on it that did not count would dead-letter at once.
-    start_consumer(group, {TOPIC: None}, listener, max_reconsume_times=1)
+    consumer = start_consumer(group, {TOPIC: None}, listener, max_reconsume_times=1)
     receipts = [producer.send(Message(TOPIC, f"invoice {i}".encode())) for i in range(5)]
 
     wait_until(lambda: recorder.count() >= 10)
-    time.sleep(0.5)  # ten times the retry delay: a late send-back would show by now
+    # A late send-back would wait in the schedule or the retry topic: once neither holds
+    # anything the group has not committed, every delivery there will be has been made.
+    topics = (TOPIC, retry_topic(group))
+    wait_until(lambda: group_settled(harness.service, consumer, group, topics))
     assert recorder.count() == 10
     for receipt in receipts:
         times = sorted(
