@@ -110,6 +110,7 @@ def test_a_late_finish_after_a_forced_release_commits_nothing(broker: EmbeddedBr
     }
     with PushConsumer(broker, "g", {"orders": None}, stuck, instance_name="a", **options) as a:
         wait_until(lambda: q3 in a.core.states and a.core.states[q3].process_queue.started_count)
+        held = a.core.states[q3]  # the queue as a holds it while its listener is stuck
         got: list[bytes] = []
         with PushConsumer(broker, "g", {"orders": None}, lambda ms: got.extend(m.body for m in ms),
                           instance_name="b", **options) as b:  # fmt: skip
@@ -118,7 +119,11 @@ def test_a_late_finish_after_a_forced_release_commits_nothing(broker: EmbeddedBr
             b.persist_offsets()
             assert broker.service.query_offset("g", "orders", 3) == 1
             release.set()  # the old listener finishes after the queue was let go
-            time.sleep(0.2)
+            # a's finish removes the message and decides about its commit under the queue's
+            # commit lock: once the message is gone and the lock is free, that decision is made
+            wait_until(lambda: held.process_queue.cached_count == 0)
+            with held.commit_lock:
+                pass
             assert q3 not in a.core.offsets.clone_offset_table("orders")
             a.persist_offsets()
             assert broker.service.query_offset("g", "orders", 3) == 1

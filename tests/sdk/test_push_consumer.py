@@ -20,6 +20,7 @@ from sdk import (
     PushConsumer,
 )
 from sdk.transport.in_process import InProcessTransport
+from sdk.transport.models import PullBatch
 
 from .waiting import wait_until
 
@@ -52,8 +53,20 @@ def test_flow_control_stops_pulling_a_full_queue(broker):
         consume_from=ConsumeFrom.FIRST_OFFSET, flow_control=limits, pull_batch_size=8,
     ) as consumer:  # fmt: skip
         wait_until(lambda: bool(seen))
-        time.sleep(0.3)  # the pull thread would fetch all 200 within this without flow control
         queue = next(q for q in consumer.assignment() if q.topic == "orders" and q.queue_id == 0)
+        # Watch the pulls the pull thread makes: a few that leave the full queue out show that
+        # it stopped pulling it (without flow control every pull names it until all 200 came).
+        skipping: list[PullBatch] = []
+        next_pull = consumer.core.next_pull
+
+        def watched(wait_ms: int | None = None) -> PullBatch:
+            batch = next_pull(wait_ms)
+            if all((p.topic, p.queue_id) != ("orders", 0) for p in batch.pulls):
+                skipping.append(batch)
+            return batch
+
+        consumer.core.next_pull = watched  # type: ignore[method-assign]
+        wait_until(lambda: len(skipping) >= 3)
         cached = consumer.core.states[queue].process_queue.cached_count
         assert 20 < cached <= 20 + 8  # one pull past the limit, then it stops
         release.set()
@@ -160,9 +173,10 @@ def test_where_a_new_group_starts(broker, consume_from, expected):
 
 def test_consume_from_timestamp(broker):
     produce(broker, 2)
-    time.sleep(0.02)
-    cut = time.time_ns() // 1_000_000
-    time.sleep(0.02)
+    # The store stamps messages with the real time: the cut is 1 ms after the second message,
+    # and the third is stored once the real clock reached the cut.
+    cut = broker.service.store.store_timestamp("orders", 0, 1) + 1
+    wait_until(lambda: time.time_ns() // 1_000_000 >= cut)
     produce(broker, 1)
     got: list[bytes] = []
     with PushConsumer(
@@ -170,8 +184,10 @@ def test_consume_from_timestamp(broker):
         consume_from=ConsumeFrom.TIMESTAMP, consume_timestamp_ms=cut,
     ):  # fmt: skip
         wait_until(lambda: bool(got))
-        time.sleep(0.1)
-    assert got == [b"m0"]  # the third message, m0 of the second round
+        with Producer(broker) as producer:  # a marker after it: once it came, all before it had
+            producer.send(Message("orders", b"m1"), queue_id=0)
+        wait_until(lambda: b"m1" in got)
+    assert got == [b"m0", b"m1"]  # the third message, m0 of the second round, then the marker
 
 
 def test_close_persists_the_committed_offset(broker):
