@@ -250,8 +250,9 @@ class PushConsumer(WarnsUnclosed):
         self._thread.start()
 
     def assignment(self) -> list[MessageQueue]:
-        """The queues this member consumes now (including the group's retry queue)."""
-        return sorted(self.core.states)
+        """The queues this member consumes now (including the group's retry queue). Safe from
+        any thread: the pull thread may change the assignment meanwhile."""
+        return sorted(self.core.states.copy())  # copied at once: iterating could race a change
 
     def _run(self, steps: Steps[T]) -> T:
         """Make the broker calls ``steps`` asks for, on this thread."""

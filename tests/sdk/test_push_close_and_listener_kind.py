@@ -226,6 +226,11 @@ def lease_keeper_of(group: str) -> asyncio.Task[None]:
     return keeper
 
 
+def pull_task_of(group: str) -> asyncio.Task[None]:
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"quiver-pull-{group}"]
+    return task
+
+
 async def stopped(keeper: asyncio.Task[None]) -> bool:
     """Whether ``keeper`` ends (within a generous bound)."""
     await asyncio.wait({keeper}, timeout=5)
@@ -282,9 +287,11 @@ def test_a_cancelled_async_close_still_leaves_the_group_and_stops_the_lease_keep
         with Producer(broker) as producer:
             producer.send(Message("orders", b"stuck"), queue_id=0)
         await asyncio.wait_for(started.wait(), 10)
+        pulling = pull_task_of("g-cancel")
         closing = asyncio.create_task(consumer.close())
-        await asyncio.sleep(0.2)  # close is waiting for the stuck task (for up to 60 s)
-        assert not closing.done()
+        await asyncio.wait({pulling}, timeout=10)  # close's first step: pulling stopped
+        await asyncio.sleep(0)  # one more turn: close is now waiting for the listener task
+        assert pulling.done() and not closing.done()  # (for up to its 60 s)
         closing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await closing

@@ -290,10 +290,6 @@ def start_consumer(harness: Harness) -> Iterator[ConsumerFactory]:
 
 def assignment(consumer: PushConsumer | AsyncPushConsumer) -> list[Any]:
     """The consumer's queues, read while its pull thread may be rebalancing."""
-    for _ in range(100):
-        with contextlib.suppress(RuntimeError):  # the dict changed size while being read
-            return consumer.assignment()
-        time.sleep(0.001)
     return consumer.assignment()
 
 
