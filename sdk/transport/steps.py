@@ -62,17 +62,21 @@ Steps = Generator[Step, Any, T]
 """A step generator: yields :class:`Call` and :class:`Pause`, returns ``T``."""
 
 
+def _advance(steps: Steps[T], answer: Any, failure: Exception | None) -> tuple[Step | None, Any]:
+    """Give ``steps`` the outcome of its last step (``answer``, or ``failure`` thrown in): the
+    next step it asks for, or (None, what it returned) once it is done."""
+    try:
+        return (steps.send(answer) if failure is None else steps.throw(failure)), None
+    except StopIteration as done:
+        return None, done.value
+
+
 def run_steps(steps: Steps[T], transport: BrokerTransport) -> T:
     """Run ``steps`` to its end on a blocking transport; answers what it returns. An
     interruption (KeyboardInterrupt) closes the generator: its ``finally`` blocks run."""
-    answer: Any = None
-    failure: BaseException | None = None
     try:
-        while True:
-            try:
-                step = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        step, result = _advance(steps, None, None)
+        while step is not None:
             answer, failure = None, None
             try:
                 if isinstance(step, Pause):
@@ -81,6 +85,8 @@ def run_steps(steps: Steps[T], transport: BrokerTransport) -> T:
                     answer = getattr(transport, step.method)(*step.args, **dict(step.kwargs))
             except Exception as exc:
                 failure = exc
+            step, result = _advance(steps, answer, failure)
+        return result  # type: ignore[no-any-return]
     finally:
         steps.close()
 
@@ -88,14 +94,9 @@ def run_steps(steps: Steps[T], transport: BrokerTransport) -> T:
 async def run_steps_async(steps: Steps[T], transport: AsyncBrokerTransport) -> T:
     """Run ``steps`` to its end on an asyncio transport; answers what it returns. Cancelling
     the task closes the generator (its ``finally`` blocks run; it makes no further call)."""
-    answer: Any = None
-    failure: BaseException | None = None
     try:
-        while True:
-            try:
-                step = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        step, result = _advance(steps, None, None)
+        while step is not None:
             answer, failure = None, None
             try:
                 if isinstance(step, Pause):
@@ -105,5 +106,7 @@ async def run_steps_async(steps: Steps[T], transport: AsyncBrokerTransport) -> T
                     answer = await call(*step.args, **dict(step.kwargs))
             except Exception as exc:
                 failure = exc
+            step, result = _advance(steps, answer, failure)
+        return result  # type: ignore[no-any-return]
     finally:
         steps.close()
