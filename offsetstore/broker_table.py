@@ -42,7 +42,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -67,7 +66,6 @@ __all__ = [
     "ConsumerOffsetTable",
     "MinOffsetSource",
     "QueueBounds",
-    "QueueLag",
     "ResetTarget",
     "parse_offset_file",
 ]
@@ -88,30 +86,14 @@ class MinOffsetSource(Protocol):
 
 
 class QueueBounds(MinOffsetSource, Protocol):
-    """What resets and lag need from the store; localstore's ``MessageStore`` has all four."""
+    """What resets and lag reports need from the store; localstore's ``MessageStore`` has all
+    four."""
 
     def max_offset(self, topic: str, queue_id: int) -> int: ...
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
 
     def queue_ids(self, topic: str) -> list[int]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class QueueLag:
-    """One queue of a group: committed offset (None if none), bounds, and messages behind."""
-
-    topic: str
-    queue_id: int
-    committed: int | None
-    min_offset: int
-    max_offset: int
-
-    @property
-    def lag(self) -> int:
-        """``max - committed`` (never negative); ``max - min`` when nothing is committed."""
-        start = self.min_offset if self.committed is None else self.committed
-        return max(self.max_offset - start, 0)
 
 
 def parse_offset_file(
@@ -254,21 +236,6 @@ class ConsumerOffsetTable:
         offsets = {q: target(q) for q in queue_ids}
         self.commit_many(group, topic, offsets)
         return offsets
-
-    def lag(self, group: str, topic: str, bounds: QueueBounds) -> list[QueueLag]:
-        """Per queue of ``topic`` (known to the store or committed): committed, min, max."""
-        committed = self.offsets(group, topic)
-        queue_ids = sorted(set(bounds.queue_ids(topic)) | set(committed))
-        return [
-            QueueLag(
-                topic,
-                q,
-                committed.get(q),
-                bounds.min_offset(topic, q),
-                bounds.max_offset(topic, q),
-            )
-            for q in queue_ids
-        ]
 
     # -- file -------------------------------------------------------------------------------
 

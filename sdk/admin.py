@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Literal
+from typing import Literal, TypeVar
 
 from sdk.errors import ClientClosedError, InvalidArgumentError
 from sdk.lifecycle import WarnsUnclosed
@@ -88,6 +88,14 @@ def _not_int(value: object) -> bool:
     return not isinstance(value, int) or isinstance(value, bool)
 
 
+_Listed = TypeVar("_Listed", TopicInfo, GroupInfo)
+
+
+def _shown(listed: list[_Listed], include_system: bool) -> list[_Listed]:
+    """``listed`` without the broker's own topics or groups, unless ``include_system``."""
+    return listed if include_system else [item for item in listed if not item.system]
+
+
 class _AdminBase(WarnsUnclosed):
     _closed = True  # until the constructor finished
 
@@ -117,7 +125,7 @@ class Admin(_AdminBase):
         too when ``include_system``)."""
         self._check_open()
         topics = self.transport.list_topics()
-        return topics if include_system else [t for t in topics if not t.system]
+        return _shown(topics, include_system)
 
     def create_topic(
         self, name: str, queue_count: int = 4, *, perm: int = PERM_READ_WRITE
@@ -148,7 +156,7 @@ class Admin(_AdminBase):
         broker's own ``CID_RMQ_SYS_*`` groups too when ``include_system``)."""
         self._check_open()
         groups = self.transport.list_groups()
-        return groups if include_system else [g for g in groups if not g.system]
+        return _shown(groups, include_system)
 
     def describe_group(self, group: str) -> GroupInfo:
         """``group``'s members, the queues each owns, and its lag per queue."""
@@ -210,7 +218,7 @@ class AsyncAdmin(_AdminBase):
         """As :meth:`Admin.list_topics`."""
         self._check_open()
         topics = await self.transport.list_topics()
-        return topics if include_system else [t for t in topics if not t.system]
+        return _shown(topics, include_system)
 
     async def create_topic(
         self, name: str, queue_count: int = 4, *, perm: int = PERM_READ_WRITE
@@ -235,7 +243,7 @@ class AsyncAdmin(_AdminBase):
         """As :meth:`Admin.list_groups`."""
         self._check_open()
         groups = await self.transport.list_groups()
-        return groups if include_system else [g for g in groups if not g.system]
+        return _shown(groups, include_system)
 
     async def describe_group(self, group: str) -> GroupInfo:
         """As :meth:`Admin.describe_group`."""

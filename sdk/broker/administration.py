@@ -39,18 +39,10 @@ from localstore.record.validation import (
     topic_error,
 )
 from offsetstore.broker_table import ConsumerOffsetTable
-from sdk.broker.group_report import GroupReport, build_report, read_snapshot
+from sdk.broker.group_report import build_report, queue_lags, read_snapshot
 from sdk.broker.groups import GroupRegistry
 from sdk.errors import IllegalStateError, InvalidArgumentError, UnknownGroupError, UnknownTopicError
-from sdk.transport.admin_models import (
-    SYSTEM_GROUP_PREFIX,
-    GroupInfo,
-    MemberInfo,
-    OffsetReset,
-    QueueLag,
-    ResetRequest,
-    TopicInfo,
-)
+from sdk.transport.admin_models import GroupInfo, OffsetReset, QueueLag, ResetRequest, TopicInfo
 from sdk.transport.models import GroupView
 
 __all__ = ["MAX_ADMIN_QUEUE_COUNT", "BrokerAdministration"]
@@ -205,7 +197,7 @@ class BrokerAdministration:
         names = set(self._groups.groups()) | set(self._offsets.groups())
         reports = (self._report(name) for name in sorted(names))
         # a group whose members all left and which committed nothing is not listed
-        return [_group_info(r) for r in reports if r.members or r.queues]
+        return [r for r in reports if r.members or r.queues]
 
     def describe_group(self, group: str) -> GroupInfo:
         """Members and per-queue lag of ``group``: live when this broker has seen the group,
@@ -216,7 +208,7 @@ class BrokerAdministration:
             raise UnknownGroupError(
                 f"group {group} has no members or offsets in broker {self._broker_name}"
             )
-        return _group_info(report)
+        return report
 
     def lag(self, group: str, topic: str | None) -> list[QueueLag]:
         """Per queue: committed offset, bounds and lag of ``group`` on ``topic`` (every queue
@@ -226,19 +218,12 @@ class BrokerAdministration:
         if topic is None:
             return list(self.describe_group(group).queues)
         self.topic_queue_ids(topic)
-        report = self._report(group)
-        owners = {(q.topic, q.queue_id): q.owner for q in report.queues}
-        return [
-            QueueLag(
-                row.topic,
-                row.queue_id,
-                owners.get((row.topic, row.queue_id)),
-                row.committed,
-                row.min_offset,
-                row.max_offset,
-            )
-            for row in self._offsets.lag(group, topic, self._store)
-        ]
+        owners = {
+            q.queue_id: q.owner
+            for q in self._report(group).queues
+            if q.topic == topic and q.owner is not None
+        }
+        return queue_lags(topic, self._offsets.offsets(group, topic), self._store, owners)
 
     def topic_queue_ids(self, topic: str) -> list[int]:
         """The queues of ``topic`` (stored or configured); an unknown topic is refused."""
@@ -252,7 +237,7 @@ class BrokerAdministration:
         configured = range(config.read_queue_nums) if config is not None else range(0)
         return sorted(set(stored) | set(configured))
 
-    def _report(self, group: str) -> GroupReport:
+    def _report(self, group: str) -> GroupInfo:
         if group in self._groups.groups():
             view, models, as_of_ms, live = (
                 self._group_view(group),
@@ -344,28 +329,3 @@ def _check_perm(perm: int) -> None:
         raise InvalidArgumentError(
             f"perm must be 6 (read and write), 4 (read only) or 2 (write only), not {perm!r}"
         )
-
-
-def _group_info(report: GroupReport) -> GroupInfo:
-    members = tuple(
-        MemberInfo(
-            m.client_id,
-            m.message_model,
-            tuple(sorted(m.subscriptions.items())),
-            tuple(m.queues),
-        )
-        for m in report.members
-    )
-    queues = tuple(
-        QueueLag(q.topic, q.queue_id, q.owner, q.committed, q.min_offset, q.max_offset)
-        for q in report.queues
-    )
-    return GroupInfo(
-        report.group,
-        report.live,
-        report.as_of_ms,
-        report.generation,
-        members,
-        queues,
-        report.group.startswith(SYSTEM_GROUP_PREFIX),
-    )

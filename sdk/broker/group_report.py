@@ -1,6 +1,7 @@
 """What a consumer group looks like: members, the queues each owns, committed offsets and lag.
 
-Two sources, one report:
+The report is the transport's :class:`~sdk.transport.admin_models.GroupInfo` (what
+:meth:`sdk.Admin.describe_group` answers). Two sources, one report:
 
 * live, from a running broker (:meth:`sdk.broker.service.BrokerService.group_report`);
 * recorded, for ``quiver group show --data DIR`` on a store no broker serves: the broker writes
@@ -19,7 +20,7 @@ Snapshot layout (JSON)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,88 +30,19 @@ from offsetstore import MessageQueue
 from offsetstore.atomic_file import read_with_backup, write_atomically
 from offsetstore.broker_table import ConsumerOffsetTable, QueueBounds
 from offsetstore.json_shape import ShapeError, json_kind
+from sdk.transport.admin_models import SYSTEM_GROUP_PREFIX, GroupInfo, MemberInfo, QueueLag
 from sdk.transport.models import GroupView
 
 __all__ = [
     "SNAPSHOT_FILE",
-    "GroupReport",
-    "MemberReport",
-    "QueueReport",
     "build_report",
+    "queue_lags",
     "read_snapshot",
     "snapshot_document",
     "write_snapshot",
 ]
 
 SNAPSHOT_FILE = Path("config") / "quiverConsumerGroups.json"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberReport:
-    client_id: str
-    message_model: str
-    subscriptions: dict[str, str]
-    queues: list[str]  # "topic/queue_id"
-
-
-@dataclass(frozen=True, slots=True)
-class QueueReport:
-    topic: str
-    queue_id: int
-    owner: str | None
-    committed: int | None
-    min_offset: int
-    max_offset: int
-
-    @property
-    def lag(self) -> int:
-        """Messages not consumed yet: max offset - committed (everything when none)."""
-        start = self.committed if self.committed is not None else self.min_offset
-        return max(0, self.max_offset - start)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupReport:
-    group: str
-    live: bool  # from a running broker, or from the last recorded snapshot
-    as_of_ms: int
-    generation: int
-    members: list[MemberReport] = field(default_factory=list)
-    queues: list[QueueReport] = field(default_factory=list)
-
-    @property
-    def total_lag(self) -> int:
-        return sum(queue.lag for queue in self.queues)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "live": self.live,
-            "as_of_ms": self.as_of_ms,
-            "generation": self.generation,
-            "members": [
-                {
-                    "client_id": m.client_id,
-                    "message_model": m.message_model,
-                    "subscriptions": m.subscriptions,
-                    "queues": m.queues,
-                }
-                for m in self.members
-            ],
-            "queues": [
-                {
-                    "topic": q.topic,
-                    "queue_id": q.queue_id,
-                    "owner": q.owner,
-                    "committed": q.committed,
-                    "min_offset": q.min_offset,
-                    "max_offset": q.max_offset,
-                    "lag": q.lag,
-                }
-                for q in self.queues
-            ],
-            "total_lag": self.total_lag,
-        }
 
 
 def build_report(
@@ -122,7 +54,7 @@ def build_report(
     *,
     live: bool,
     as_of_ms: int,
-) -> GroupReport:
+) -> GroupInfo:
     """The report of ``group``: members from ``view``, every queue of the topics they subscribe
     to or the group has offsets of, with owner, committed offset, bounds and lag."""
     topics = set(offsets.topics(group)) | {q.topic for q in view.owners}
@@ -130,38 +62,47 @@ def build_report(
         topics.update(subscriptions)
     queues = []
     for topic in sorted(topics):
-        committed = offsets.offsets(group, topic)
-        queue_ids = set(bounds.queue_ids(topic)) | set(committed)
-        queue_ids |= {q.queue_id for q in view.owners if q.topic == topic}
-        for queue_id in sorted(queue_ids):
-            owner = next(
-                (
-                    cid
-                    for q, cid in view.owners.items()
-                    if (q.topic, q.queue_id) == (topic, queue_id)
-                ),
-                None,
-            )
-            queues.append(
-                QueueReport(
-                    topic,
-                    queue_id,
-                    owner,
-                    committed.get(queue_id),
-                    bounds.min_offset(topic, queue_id),
-                    bounds.max_offset(topic, queue_id),
-                )
-            )
-    members = [
-        MemberReport(
+        owners = {q.queue_id: cid for q, cid in view.owners.items() if q.topic == topic}
+        queues += queue_lags(
+            topic, offsets.offsets(group, topic), bounds, owners, more_queue_ids=owners
+        )
+    members = tuple(
+        MemberInfo(
             cid,
             models.get(cid, ""),
-            dict(view.subscriptions.get(cid, {})),
-            sorted(f"{q.topic}/{q.queue_id}" for q, owner in view.owners.items() if owner == cid),
+            tuple(sorted(view.subscriptions.get(cid, {}).items())),
+            tuple(sorted(f"{q.topic}/{q.queue_id}" for q, o in view.owners.items() if o == cid)),
         )
         for cid in view.members
+    )
+    system = group.startswith(SYSTEM_GROUP_PREFIX)
+    return GroupInfo(group, live, as_of_ms, view.generation, members, tuple(queues), system)
+
+
+def queue_lags(
+    topic: str,
+    committed: Mapping[int, int],
+    bounds: QueueBounds,
+    owners: Mapping[int, str] | None = None,
+    *,
+    more_queue_ids: Iterable[int] = (),
+) -> list[QueueLag]:
+    """Per queue of ``topic`` the store holds, ``committed`` names (queue id -> committed
+    offset) or ``more_queue_ids`` adds, sorted: its owner (from ``owners``), committed offset,
+    bounds and lag."""
+    owners = owners or {}
+    queue_ids = set(bounds.queue_ids(topic)) | set(committed) | set(more_queue_ids)
+    return [
+        QueueLag(
+            topic,
+            queue_id,
+            owners.get(queue_id),
+            committed.get(queue_id),
+            bounds.min_offset(topic, queue_id),
+            bounds.max_offset(topic, queue_id),
+        )
+        for queue_id in sorted(queue_ids)
     ]
-    return GroupReport(group, live, as_of_ms, view.generation, members, queues)
 
 
 def snapshot_document(

@@ -66,7 +66,6 @@ from localstore import (
     NewMessage,
     PutResult,
     PutStatus,
-    StoreClosedError,
     StoredMessage,
 )
 from localstore.record.codec import (
@@ -89,8 +88,9 @@ from offsetstore.json_shape import (
     expect_object,
     json_kind,
 )
+from sdk.broker.rounds import Rounds
 from sdk.clock import SYSTEM_CLOCK, Clock
-from sdk.errors import IllegalStateError, InvalidArgumentError
+from sdk.errors import InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT
 
 __all__ = [
@@ -265,9 +265,14 @@ class ScheduleService:
         self.skipped = 0  # messages dropped as undeliverable
         self._data_version = {"counter": 0, "stateVersion": 0, "timestamp": 0}
         self._round_lock = threading.Lock()
-        self._wake = threading.Condition()  # notified by stop(); the clock wakes the rounds
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._rounds = Rounds(
+            self.run_once,
+            lambda: self.poll_interval_s,
+            clock,
+            name="quiver-schedule",
+            what="schedule service",
+            log=log,
+        )
         self._dirty = False
         self._keep_backup = True  # False after loading from .bak: the main file is damaged
         self.load()
@@ -413,47 +418,17 @@ class ScheduleService:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Start the background thread (first round at once: messages due during a downtime
-        are delivered right away)."""
-        if self._thread is not None:
-            raise IllegalStateError("the schedule service is already started")
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="quiver-schedule", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopping:
-            next_round_s = self._clock.monotonic() + self.poll_interval_s
-            try:
-                self.run_once()
-            except StoreClosedError:
-                log.info("schedule service: the store is closed; stopping")
-                return
-            except Exception:
-                log.exception("schedule service round failed; retrying")
-            self._pause_until(next_round_s)
-
-    def _pause_until(self, at_s: float) -> None:
-        """Wait for the next round: until ``at_s`` on the clock (rounds keep their pace on the
-        clock, so time moved during a round is not lost) or :meth:`stop`. An early return
-        only brings a round forward."""
-        with self._wake:
-            remaining_s = at_s - self._clock.monotonic()
-            if not self._stopping and remaining_s > 0:
-                self._clock.wait(self._wake, remaining_s)
+        are delivered right away; see :mod:`sdk.broker.rounds`)."""
+        self._rounds.start()
 
     def stop(self) -> None:
         """Stop the thread (after its current round) and persist the progress."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        self._rounds.stop()
         self.persist()
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._rounds.running
 
     def __enter__(self) -> ScheduleService:
         self.start()

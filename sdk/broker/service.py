@@ -59,7 +59,7 @@ from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.administration import BrokerAdministration
-from sdk.broker.group_report import GroupReport, build_report, snapshot_document, write_snapshot
+from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
@@ -78,6 +78,7 @@ from sdk.broker.transactions import (
 from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import CloseError
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
+from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
     RECORD_DAMAGED,
     DamagedRecord,
@@ -586,7 +587,7 @@ class BrokerService:
         view = self.groups.view(group)
         return dataclasses.replace(view, owners=self.leases.owners(group))
 
-    def group_report(self, group: str) -> GroupReport:
+    def group_report(self, group: str) -> GroupInfo:
         """Members, the queues each owns, committed offsets and lag, as the broker sees them
         now (``quiver group show`` prints the same from the last recorded snapshot)."""
         return build_report(

@@ -87,6 +87,7 @@ from localstore.record.codec import (
     RecordError,
 )
 from offsetstore.broker_table import ConsumerOffsetTable
+from sdk.broker.rounds import Rounds
 from sdk.broker.transaction_records import (
     CHECK_GROUP,
     HALF_QUEUE,
@@ -100,7 +101,7 @@ from sdk.broker.transaction_records import (
     transaction_id,
 )
 from sdk.clock import SYSTEM_CLOCK, Clock
-from sdk.errors import IllegalStateError, InvalidArgumentError
+from sdk.errors import InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT
 from sdk.transport.transaction_models import (
     ALREADY_RESOLVED,
@@ -196,9 +197,14 @@ class TransactionService:
         self._pending: dict[str, dict[int, int]] = {}  # group -> {half offset: phys offset}
         self._producers: dict[str, dict[str, int]] = {}  # group -> {client id: last fetch ms}
         self._round_lock = threading.Lock()
-        self._wake = threading.Condition()  # notified by stop(); the clock wakes the rounds
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._rounds = Rounds(
+            self.run_once,
+            lambda: self.check_interval_ms / 1000,
+            clock,
+            name="quiver-transaction-check",
+            what="transaction check service",
+            log=log,
+        )
         self._closed = False
         # Event-loop fetches waiting for checks: each entry wakes one (from any thread).
         self._check_waiters: list[Callable[[], None]] = []
@@ -603,46 +609,14 @@ class TransactionService:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Start the check thread (first round at once: half messages left open while the
-        broker was down are asked about right away)."""
-        if self._thread is not None:
-            raise IllegalStateError("the transaction check service is already started")
-        self._stopping = False
-        self._thread = threading.Thread(
-            target=self._run, name="quiver-transaction-check", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopping:
-            next_round_s = self._clock.monotonic() + self.check_interval_ms / 1000
-            try:
-                self.run_once()
-            except StoreClosedError:
-                log.info("transaction check service: the store is closed; stopping")
-                return
-            except Exception:
-                log.exception("transaction check round failed; retrying")
-            self._pause_until(next_round_s)
-
-    def _pause_until(self, at_s: float) -> None:
-        """Wait for the next round: until ``at_s`` on the clock (rounds keep their pace on the
-        clock, so time moved during a round is not lost) or :meth:`stop`. An early return
-        only brings a round forward."""
-        with self._wake:
-            remaining_s = at_s - self._clock.monotonic()
-            if not self._stopping and remaining_s > 0:
-                self._clock.wait(self._wake, remaining_s)
+        broker was down are asked about right away; see :mod:`sdk.broker.rounds`)."""
+        self._rounds.start()
 
     def stop(self) -> None:
-        """Stop the thread, answer waiting fetches, commit the progress to the offset table."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
+        """Answer waiting fetches, stop the thread, commit the progress to the offset table."""
         with self._checks_ready:
             self._closed = True
             self._notify_checks_locked()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        self._rounds.stop()
         with contextlib.suppress(StoreClosedError):
             self._commit_progress()

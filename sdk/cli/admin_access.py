@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sdk.cli.common import EXIT_USAGE, CliError, is_store
+from sdk.cli.common import EXIT_USAGE, CliError, existing_store_path
 
 if TYPE_CHECKING:
     from sdk.admin import Admin
@@ -29,13 +28,7 @@ def open_admin(directory: str) -> Iterator[Admin]:
     from sdk.admin import Admin
     from sdk.broker.embedded import EmbeddedBroker
 
-    path = Path(directory)
-    if path.exists() and not path.is_dir():
-        raise CliError(f"{path} is a file, not a store directory", EXIT_USAGE)
-    if not is_store(path):
-        what = "does not exist" if not path.exists() else "holds no store"
-        raise CliError(f"{path} {what} (create a store with: quiver store init {path})", EXIT_USAGE)
-    with EmbeddedBroker(path) as broker, Admin(broker) as admin:
+    with EmbeddedBroker(existing_store_path(directory)) as broker, Admin(broker) as admin:
         yield admin
 
 

@@ -189,16 +189,23 @@ def is_store(path: Path) -> bool:
     return (path / "config" / "store.json").is_file() or (path / "commitlog").is_dir()
 
 
-def open_store(directory: str, **geometry: Any) -> MessageStore:
-    """Open the existing store at ``directory``; a missing store is a usage error."""
-    from localstore.store import MessageStore
-
+def existing_store_path(directory: str) -> Path:
+    """``directory`` as a path, when it holds a store; otherwise a usage error saying what is
+    there instead (a command that reads or administers a store never creates one)."""
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise CliError(f"{path} is a file, not a store directory", EXIT_USAGE)
     if not is_store(path):
         what = "does not exist" if not path.exists() else "holds no store"
         raise CliError(f"{path} {what} (create a store with: quiver store init {path})", EXIT_USAGE)
+    return path
+
+
+def open_store(directory: str, **geometry: Any) -> MessageStore:
+    """Open the existing store at ``directory``; a missing store is a usage error."""
+    from localstore.store import MessageStore
+
+    path = existing_store_path(directory)
     try:
         return MessageStore(path, **geometry)
     except ValueError as exc:  # a damaged file the store refuses (wrong length, bad JSON)

@@ -152,6 +152,7 @@ def _lag_of_held_store(args: argparse.Namespace) -> list[QueueLag]:
     and the offset table's file as last written: no lock, no write)."""
     from offsetstore.base import OffsetStoreError
     from offsetstore.broker_table import ConsumerOffsetTable
+    from sdk.broker.group_report import queue_lags
 
     with open_store_for_reading(args.data) as store:
         if args.topic is not None:
@@ -164,9 +165,9 @@ def _lag_of_held_store(args: argparse.Namespace) -> list[QueueLag]:
         if not topics:
             raise CliError(f"group {args.group} has no committed offsets in {args.data}")
         return [
-            QueueLag(row.topic, row.queue_id, None, row.committed, row.min_offset, row.max_offset)
+            row
             for topic in topics
-            for row in table.lag(args.group, topic, store)
+            for row in queue_lags(topic, table.offsets(args.group, topic), store)
         ]
 
 

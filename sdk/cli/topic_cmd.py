@@ -24,6 +24,7 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
+    add_data_option,
     add_json_option,
     emit_json,
     positive_int,
@@ -82,7 +83,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def _add_data(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, metavar="DIR", help="the store directory")
+    add_data_option(parser)
     add_json_option(parser)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from localstore import MessageStore, NewMessage
 from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer, PushConsumer
+from sdk.broker.group_report import queue_lags
 from tests.sdk.test_cli import REPO, quiver
 
 from .waiting import wait_until
@@ -23,6 +25,21 @@ def produce(broker: EmbeddedBroker, per_queue: int) -> None:
     with Producer(broker) as producer:
         for queue_id in range(4):
             producer.send_batch([Message("orders", b"x")] * per_queue, queue_id=queue_id)
+
+
+def test_queue_lags_counts_from_the_committed_offset_or_the_min_offset(tmp_path: Path):
+    with MessageStore(tmp_path / "s", commitlog_file_size=65536) as store:
+        for queue_id, count in ((0, 8), (1, 2)):
+            for i in range(count):
+                store.put(NewMessage(topic="T", body=b"m%d" % i, queue_id=queue_id))
+        rows = queue_lags("T", {0: 4, 3: 0}, store, {0: "c1"}, more_queue_ids=[5])
+    got = [(r.queue_id, r.owner, r.committed, r.min_offset, r.max_offset, r.lag) for r in rows]
+    assert got == [
+        (0, "c1", 4, 0, 8, 4),  # committed: max - committed
+        (1, None, None, 0, 2, 2),  # nothing committed: max - min
+        (3, None, 0, 0, 0, 0),  # committed, never stored
+        (5, None, None, 0, 0, 0),  # only asked for
+    ]
 
 
 def test_live_report_shows_members_owners_offsets_and_lag(tmp_path: Path):
