@@ -340,6 +340,14 @@ class PushCore:
             self.offsets.discard(queue)
         if lost:
             self._tell("on_revoked", sorted(lost))
+        # Besides the queues just granted: any owned queue with no state and not being let go.
+        # That is one whose release kept its lease for a commit still due (its state is gone)
+        # and that the group gave back meanwhile: it is consumed again, from that commit.
+        ownership = self.ownership
+        orphans = {
+            q for q in ownership.owned if q not in self.states and not ownership.is_releasing(q)
+        }
+        started = started | orphans
         taken = []
         for queue in sorted(started):
             if (yield from self._take(queue)):
