@@ -165,8 +165,10 @@ class PushConsumer(WarnsUnclosed):
         self._clock = clock
         self._transport: BrokerTransport = resolve(broker)
         # Serialises the core's membership sequences (rebalance, settle, lease renewal, the
-        # periodic persist, expiry, shutdown) across the pull, keeper and closing threads.
+        # periodic persist, expiry, shutdown) across the pull, keeper and closing threads;
+        # ``_control_thread`` is the thread running one (a rebalance listener runs inside it).
         self._control = threading.Lock()
+        self._control_thread: int | None = None
         self._subscription = dict(subscription)
         self._consume_threads = consume_threads
         self._core: PushCore | None = None
@@ -260,14 +262,23 @@ class PushConsumer(WarnsUnclosed):
     def _under_control(self, steps: Steps[T]) -> T:
         """Run a membership sequence of the core, one at a time."""
         with self._control:
-            return run_steps(steps, self._transport)
+            self._control_thread = threading.get_ident()
+            try:
+                return run_steps(steps, self._transport)
+            finally:
+                self._control_thread = None
 
     def persist_offsets(self) -> None:
         """Commit the offsets reached by the finished listener calls now (they are committed
         every 5 s and on close anyway): after this returns, a restart or another member
         resumes no earlier than them. A commit the broker cannot take is kept and sent again
-        with the next."""
-        self._under_control(self.core.persist_owned())
+        with the next. A rebalance listener may call it (it then runs inside the sequence that
+        called the listener, which holds the control lock)."""
+        persist = self.core.persist_owned()
+        if self._control_thread == threading.get_ident():  # from a rebalance listener
+            run_steps(persist, self._transport)
+        else:
+            self._under_control(persist)
 
     # -- the pull thread ---------------------------------------------------------------------
     def _pull_loop(self) -> None:

@@ -81,8 +81,10 @@ class RebalanceListener(Protocol):
     """Told when this member starts and stops consuming queues (Kafka's
     ``ConsumerRebalanceListener``). ``on_assigned`` runs once the queues' leases are held and
     before their first message is handed out; ``on_revoked`` after their offsets were committed
-    and before their leases are given back (or at once when a lease was lost). Both run on the
-    consumer's pull thread: keep them short."""
+    and before their leases are given back (or at once when a lease was lost). Both run inside
+    the consumer's membership sequences (on its pull or lease thread, or in ``start``/``close``;
+    on the event loop for :class:`~sdk.consumer.push.AsyncPushConsumer`), which wait for them:
+    keep them short. They may call ``persist_offsets()`` (blocking consumer), not ``close()``."""
 
     def on_assigned(self, queues: list[MessageQueue]) -> None: ...
 
