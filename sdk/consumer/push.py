@@ -623,6 +623,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         self._keepers: list[asyncio.Task[None]] = []  # lease renewal, offset persist
         self._closed = False
         self._close_done = asyncio.Event()  # set once close() has run every step
+        self._shutting_down: asyncio.Future[None] | None = None  # close()'s last steps
         self._mark_opened()
 
     @property
@@ -809,22 +810,31 @@ class AsyncPushConsumer(WarnsUnclosed):
         most ``release_timeout_s``: those still running then are cancelled and commit
         nothing), persist the offsets they committed, then leave the group (giving the queues'
         leases back only now) and stop the lease keeper. A close cancelled while it waits
-        cancels the running listener tasks and still persists, leaves and stops the keeper; a
-        failed persist is raised after the keeper stopped."""
+        cancels the running listener tasks and still persists, leaves and stops the keeper; one
+        cancelled while it persists or leaves raises CancelledError at once and lets that
+        finish on its own. A failed persist is raised after the keeper stopped."""
         if self._closed:
             return
         self._closed = True
-        core = self._core
         try:
             await self._stop_consuming()
         finally:  # a cancelled close still persists and leaves the group
-            try:
-                if core is not None:
-                    await self._under_control(core.shutdown())
-            finally:  # offsets that could not be persisted stop no keeper
-                for keeper in self._keepers:
-                    keeper.cancel()
-                self._close_done.set()
+            # A task of its own, shielded: cancelling the close while it persists does not cut
+            # the shutdown short (the member would stay in the group, holding its leases, until
+            # both expired). It then ends on its own; close() raises CancelledError at once.
+            self._shutting_down = asyncio.ensure_future(self._shut_down(self._core))
+            await asyncio.shield(self._shutting_down)
+
+    async def _shut_down(self, core: PushCore | None) -> None:
+        """Persist and leave the group, then stop the keepers; a failed persist is raised
+        after that."""
+        try:
+            if core is not None:
+                await self._under_control(core.shutdown())
+        finally:  # offsets that could not be persisted stop no keeper
+            for keeper in self._keepers:
+                keeper.cancel()
+            self._close_done.set()
 
     async def _stop_consuming(self) -> None:
         """Stop pulling and local retries; wait for the running listener tasks at most
