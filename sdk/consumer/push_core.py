@@ -176,8 +176,10 @@ class PushOptions(TypedDict, total=False):
 
 @dataclass(slots=True)
 class QueueState:
-    """One owned queue. ``commit_lock`` makes "commit an offset unless the queue was let go"
-    and "let go: commit, then forget" exclusive, so no offset is committed after a release."""
+    """One owned queue. ``commit_lock`` makes "record an offset unless the queue was let go"
+    and "let go: mark the process queue dropped" exclusive, so once a release or a lost lease
+    dropped it no listener records an offset of it any more (the release then commits what was
+    recorded, outside the lock: never across a step)."""
 
     process_queue: ProcessQueue[ReceivedMessage]
     next_offset: int
