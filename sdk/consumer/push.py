@@ -446,11 +446,19 @@ class PushConsumer(WarnsUnclosed):
         what those calls finished is not delivered again. A call still running after
         ``timeout_s`` is left to finish on its own: it commits nothing (its messages go to the
         queue's next owner, at-least-once), a WARNING names its queue and offsets, and it does
-        not keep the process from exiting (the listener threads are daemons)."""
+        not keep the process from exiting (the listener threads are daemons).
+
+        A rebalance listener cannot close its consumer (the sequence that called it would wait
+        for itself): :class:`~sdk.errors.IllegalStateError`."""
         if timeout_s is None:
             timeout_s = self.settings.release_timeout_s
         elif not timeout_s >= 0:
             raise InvalidArgumentError(f"timeout_s must be a number >= 0, got {timeout_s!r}")
+        if self._control_thread == threading.get_ident():
+            raise IllegalStateError(
+                f"the push consumer of {self.group} cannot be closed from its rebalance "
+                "listener (the rebalance it runs in would wait for itself): close it elsewhere"
+            )
         if self._closed:
             return
         self._closed = True
