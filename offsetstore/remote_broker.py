@@ -235,6 +235,12 @@ class RemoteBrokerOffsetStore:
             exc,
         )
         log.debug("offset commit failure", exc_info=True)
+        self.commit_unanswered(offsets)
+
+    def commit_unanswered(self, offsets: Mapping[MessageQueue, int]) -> None:
+        """Commits taken by :meth:`commits_due` whose sending was stopped before the broker
+        answered (the persist was cancelled or interrupted): kept for the next persist as a
+        failed one is, unless a newer failed commit of the same queue is kept already."""
         with self._lock:
             for queue, offset in offsets.items():
                 self._pending.setdefault(queue, offset)

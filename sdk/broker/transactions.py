@@ -556,7 +556,9 @@ class TransactionService:
             woken: asyncio.Future[None] = loop.create_future()
 
             def wake(woken: asyncio.Future[None] = woken) -> None:
-                loop.call_soon_threadsafe(_settle, woken)
+                # a loop closed with this fetch still parked refuses: nobody waits there now
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_settle, woken)
 
             with self._checks_ready:
                 self._producers.setdefault(group, {})[client_id] = self._clock.time_ms()

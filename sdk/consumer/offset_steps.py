@@ -11,8 +11,10 @@ Broadcasting: the offsets are a local file (:class:`offsetstore.LocalFileOffsetS
 written at once, with no broker call: under asyncio, that small atomic write runs on the loop.
 
 Invariant: one persist at a time per consumer (two interleaved ones could land an older offset
-after a newer one); the shells run every persist under their control lock. A failed commit is
-kept and sent again with the next persist; a failed read answers :data:`offsetstore.READ_FAILED`.
+after a newer one); the push shells run every persist under their control lock. A commit taken
+by a persist is either answered by the broker or kept and sent again with the next persist
+(failed, or never answered because the persist was stopped); a failed read answers
+:data:`offsetstore.READ_FAILED`.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ def persist(
 ) -> Steps[None]:
     """Commit the memory offsets of ``queues`` (and every commit that failed before);
     ``drop_others`` forgets the memory entries of other queues (those no longer owned). What
-    the broker does not take is kept for the next persist."""
+    the broker does not take, and what was not sent or not answered when the persist was
+    stopped (closed generator), is kept for the next persist."""
     if not isinstance(offsets, RemoteBrokerOffsetStore):
         if drop_others:
             offsets.persist_all(queues)
@@ -89,8 +92,15 @@ def persist(
             for queue in queues:
                 offsets.persist(queue)
         return
-    for broker_name, batch in offsets.commits_due(queues, drop_others=drop_others).items():
-        try:
-            yield from _retried(Call.of("commit_offsets", broker_name, offsets.group, batch))
-        except Exception as exc:
-            offsets.commit_failed(broker_name, batch, exc)
+    due = offsets.commits_due(queues, drop_others=drop_others)
+    unanswered = dict(due)
+    try:
+        for broker_name, batch in due.items():
+            try:
+                yield from _retried(Call.of("commit_offsets", broker_name, offsets.group, batch))
+            except Exception as exc:
+                offsets.commit_failed(broker_name, batch, exc)
+            del unanswered[broker_name]
+    finally:  # stopped half-way (a cancelled task, an interrupt): the store alone holds them now
+        for batch in unanswered.values():
+            offsets.commit_unanswered(batch)

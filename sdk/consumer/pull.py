@@ -185,12 +185,21 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             self._offsets.discard(queue)
 
     def _release_steps(self, released: Mapping[MessageQueue, int | None]) -> Steps[None]:
-        """Commit (when given) and forget queues this consumer no longer owns."""
+        """Commit (when given) and forget queues this consumer no longer owns. A commit the
+        broker did not take is forgotten too: the lease goes now, and once the next owner
+        commits, a late one would move the group back."""
         for queue, offset in released.items():
             if offset is not None:
                 self._offsets.update_offset(queue, offset, False)
             yield from persist(self._offsets, [queue], drop_others=False)
-            self._offsets.remove_offset(queue)
+            if queue in self._offsets.pending():
+                log.warning(
+                    "final commit of %s for %s did not land; its next owner resumes at the "
+                    "group's last commit",
+                    queue,
+                    self.group,
+                )
+            self._offsets.discard(queue)
         subscribed_cluster = (
             self._subscription is not None and self.message_model is MessageModel.CLUSTERING
         )

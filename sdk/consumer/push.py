@@ -165,8 +165,10 @@ class PushConsumer(WarnsUnclosed):
         self._clock = clock
         self._transport: BrokerTransport = resolve(broker)
         # Serialises the core's membership sequences (rebalance, settle, lease renewal, the
-        # periodic persist, expiry, shutdown) across the pull, keeper and closing threads.
+        # periodic persist, expiry, shutdown) across the pull, keeper and closing threads;
+        # ``_control_thread`` is the thread running one (a rebalance listener runs inside it).
         self._control = threading.Lock()
+        self._control_thread: int | None = None
         self._subscription = dict(subscription)
         self._consume_threads = consume_threads
         self._core: PushCore | None = None
@@ -261,14 +263,23 @@ class PushConsumer(WarnsUnclosed):
     def _under_control(self, steps: Steps[T]) -> T:
         """Run a membership sequence of the core, one at a time."""
         with self._control:
-            return run_steps(steps, self._transport)
+            self._control_thread = threading.get_ident()
+            try:
+                return run_steps(steps, self._transport)
+            finally:
+                self._control_thread = None
 
     def persist_offsets(self) -> None:
         """Commit the offsets reached by the finished listener calls now (they are committed
         every 5 s and on close anyway): after this returns, a restart or another member
         resumes no earlier than them. A commit the broker cannot take is kept and sent again
-        with the next."""
-        self._under_control(self.core.persist_owned())
+        with the next. A rebalance listener may call it (it then runs inside the sequence that
+        called the listener, which holds the control lock)."""
+        persist = self.core.persist_owned()
+        if self._control_thread == threading.get_ident():  # from a rebalance listener
+            run_steps(persist, self._transport)
+        else:
+            self._under_control(persist)
 
     # -- the pull thread ---------------------------------------------------------------------
     def _pull_loop(self) -> None:
@@ -436,11 +447,19 @@ class PushConsumer(WarnsUnclosed):
         what those calls finished is not delivered again. A call still running after
         ``timeout_s`` is left to finish on its own: it commits nothing (its messages go to the
         queue's next owner, at-least-once), a WARNING names its queue and offsets, and it does
-        not keep the process from exiting (the listener threads are daemons)."""
+        not keep the process from exiting (the listener threads are daemons).
+
+        A rebalance listener cannot close its consumer (the sequence that called it would wait
+        for itself): :class:`~sdk.errors.IllegalStateError`."""
         if timeout_s is None:
             timeout_s = self.settings.release_timeout_s
         elif not timeout_s >= 0:
             raise InvalidArgumentError(f"timeout_s must be a number >= 0, got {timeout_s!r}")
+        if self._control_thread == threading.get_ident():
+            raise IllegalStateError(
+                f"the push consumer of {self.group} cannot be closed from its rebalance "
+                "listener (the rebalance it runs in would wait for itself): close it elsewhere"
+            )
         if self._closed:
             return
         self._closed = True
@@ -613,6 +632,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         self._keepers: list[asyncio.Task[None]] = []  # lease renewal, offset persist
         self._closed = False
         self._close_done = asyncio.Event()  # set once close() has run every step
+        self._shutting_down: asyncio.Future[None] | None = None  # close()'s last steps
         self._mark_opened()
 
     @property
@@ -799,22 +819,31 @@ class AsyncPushConsumer(WarnsUnclosed):
         most ``release_timeout_s``: those still running then are cancelled and commit
         nothing), persist the offsets they committed, then leave the group (giving the queues'
         leases back only now) and stop the lease keeper. A close cancelled while it waits
-        cancels the running listener tasks and still persists, leaves and stops the keeper; a
-        failed persist is raised after the keeper stopped."""
+        cancels the running listener tasks and still persists, leaves and stops the keeper; one
+        cancelled while it persists or leaves raises CancelledError at once and lets that
+        finish on its own. A failed persist is raised after the keeper stopped."""
         if self._closed:
             return
         self._closed = True
-        core = self._core
         try:
             await self._stop_consuming()
         finally:  # a cancelled close still persists and leaves the group
-            try:
-                if core is not None:
-                    await self._under_control(core.shutdown())
-            finally:  # offsets that could not be persisted stop no keeper
-                for keeper in self._keepers:
-                    keeper.cancel()
-                self._close_done.set()
+            # A task of its own, shielded: cancelling the close while it persists does not cut
+            # the shutdown short (the member would stay in the group, holding its leases, until
+            # both expired). It then ends on its own; close() raises CancelledError at once.
+            self._shutting_down = asyncio.ensure_future(self._shut_down(self._core))
+            await asyncio.shield(self._shutting_down)
+
+    async def _shut_down(self, core: PushCore | None) -> None:
+        """Persist and leave the group, then stop the keepers; a failed persist is raised
+        after that."""
+        try:
+            if core is not None:
+                await self._under_control(core.shutdown())
+        finally:  # offsets that could not be persisted stop no keeper
+            for keeper in self._keepers:
+                keeper.cancel()
+            self._close_done.set()
 
     async def _stop_consuming(self) -> None:
         """Stop pulling and local retries; wait for the running listener tasks at most

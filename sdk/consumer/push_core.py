@@ -81,8 +81,10 @@ class RebalanceListener(Protocol):
     """Told when this member starts and stops consuming queues (Kafka's
     ``ConsumerRebalanceListener``). ``on_assigned`` runs once the queues' leases are held and
     before their first message is handed out; ``on_revoked`` after their offsets were committed
-    and before their leases are given back (or at once when a lease was lost). Both run on the
-    consumer's pull thread: keep them short."""
+    and before their leases are given back (or at once when a lease was lost). Both run inside
+    the consumer's membership sequences (on its pull or lease thread, or in ``start``/``close``;
+    on the event loop for :class:`~sdk.consumer.push.AsyncPushConsumer`), which wait for them:
+    keep them short. They may call ``persist_offsets()`` (blocking consumer), not ``close()``."""
 
     def on_assigned(self, queues: list[MessageQueue]) -> None: ...
 
@@ -174,8 +176,10 @@ class PushOptions(TypedDict, total=False):
 
 @dataclass(slots=True)
 class QueueState:
-    """One owned queue. ``commit_lock`` makes "commit an offset unless the queue was let go"
-    and "let go: commit, then forget" exclusive, so no offset is committed after a release."""
+    """One owned queue. ``commit_lock`` makes "record an offset unless the queue was let go"
+    and "let go: mark the process queue dropped" exclusive, so once a release or a lost lease
+    dropped it no listener records an offset of it any more (the release then commits what was
+    recorded, outside the lock: never across a step)."""
 
     process_queue: ProcessQueue[ReceivedMessage]
     next_offset: int
@@ -340,6 +344,14 @@ class PushCore:
             self.offsets.discard(queue)
         if lost:
             self._tell("on_revoked", sorted(lost))
+        # Besides the queues just granted: any owned queue with no state and not being let go.
+        # That is one whose release kept its lease for a commit still due (its state is gone)
+        # and that the group gave back meanwhile: it is consumed again, from that commit.
+        ownership = self.ownership
+        orphans = {
+            q for q in ownership.owned if q not in self.states and not ownership.is_releasing(q)
+        }
+        started = started | orphans
         taken = []
         for queue in sorted(started):
             if (yield from self._take(queue)):
