@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -322,9 +323,13 @@ class PullConsumer(_PullConsumerBase):
     """
 
     _transport: BrokerTransport
+    # Held by a poll's control-plane sequence and by close: a close from another thread waits
+    # for the sequence in progress (never for a parked pull) and no sequence starts after it.
+    _control: threading.Lock
 
     def _connect(self, broker: object) -> str:
         self._transport = resolve(broker)
+        self._control = threading.Lock()
         return self._transport.broker_name
 
     def _run(self, steps: Steps[T]) -> T:
@@ -355,7 +360,12 @@ class PullConsumer(_PullConsumerBase):
     def _sync_up(self, auto_commit: bool = False) -> None:
         """The leases first (membership when due, else a renewal when due or before committing
         anything), then the auto-commit (when asked and due) of the queues whose lease was just
-        confirmed, releases, and the start of queues not started yet."""
+        confirmed, releases, and the start of queues not started yet. Nothing once closed."""
+        with self._control:
+            if not self._closed:
+                self._sync_up_now(auto_commit)
+
+    def _sync_up_now(self, auto_commit: bool) -> None:
         due = self._auto_commit_due() if auto_commit else None
         subscription = self._membership_due()
         if subscription is not None:
@@ -457,16 +467,19 @@ class PullConsumer(_PullConsumerBase):
 
     def close(self) -> None:
         """Commit the positions (with auto-commit) of the queues whose lease is still this
-        member's, persist offsets and leave the group. Idempotent."""
+        member's, persist offsets and leave the group. Idempotent. From another thread while
+        a poll runs: waits for the poll's membership or commit step in progress (a parked
+        pull returns ``[]``), so nothing rejoins the group after it was left."""
         if not self._start_close():
             return
-        if self._renewal_due(committing=True):
-            try:
-                self._renew_leases()
-            except Exception as exc:
-                self._forget(self._queues.abandon_all())
-                log.warning(_CLOSE_UNRENEWED, self.group, exc)
-        self._run(self._close_steps(*self._closing()))
+        with self._control:
+            if self._renewal_due(committing=True):
+                try:
+                    self._renew_leases()
+                except Exception as exc:
+                    self._forget(self._queues.abandon_all())
+                    log.warning(_CLOSE_UNRENEWED, self.group, exc)
+            self._run(self._close_steps(*self._closing()))
 
     def __enter__(self) -> Self:
         self._check_open()
@@ -497,9 +510,11 @@ class AsyncPullConsumer(_PullConsumerBase):
     """
 
     _transport: AsyncBrokerTransport
+    _control: asyncio.Lock  # as PullConsumer's, between tasks
 
     def _connect(self, broker: object) -> str:
         self._transport = resolve_async(broker)
+        self._control = asyncio.Lock()
         return self._transport.broker_name
 
     async def _run(self, steps: Steps[T]) -> T:
@@ -512,6 +527,11 @@ class AsyncPullConsumer(_PullConsumerBase):
         return await self._run(topic_queues(self._broker, check_topic(topic)))
 
     async def _sync_up(self, auto_commit: bool = False) -> None:
+        async with self._control:
+            if not self._closed:
+                await self._sync_up_now(auto_commit)
+
+    async def _sync_up_now(self, auto_commit: bool) -> None:
         due = self._auto_commit_due() if auto_commit else None
         subscription = self._membership_due()
         if subscription is not None:
@@ -624,13 +644,14 @@ class AsyncPullConsumer(_PullConsumerBase):
         member's, persist offsets and leave the group. Idempotent."""
         if not self._start_close():
             return
-        if self._renewal_due(committing=True):
-            try:
-                await self._renew_leases()
-            except Exception as exc:
-                self._forget(self._queues.abandon_all())
-                log.warning(_CLOSE_UNRENEWED, self.group, exc)
-        await self._run(self._close_steps(*self._closing()))
+        async with self._control:
+            if self._renewal_due(committing=True):
+                try:
+                    await self._renew_leases()
+                except Exception as exc:
+                    self._forget(self._queues.abandon_all())
+                    log.warning(_CLOSE_UNRENEWED, self.group, exc)
+            await self._run(self._close_steps(*self._closing()))
 
     async def __aenter__(self) -> Self:
         self._check_open()
