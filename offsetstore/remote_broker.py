@@ -26,6 +26,7 @@ Behaviour (RocketMQ 5, with Quiver's fixes):
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -82,6 +83,12 @@ class RetryPolicy:
     attempts: int = 3
     initial_wait_s: float = 0.1
     max_wait_s: float = 2.0
+
+    def backoff_s(self, attempt: int) -> float:
+        """The wait after failed attempt ``attempt`` (0 for the first): random in
+        ``[0, min(max_wait_s, initial_wait_s * 2**attempt)]``, as :meth:`call` waits (for a
+        caller that makes the attempts itself)."""
+        return random.uniform(0, min(self.max_wait_s, self.initial_wait_s * 2**attempt))
 
     def call(self, fn: Callable[[], T]) -> T:
         """``fn()``, retried on transient errors; the last error is raised as is."""

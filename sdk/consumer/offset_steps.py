@@ -19,7 +19,6 @@ by a persist is either answered by the broker or kept and sent again with the ne
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Mapping
 
 from offsetstore import MessageQueue, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
@@ -29,8 +28,6 @@ from sdk.errors import IllegalStateError
 from sdk.transport.steps import Call, Pause, Steps
 
 __all__ = ["NO_BACKEND", "persist", "read_committed"]
-
-_RETRY = RetryPolicy()
 
 
 class _NoBackend:
@@ -49,17 +46,17 @@ class _NoBackend:
 NO_BACKEND = _NoBackend()
 
 
-def _retried(call: Call, policy: RetryPolicy = _RETRY) -> Steps[object]:
-    """``call``, tried again after a jittered exponential pause on a transient failure (a
-    retriable error), at most ``policy.attempts`` times; the last failure is raised."""
+def _retried(call: Call, policy: RetryPolicy) -> Steps[object]:
+    """``call``, tried again after the policy's jittered exponential pause on a transient
+    failure (a retriable error), at most ``policy.attempts`` times; the last failure is
+    raised."""
     for attempt in range(policy.attempts):
         try:
             answer = yield call
         except Exception as exc:
             if attempt + 1 >= policy.attempts or not is_retriable(exc):
                 raise
-            ceiling = min(policy.max_wait_s, policy.initial_wait_s * 2**attempt)
-            yield Pause(random.uniform(0, ceiling))
+            yield Pause(policy.backoff_s(attempt))
         else:
             return answer
     raise AssertionError("unreachable")  # pragma: no cover
@@ -72,7 +69,7 @@ def read_committed(offsets: OffsetStore, queue: MessageQueue) -> Steps[ReadResul
         return offsets.read_offset(queue, ReadOffsetType.STORE)
     call = Call.of("query_offset", queue.broker_name, offsets.group, queue.topic, queue.queue_id)
     try:
-        found = yield from _retried(call)
+        found = yield from _retried(call, offsets.retry)
     except Exception as exc:
         return offsets.read_failed(queue, exc)
     return offsets.offset_read(queue, found)  # type: ignore[arg-type]
@@ -97,7 +94,8 @@ def persist(
     try:
         for broker_name, batch in due.items():
             try:
-                yield from _retried(Call.of("commit_offsets", broker_name, offsets.group, batch))
+                commit = Call.of("commit_offsets", broker_name, offsets.group, batch)
+                yield from _retried(commit, offsets.retry)
             except Exception as exc:
                 offsets.commit_failed(broker_name, batch, exc)
             del unanswered[broker_name]
