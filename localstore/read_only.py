@@ -18,7 +18,8 @@ What it keeps:
   as not written yet: never served, never an error. Damage after the newest dispatched record
   ends the visible log there too (it is the holder's recovery's to judge).
 * **A snapshot at open.** Later writes are not seen until :meth:`ReadOnlyStore.refresh`, which
-  takes a new snapshot (not while another thread reads). A file that retention deletes after
+  takes a new snapshot (not while another thread reads). A file the holder deletes while a
+  snapshot is taken makes it list the files again. A file that retention deletes after
   the snapshot reads as removed (``MESSAGE_WAS_REMOVING``) or raises
   :class:`~localstore.errors.SegmentUnavailableError` when it had never been mapped.
 
@@ -29,6 +30,7 @@ a key query never returns another key's message or one past the visible end.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +66,7 @@ from localstore.retention import correct_min_offset
 from localstore.store import DEFAULT_MAX_BYTES
 
 _LAST_TIME_MS = 2**63 - 1
+_SNAPSHOT_ATTEMPTS = 3  # a file deleted while the snapshot loads: list the files again
 
 
 class ReadOnlyStore:
@@ -87,7 +90,17 @@ class ReadOnlyStore:
     # -- the snapshot ----------------------------------------------------------------------
     def _open_snapshot(self) -> None:
         """Load the files as they lie and fix the snapshot's ends; on failure nothing stays
-        mapped."""
+        mapped. A file the holder deleted while it loaded (a topic deleted, retention) makes
+        it start again: the next listing no longer names it."""
+        for attempt in range(1, _SNAPSHOT_ATTEMPTS + 1):
+            try:
+                self._try_snapshot()
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOENT or attempt == _SNAPSHOT_ATTEMPTS:
+                    raise
+
+    def _try_snapshot(self) -> None:
         geometry = self.geometry
         self.topics = TopicTable(self.root)
         self.commitlog = CommitLog(

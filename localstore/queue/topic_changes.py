@@ -10,12 +10,14 @@ Invariants:
   ``deleteTopic`` does; its records stay in the commitlog (and the key index) until retention
   removes them. The consume-queue files are retired (:class:`RetiredFiles`): unlinked now,
   unmapped once no reader can still be in them. The topic's tombstone
-  (:meth:`TopicTable.remove`) keeps recovery from dispatching its records again.
+  (:meth:`TopicTable.remove`) keeps recovery from dispatching its records again. A deletion is
+  logged at WARNING with how many messages it made unreadable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from localstore.queue.time_index import QueueTimeIndex, time_index_directory
 from localstore.queue.topics import TopicConfig, TopicTable
 
 __all__ = ["delete_topic", "set_topic"]
+
+log = logging.getLogger(__name__)
 
 
 def set_topic(
@@ -63,6 +67,10 @@ def delete_topic(
     """Delete topic ``name`` (see the module docstring); answers the queue ids it had."""
     puts.forget_topic(name)
     queue_ids = sorted(q for (t, q) in queues.queues if t == name)
+    unreadable = {
+        q: max(queues.queues[(name, q)].max_offset - queues.queues[(name, q)].min_offset, 0)
+        for q in queue_ids
+    }
     for queue_id in queue_ids:
         queue = queues.queues.pop((name, queue_id))
         segments, queue.segments.segments = queue.segments.segments, []
@@ -77,4 +85,12 @@ def delete_topic(
     shutil.rmtree(queues.directory / name, ignore_errors=True)
     shutil.rmtree(time_index_directory(root, name, 0).parent, ignore_errors=True)
     topics.remove(name, commitlog_end)
+    log.warning(
+        "deleted topic %s: %d message(s) in queue(s) %s are no longer readable (their records "
+        "stay in the commitlog, before offset %d, until retention removes them)",
+        name,
+        sum(unreadable.values()),
+        queue_ids,
+        commitlog_end,
+    )
     return queue_ids

@@ -112,19 +112,15 @@ class BrokerAdministration:
             _check_queue_count(queue_count)
             read = write = queue_count
         store = self._store
-        old_write = config.write_queue_nums
-        if read < config.read_queue_nums:  # writes narrowed first: nothing new lands there
-            store.set_topic(
-                name, read_queue_nums=config.read_queue_nums, write_queue_nums=write, perm=new_perm
-            )
+        # ``config`` is the store's own object, changed in place by set_topic: keep the old values
+        old_read, old_write, old_perm = config.read_queue_nums, config.write_queue_nums, config.perm
+        if read < old_read:  # writes narrowed first: nothing new lands there
+            store.set_topic(name, read_queue_nums=old_read, write_queue_nums=write, perm=old_perm)
             try:
-                self._check_drained(name, range(read, config.read_queue_nums))
-            except IllegalStateError:
+                self._check_drained(name, range(read, old_read))
+            except IllegalStateError:  # refused: the topic stays exactly as it was
                 store.set_topic(
-                    name,
-                    read_queue_nums=config.read_queue_nums,
-                    write_queue_nums=old_write,
-                    perm=config.perm,
+                    name, read_queue_nums=old_read, write_queue_nums=old_write, perm=old_perm
                 )
                 raise
         store.set_topic(name, read_queue_nums=read, write_queue_nums=write, perm=new_perm)

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from localstore import read_only
 from localstore.errors import StoreDirectoryError, StoreLockedError
+from localstore.files.segments import SegmentQueue
 from localstore.queue.consume_queue import UNIT
 from localstore.read_only import ReadOnlyStore
 from localstore.results import GetStatus
 from localstore.store import MessageStore
+from tests.localstore.conftest import message
 from tests.localstore.store_holder import GEOMETRY, QUEUES, TOPIC, HeldStore
 
 
@@ -189,3 +192,23 @@ def test_copy_of_a_store_reads_as_the_store_itself(tmp_path: Path) -> None:
             assert copy.max_offset(TOPIC, queue_id) == store.max_offset(TOPIC, queue_id)
             assert copy.min_offset(TOPIC, queue_id) == store.min_offset(TOPIC, queue_id)
         assert copy.visible_end == store.commitlog.max_offset
+
+
+def test_a_topic_the_holder_deletes_while_the_snapshot_loads_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    with MessageStore(root, commitlog_file_size=4096, cq_entries_per_file=4) as writer:
+        for topic in ("Gone", "Kept"):
+            assert writer.put(message(topic=topic, body=b"m0", queue_id=0)).status.stored
+    load_segments = read_only._load_segments
+
+    def deleted_meanwhile(segments: SegmentQueue, *, read_ahead: bool) -> None:
+        load_segments(segments, read_ahead=read_ahead)
+        if segments.directory.parent.name == "Gone":  # the holder's delete_topic, now
+            shutil.rmtree(segments.directory.parent)
+
+    monkeypatch.setattr(read_only, "_load_segments", deleted_meanwhile)
+    with ReadOnlyStore(root) as store:
+        assert store.queue_ids("Gone") == [] and store.max_offset("Gone", 0) == 0
+        assert [m.body for m in store.get_messages("Kept", 0, 0).messages] == [b"m0"]

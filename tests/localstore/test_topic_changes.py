@@ -4,9 +4,11 @@ reopen although its records are still in the commitlog."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import orjson
+import pytest
 
 from localstore import MessageStore
 from localstore.queue.topics import PERM_READ, PERM_READ_WRITE
@@ -55,3 +57,16 @@ def test_a_deleted_topic_stays_deleted_after_a_reopen(tmp_path: Path) -> None:
         assert again.status.stored and again.queue_offset == 0
     with MessageStore(root) as store:  # its new records are dispatched again, the old not
         assert store.max_offset("Gone", 1) == 1
+
+
+def test_a_deleted_topic_is_logged_with_the_messages_it_made_unreadable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with MessageStore(tmp_path / "s", **TINY_GEOMETRY) as store:
+        for queue_id in (0, 0, 2):
+            assert store.put(message(topic="Gone", queue_id=queue_id)).status.stored
+        with caplog.at_level(logging.WARNING, logger="localstore.queue.topic_changes"):
+            assert store.delete_topic("Gone") == [0, 2]
+    (record,) = [r for r in caplog.records if r.name == "localstore.queue.topic_changes"]
+    assert record.levelno == logging.WARNING
+    assert "deleted topic Gone: 3 message(s) in queue(s) [0, 2]" in record.getMessage()

@@ -253,3 +253,13 @@ def test_async_admin_does_what_admin_does(broker):
 def lags_after_async(broker: EmbeddedBroker) -> dict[int, tuple[int | None, int]]:
     with Admin(broker) as admin:
         return {row.queue_id: (row.committed, row.lag) for row in admin.lag(GROUP, TOPIC)[:1]}
+
+
+def test_a_refused_narrowing_leaves_the_permission_as_it_was(broker, admin):
+    admin.create_topic(TOPIC, 4)
+    produce(broker, 1, queue_id=3)
+    with pytest.raises(IllegalStateError, match="queue orders/3 holds 1 message"):
+        admin.update_topic(TOPIC, queue_count=2, perm=PERM_READ)
+    (topic,) = admin.list_topics()
+    assert (topic.read_queue_nums, topic.write_queue_nums, topic.perm) == (4, 4, PERM_READ_WRITE)
+    assert produce(broker, 1, queue_id=0) == [0]  # still writable
