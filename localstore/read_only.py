@@ -460,18 +460,23 @@ def _open_key_index(root: Path, geometry: StoreGeometry) -> IndexService | None:
     service = IndexService(root / "index", geometry.index_slots, geometry.index_entries)
     directory = service.directory
     names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
-    for name in names:
-        path = directory / name
-        try:
-            if path.stat().st_size != service.file_size:
+    try:
+        for name in names:
+            path = directory / name
+            try:
+                if path.stat().st_size != service.file_size:
+                    continue
+                index_file = IndexFile(path, service.slots, service.entries, read_only=True)
+            except (FileNotFoundError, ValueError):
                 continue
-            index_file = IndexFile(path, service.slots, service.entries, read_only=True)
-        except (FileNotFoundError, ValueError):
-            continue
-        if not index_file.is_sound:
+            if not index_file.is_sound:
+                index_file.close()
+                continue
+            service.files.append(index_file)
+    except BaseException:  # permission denied, out of memory: unmap what was mapped
+        for index_file in service.files:
             index_file.close()
-            continue
-        service.files.append(index_file)
+        raise
     if service.files:
         newest = service.files[-1]
         newest.index_count = newest.entries

@@ -147,7 +147,8 @@ class Admin(_AdminBase):
         """Delete ``name``: its config, queues and every group's offsets of it (its records
         stay in the commitlog until retention removes them); answers the ids of the queues
         whose files were removed. The broker's own topics, and a topic a running consumer
-        subscribes to, are refused."""
+        subscribes to, are refused. A pull consumer that assigns its queues by hand does not
+        join its group, so the broker cannot see it: stop such consumers first."""
         self._check_open()
         return self.transport.delete_topic(name)
 
@@ -182,7 +183,9 @@ class Admin(_AdminBase):
         """Move ``group``'s offsets of ``topic`` to the ``earliest``/``latest`` offset, to the
         first message stored at or after ``timestamp_ms``, or to ``offsets`` (queue id ->
         offset). Refused while the group's consumers run, and for a group the broker has no
-        offsets or members of unless ``create``."""
+        offsets or members of unless ``create``. A pull consumer that assigns its queues by
+        hand does not join its group, so the broker cannot see it: stop it first, or its next
+        commit overwrites the reset."""
         request = reset_request(to, timestamp_ms, offsets)
         self._check_open()
         return self.transport.reset_offsets(group, topic, request, create=create)

@@ -27,9 +27,12 @@ Decisions, each kept by one method:
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from localstore import MessageStore
 from localstore.record.validation import (
@@ -47,8 +50,24 @@ from sdk.transport.models import GroupView
 
 __all__ = ["MAX_ADMIN_QUEUE_COUNT", "BrokerAdministration"]
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 MAX_ADMIN_QUEUE_COUNT = 1024  # every consumer of a topic pulls each of its queues
 PERMS = frozenset({2, 4, 6})  # write only, read only, read and write
+
+
+def _one_change_at_a_time(
+    method: Callable[Concatenate[BrokerAdministration, P], T],
+) -> Callable[Concatenate[BrokerAdministration, P], T]:
+    """Run ``method`` under the administration's change lock."""
+
+    def run(admin: BrokerAdministration, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with admin._changing:
+            return method(admin, *args, **kwargs)
+
+    functools.update_wrapper(run, method)
+    return run
 
 
 class BrokerAdministration:
@@ -73,6 +92,9 @@ class BrokerAdministration:
         self._broker_name = broker_name
         self._root = root
         self._on_topic_gone = on_topic_gone
+        # Held by every change (topics, resets): a check and the write it allows are not
+        # interleaved with another change's (a narrowing and its restore, say).
+        self._changing = threading.Lock()
 
     # -- topics ------------------------------------------------------------------------------
     def list_topics(self) -> list[TopicInfo]:
@@ -84,6 +106,7 @@ class BrokerAdministration:
             raise UnknownTopicError(f"topic {name} does not exist in broker {self._broker_name}")
         return self._topic_info(name)
 
+    @_one_change_at_a_time
     def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
         """Create ``name`` with ``queue_count`` read and write queues; an existing topic is
         refused (change it with :meth:`update_topic`)."""
@@ -97,6 +120,7 @@ class BrokerAdministration:
         )
         return self._topic_info(name)
 
+    @_one_change_at_a_time
     def update_topic(self, name: str, queue_count: int | None, perm: int | None) -> TopicInfo:
         """Change the queue count (read and write) and/or the permission of ``name``."""
         _check_user_topic(name)
@@ -126,6 +150,7 @@ class BrokerAdministration:
         store.set_topic(name, read_queue_nums=read, write_queue_nums=write, perm=new_perm)
         return self._topic_info(name)
 
+    @_one_change_at_a_time
     def delete_topic(self, name: str) -> list[int]:
         """Delete ``name`` (see the module docstring); answers the ids of the queues whose
         files were removed (those that ever held a message)."""
@@ -249,6 +274,7 @@ class BrokerAdministration:
         )
 
     # -- offsets -----------------------------------------------------------------------------
+    @_one_change_at_a_time
     def reset_offsets(
         self, group: str, topic: str, request: ResetRequest, *, create: bool
     ) -> list[OffsetReset]:
