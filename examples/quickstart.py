@@ -10,7 +10,7 @@ until the consumer has received every ``paid`` or ``refunded`` order, and closes
     make demo                                # or, from the repository root:
     .venv/bin/python examples/quickstart.py [DIR]
 
-Afterwards: ``quiver store info quickstart-data`` and
+Afterwards: ``quiver store info --data quickstart-data`` and
 ``quiver offsets show --data quickstart-data --group billing``.
 """
 
@@ -122,7 +122,8 @@ def main(argv: list[str]) -> int:
                 f"tags={stored.tags}  keys={stored.keys}  body={stored.body.decode()}"
             )
     say("6. closed the consumer (offsets committed), the producer and the broker")
-    say(f"   inspect: quiver store info {data}; quiver offsets show --data {data} --group {GROUP}")
+    inspect = f"quiver store info --data {data}; quiver offsets show --data {data}"
+    say(f"   inspect: {inspect} --group {GROUP}")
     return 0
 
 

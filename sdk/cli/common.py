@@ -197,7 +197,8 @@ def existing_store_path(directory: str) -> Path:
         raise CliError(f"{path} is a file, not a store directory", EXIT_USAGE)
     if not is_store(path):
         what = "does not exist" if not path.exists() else "holds no store"
-        raise CliError(f"{path} {what} (create a store with: quiver store init {path})", EXIT_USAGE)
+        hint = f"create a store with: quiver store init --data {path}"
+        raise CliError(f"{path} {what} ({hint})", EXIT_USAGE)
     return path
 
 
