@@ -196,6 +196,7 @@ class BrokerService:
         with contextlib.ExitStack() as undo:  # a failure part-way stops what already started
             undo.callback(self.store.close)
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
+            self._forget_offsets_of_deleted_topics()
             self.offsets.start_auto_persist(self.options.offset_persist_interval_s)
             undo.callback(self.offsets.close)
             self.schedule = ScheduleService(
@@ -223,6 +224,29 @@ class BrokerService:
         self._snapshots = PeriodicTask("quiver-group-snapshot", self._snapshot_if_changed, 1.0, 1.0)
         self._closed = False
         self._closing: CloseSteps | None = None  # the steps of close(), once it began
+
+    def _forget_offsets_of_deleted_topics(self) -> None:
+        """Groups' offsets of a topic the store deleted (a tombstone, no config, no queue) are
+        what a delete interrupted between the store's part and the offset table's left behind:
+        removed (and said at WARNING), or a topic re-created with that name would start its
+        groups at the old topic's offsets and skip its first messages."""
+        topics = self.store.topics
+        gone = [
+            name
+            for name in topics.deleted
+            if topics.get(name) is None and not self.store.queue_ids(name)
+        ]
+        removed = []
+        for name in gone:
+            removed += [
+                f"{g}@{name}" for g in self.offsets.groups() if self.offsets.remove(g, name)
+            ]
+        if removed:
+            log.warning(
+                "removing the offsets of deleted topics that a delete left behind: %s",
+                ", ".join(removed),
+            )
+            self.offsets.persist()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,3 +264,28 @@ def test_a_refused_narrowing_leaves_the_permission_as_it_was(broker, admin):
     (topic,) = admin.list_topics()
     assert (topic.read_queue_nums, topic.write_queue_nums, topic.perm) == (4, 4, PERM_READ_WRITE)
     assert produce(broker, 1, queue_id=0) == [0]  # still writable
+
+
+def test_offsets_a_delete_left_behind_are_removed_at_the_next_open(tmp_path: Path, caplog) -> None:
+    """A delete interrupted after the store's part (the tombstone) and before the offset
+    table's: the next open removes the deleted topic's offsets, saying so, so a topic
+    re-created with the name starts its groups from its own beginning."""
+    root = tmp_path / "b"
+    with EmbeddedBroker(root, commitlog_file_size=1 << 20) as broker:
+        with Producer(broker) as producer:
+            for i in range(5):
+                producer.send(Message("Gone", f"old {i}".encode()), queue_id=0)
+        broker.service.offsets.commit("g", "Gone", 0, 5)
+        broker.service.offsets.commit("g", "Kept", 0, 1)
+        broker.service.store.delete_topic("Gone")  # the store's part only: then the crash
+    with (
+        caplog.at_level(logging.WARNING, logger="sdk.broker.service"),
+        EmbeddedBroker(root) as broker,
+    ):
+        assert broker.service.offsets.topics("g") == ["Kept"]
+        with Producer(broker) as producer:
+            producer.send(Message("Gone", b"new 0"), queue_id=0)
+        with Admin(broker) as admin:
+            (row,) = [r for r in admin.lag("g", "Gone") if r.queue_id == 0]
+        assert row.committed is None and row.lag == 1  # the new message is not skipped
+    assert "g@Gone" in caplog.text
