@@ -224,6 +224,7 @@ class BrokerService:
         self._snapshots = PeriodicTask("quiver-group-snapshot", self._snapshot_if_changed, 1.0, 1.0)
         self._closed = False
         self._closing: CloseSteps | None = None  # the steps of close(), once it began
+        self._close_lock = threading.RLock()
 
     def _forget_offsets_of_deleted_topics(self) -> None:
         """Groups' offsets of a topic the store deleted (a tombstone, no config, no queue) are
@@ -256,13 +257,15 @@ class BrokerService:
         written stops neither the threads nor the store's close, which releases the directory);
         each failure is logged at ERROR, then the first is raised as a :class:`CloseError`
         (``errors`` holds them all). A second close is a no-op once every step ran; one after
-        a close interrupted part-way (``KeyboardInterrupt``) runs the steps left."""
-        if self._closing is None:
-            self._closed = True
-            self._closing = CloseSteps(f"broker {self.root}", self._close_steps())
-        elif self._closing.done:
-            return
-        self._closing.run()
+        a close interrupted part-way (``KeyboardInterrupt``) runs the steps left. A close from
+        another thread while one runs (the interpreter's exit, say) waits for it."""
+        with self._close_lock:  # a second closer (atexit, another thread) waits for the first
+            if self._closing is None:
+                self._closed = True
+                self._closing = CloseSteps(f"broker {self.root}", self._close_steps())
+            elif self._closing.done:
+                return
+            self._closing.run()
         if self._closing.errors:
             step, first = self._closing.errors[0]
             raise CloseError(
