@@ -32,22 +32,31 @@ class PersistsOnRevoke:
         self.persisted.set()
 
 
-def test_a_rebalance_listener_can_persist_offsets(tmp_path: Path) -> None:
-    listener = PersistsOnRevoke()
+def hand_over(
+    tmp_path: Path, listener: PersistsOnRevoke | ClosesOnRevoke, seen: threading.Event
+) -> threading.Event:
+    """A first member (with ``listener``) lets half its queues go to a second one, then both
+    close; on a daemon thread, so a hung close cannot hang the suite. Answers an event set once
+    both closed."""
     closed = threading.Event()
 
-    def scenario() -> None:  # on a daemon thread: a hung close must not hang the suite
+    def scenario() -> None:
         with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
             first = PushConsumer(
                 broker, GROUP, {TOPIC: None}, lambda messages: None, rebalance_listener=listener
             )
             listener.consumer = first
-            # the second member takes half the queues: the first lets them go
             with first, PushConsumer(broker, GROUP, {TOPIC: None}, lambda messages: None):
-                listener.persisted.wait(30)
+                seen.wait(30)
         closed.set()
 
     threading.Thread(target=scenario, daemon=True).start()
+    return closed
+
+
+def test_a_rebalance_listener_can_persist_offsets(tmp_path: Path) -> None:
+    listener = PersistsOnRevoke()
+    closed = hand_over(tmp_path, listener, listener.persisted)
     assert listener.persisted.wait(30), "persist_offsets() in on_revoked never returned"
     assert closed.wait(30), "the consumers never closed"
 
@@ -72,19 +81,7 @@ class ClosesOnRevoke:
 
 def test_close_from_a_rebalance_listener_is_refused_not_a_deadlock(tmp_path: Path) -> None:
     listener = ClosesOnRevoke()
-    closed = threading.Event()
-
-    def scenario() -> None:  # on a daemon thread: a hung close must not hang the suite
-        with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
-            first = PushConsumer(
-                broker, GROUP, {TOPIC: None}, lambda messages: None, rebalance_listener=listener
-            )
-            listener.consumer = first
-            with first, PushConsumer(broker, GROUP, {TOPIC: None}, lambda messages: None):
-                listener.answered.wait(30)
-        closed.set()
-
-    threading.Thread(target=scenario, daemon=True).start()
+    closed = hand_over(tmp_path, listener, listener.answered)
     assert listener.answered.wait(30), "close() in on_revoked never returned"
     assert closed.wait(30), "the consumers never closed"
     assert listener.refused  # once per queue let go, and at the real close

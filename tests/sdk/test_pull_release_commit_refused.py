@@ -5,34 +5,16 @@ next owner would consume again everything in between)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from offsetstore import MessageQueue
 from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer, PullConsumer
-from sdk.transport.base import BrokerTransport
 from sdk.transport.resolve import resolve
+
+from .refusing import CommitsRefused
 
 TOPIC = "LetGo"
 GROUP = "g"
-
-
-class CommitsRefused:
-    """The real transport, except that the broker refuses commits while ``refusing``."""
-
-    def __init__(self, real: BrokerTransport) -> None:
-        self.real = real
-        self.refusing = False
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.real, name)
-
-    def commit_offsets(
-        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
-    ) -> None:
-        if self.refusing:
-            raise ValueError("commit refused")  # not retriable: kept for the next persist
-        self.real.commit_offsets(broker_name, group, offsets)
 
 
 def poll_until(consumer: PullConsumer, done: object, polls: int = 300) -> None:

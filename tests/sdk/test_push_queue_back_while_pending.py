@@ -10,38 +10,19 @@ forever without pulling it, which would leave the queue unconsumed by the whole 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
-from offsetstore import MessageQueue
 from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer
 from sdk.consumer.membership import MessageModel
 from sdk.consumer.push_core import PushCore, PushSettings
 from sdk.message import retry_topic
-from sdk.transport.base import BrokerTransport
 from sdk.transport.resolve import resolve
 from sdk.transport.steps import run_steps
 
+from .refusing import CommitsRefused
+
 TOPIC = "Back"
 GROUP = "g"
-
-
-class CommitsRefused:
-    """The real transport, except that the broker refuses commits while ``refusing``."""
-
-    def __init__(self, real: BrokerTransport) -> None:
-        self.real = real
-        self.refusing = False
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.real, name)
-
-    def commit_offsets(
-        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
-    ) -> None:
-        if self.refusing:
-            raise ValueError("commit refused")  # not retriable: kept for the next persist
-        self.real.commit_offsets(broker_name, group, offsets)
 
 
 def test_a_queue_given_back_before_its_commit_landed_is_consumed_again(tmp_path: Path) -> None:
