@@ -1,0 +1,142 @@
+"""The operation table: every control-plane method of the transport seam, encoded once.
+
+A loopback transport sends each control call through the table's encodings (client side, then
+broker side, then back) to a real embedded broker, and real clients run over it: if a shape or
+a parameter were wrong, the group would not form or the offsets would not land.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer, PullConsumer
+from sdk.errors import ArgumentTypeError, InvalidArgumentError
+from sdk.protocol.operations import (
+    CONTROL_OPERATIONS,
+    decode_answer,
+    decode_request,
+    encode_answer,
+    encode_request,
+)
+from sdk.transport.base import BrokerTransport
+from sdk.transport.in_process import InProcessTransport
+
+# Transport methods that move message bytes (binary bodies) or manage the transport itself.
+NOT_CONTROL = {"send", "send_half", "pull", "fetch_transaction_checks", "close", "broker_name"}
+
+
+def transport_methods() -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(BrokerTransport)
+        if not name.startswith("_") and callable(member)
+    }
+
+
+def test_each_operation_is_a_transport_method_with_the_same_parameters() -> None:
+    methods = transport_methods()
+    for name, operation in CONTROL_OPERATIONS.items():
+        params = [p for p in methods[name].parameters.values() if p.name != "self"]
+        assert [p.name for p in params] == [p.name for p in operation.params], name
+        keyword = [p.kind is inspect.Parameter.KEYWORD_ONLY for p in params]
+        assert keyword == [p.keyword for p in operation.params], name
+        defaults = [None if p.default is inspect.Parameter.empty else p.default for p in params]
+        table_defaults = [p.default if p.keyword else None for p in operation.params]
+        assert defaults == table_defaults, name
+
+
+def test_the_membership_offsets_and_leases_methods_are_all_in_the_table() -> None:
+    core = {
+        "queue_count", "min_offset", "max_offset", "offset_for_timestamp", "query_offset",
+        "commit_offsets", "heartbeat", "unregister", "lock_queues", "unlock_queues",
+        "group_view", "send_back", "end_transaction",
+    }  # fmt: skip
+    assert core <= set(CONTROL_OPERATIONS)
+    assert not NOT_CONTROL & set(CONTROL_OPERATIONS)
+
+
+class Loopback:
+    """A BrokerTransport whose control calls cross the wire encodings both ways."""
+
+    def __init__(self, real: InProcessTransport) -> None:
+        self.real = real
+        self.broker_name = real.broker_name
+        self.crossed: list[str] = []
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        operation = CONTROL_OPERATIONS.get(name)
+        method = getattr(self.real, name)
+        if operation is None:
+            return method  # type: ignore[no-any-return]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            body = encode_request(operation, args, kwargs)  # the client
+            server_args, server_kwargs = decode_request(operation, body)  # the broker
+            answer = encode_answer(operation, method(*server_args, **server_kwargs))
+            self.crossed.append(name)
+            return decode_answer(operation, answer)  # the client again
+
+        return call
+
+
+def test_clients_work_over_the_encoded_control_plane(tmp_path: Path) -> None:
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
+        loopback = Loopback(InProcessTransport(broker.service))
+        with Producer(loopback) as producer:
+            for i in range(10):
+                producer.send(Message("Wire", f"m{i}".encode()))
+        with PullConsumer(loopback, "g", consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+            consumer.subscribe(["Wire"])
+            got: list[bytes] = []
+            for _ in range(50):
+                got += [m.body for m in consumer.poll(0.1)]
+                if len(got) == 10:
+                    break
+            consumer.commit()
+            committed = {q.queue_id: consumer.committed(q) for q in consumer.assignment()}
+        assert sorted(got) == [f"m{i}".encode() for i in range(10)]
+        assert sum(v or 0 for v in committed.values()) == 10
+        assert {"heartbeat", "group_view", "lock_queues", "commit_offsets", "query_offset"} <= set(
+            loopback.crossed
+        )
+
+
+def test_a_request_missing_a_parameter_or_of_the_wrong_kind_is_refused_by_name() -> None:
+    operation = CONTROL_OPERATIONS["commit_offsets"]
+    with pytest.raises(InvalidArgumentError, match="offsets is missing"):
+        decode_request(operation, orjson.dumps({"broker_name": "b", "group": "g"}))
+    with pytest.raises(InvalidArgumentError, match=r"offsets\[0\]"):
+        decode_request(
+            operation, orjson.dumps({"broker_name": "b", "group": "g", "offsets": [["t", "b"]]})
+        )
+    with pytest.raises(InvalidArgumentError, match="group: want a string"):
+        decode_request(operation, orjson.dumps({"broker_name": "b", "group": 7, "offsets": []}))
+    with pytest.raises(InvalidArgumentError, match="JSON object"):
+        decode_request(operation, b"[1, 2]")
+    with pytest.raises(InvalidArgumentError, match="not JSON"):
+        decode_request(operation, b"{")
+
+
+def test_defaults_fill_keyword_parameters_and_unknown_fields_are_ignored() -> None:
+    operation = CONTROL_OPERATIONS["send_back"]
+    body = orjson.dumps({"group": "g", "phys_offset": 12, "from_a_newer_client": True})
+    assert decode_request(operation, body) == (
+        ["g", 12],
+        {"delay_level": 0, "max_reconsume_times": -1, "reconsume_times": -1},
+    )
+
+
+def test_a_call_the_method_would_refuse_is_refused_before_it_is_sent() -> None:
+    operation = CONTROL_OPERATIONS["queue_count"]
+    with pytest.raises(ArgumentTypeError, match="missing topic"):
+        encode_request(operation)
+    with pytest.raises(ArgumentTypeError, match="positional"):
+        encode_request(operation, ("a", "b"))
+    with pytest.raises(ArgumentTypeError, match="takes no color"):
+        encode_request(operation, ("a",), {"color": 1})
