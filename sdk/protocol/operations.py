@@ -29,17 +29,24 @@ from sdk.errors import ArgumentTypeError, InvalidArgumentError
 from sdk.protocol.shapes import (
     BOOL,
     END_TRANSACTION_RESULT,
+    GROUP_INFO,
     GROUP_VIEW,
     INT,
     NOTHING,
+    OFFSET_RESET,
     OFFSETS,
     OPTIONAL_INT,
+    QUEUE_LAG,
     QUEUE_SET,
     QUEUES,
+    RESET_REQUEST,
     SEND_RESULT,
     STR,
     STR_MAP,
+    TOPIC_INFO,
     Shape,
+    list_of,
+    optional,
 )
 
 __all__ = [
@@ -64,6 +71,10 @@ class Param:
     shape: Shape
     default: Any = _REQUIRED
     keyword: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +144,28 @@ CONTROL_OPERATIONS: Mapping[str, Operation] = {
             _kw("max_reconsume_times", INT, -1),
             _kw("reconsume_times", INT, -1),
         ),
+        # -- administration
+        _op("list_topics", list_of(TOPIC_INFO)),
+        _op("create_topic", TOPIC_INFO, _p("name", STR), _p("queue_count", INT), _p("perm", INT)),
+        _op(
+            "update_topic",
+            TOPIC_INFO,
+            _p("name", STR),
+            _kw("queue_count", OPTIONAL_INT, _REQUIRED),
+            _kw("perm", OPTIONAL_INT, _REQUIRED),
+        ),
+        _op("delete_topic", list_of(INT), _p("name", STR)),
+        _op("list_groups", list_of(GROUP_INFO)),
+        _op("describe_group", GROUP_INFO, _GROUP),
+        _op("group_lag", list_of(QUEUE_LAG), _GROUP, _p("topic", optional(STR))),
+        _op(
+            "reset_offsets",
+            list_of(OFFSET_RESET),
+            _GROUP,
+            _TOPIC,
+            _p("request", RESET_REQUEST),
+            _kw("create", BOOL, _REQUIRED),
+        ),
         _op(
             "end_transaction",
             END_TRANSACTION_RESULT,
@@ -144,7 +177,7 @@ CONTROL_OPERATIONS: Mapping[str, Operation] = {
         ),
     )
 }
-"""Every control-plane method of the transport seam, by name."""
+"""Every control-plane method of the transport seam, by name (administration included)."""
 
 
 def encode_request(

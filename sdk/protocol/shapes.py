@@ -13,29 +13,47 @@ travel as JSON: message batches and pull answers are binary bodies of their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from offsetstore import MessageQueue
 from sdk.errors import InvalidArgumentError
+from sdk.transport.admin_models import (
+    GroupInfo,
+    MemberInfo,
+    OffsetReset,
+    QueueLag,
+    ResetRequest,
+    TopicInfo,
+)
 from sdk.transport.models import GroupView, SendResult
 from sdk.transport.transaction_models import EndTransactionResult
 
 __all__ = [
     "BOOL",
     "END_TRANSACTION_RESULT",
+    "GROUP_INFO",
     "GROUP_VIEW",
     "INT",
     "NOTHING",
     "OFFSETS",
+    "OFFSET_RESET",
     "OPTIONAL_INT",
     "QUEUES",
+    "QUEUE_LAG",
     "QUEUE_SET",
+    "RESET_REQUEST",
     "SEND_RESULT",
     "STR",
     "STR_MAP",
+    "TOPIC_INFO",
     "Shape",
+    "list_of",
+    "optional",
+    "pair",
+    "record",
 ]
 
 
@@ -139,66 +157,91 @@ OFFSETS = Shape(
 )
 
 
-def _object(value: Any, field: str) -> Mapping[str, Any]:
+def _object(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _refuse(field, "an object", value)
     return value
 
 
-def _decode_send_result(value: Any, field: str) -> SendResult:
-    fields = _object(value, field)
-    phys_offsets = fields.get("phys_offsets", [])
-    if not isinstance(phys_offsets, list):
-        raise _refuse(f"{field}.phys_offsets", "a list of integers", phys_offsets)
-    return SendResult(
-        _str(fields.get("status"), f"{field}.status"),
-        _str(fields.get("detail", ""), f"{field}.detail"),
-        _str(fields.get("topic", ""), f"{field}.topic"),
-        _int(fields.get("queue_id", 0), f"{field}.queue_id"),
-        _int(fields.get("queue_offset", -1), f"{field}.queue_offset"),
-        [_int(o, f"{field}.phys_offsets") for o in phys_offsets],
-        _str(fields.get("store_host", ""), f"{field}.store_host"),
-        _int(fields.get("store_timestamp", 0), f"{field}.store_timestamp"),
+def optional(shape: Shape) -> Shape:
+    """``shape`` or null."""
+    return Shape(
+        f"{shape.name} or null",
+        lambda v: None if v is None else shape.encode(v),
+        lambda v, f: None if v is None else shape.decode(v, f),
     )
 
 
-SEND_RESULT = Shape(
-    "a send result",
-    lambda r: {
-        "status": r.status,
-        "detail": r.detail,
-        "topic": r.topic,
-        "queue_id": r.queue_id,
-        "queue_offset": r.queue_offset,
-        "phys_offsets": list(r.phys_offsets),
-        "store_host": r.store_host,
-        "store_timestamp": r.store_timestamp,
-    },
-    _decode_send_result,
+def list_of(shape: Shape, *, as_tuple: bool = False) -> Shape:
+    """A JSON list of ``shape``; decoded as a list (or a tuple)."""
+
+    def decode(value: Any, field: str) -> Any:
+        if not isinstance(value, list):
+            raise _refuse(field, f"a list of {shape.name}", value)
+        items = [shape.decode(item, f"{field}[{i}]") for i, item in enumerate(value)]
+        return tuple(items) if as_tuple else items
+
+    return Shape(f"a list of {shape.name}", lambda v: [shape.encode(i) for i in v], decode)
+
+
+def pair(first: Shape, second: Shape) -> Shape:
+    """A two-element list, decoded as a tuple."""
+
+    def decode(value: Any, field: str) -> tuple[Any, Any]:
+        if not isinstance(value, list) or len(value) != 2:
+            raise _refuse(field, f"[{first.name}, {second.name}]", value)
+        return first.decode(value[0], f"{field}[0]"), second.decode(value[1], f"{field}[1]")
+
+    return Shape(
+        f"[{first.name}, {second.name}]",
+        lambda v: [first.encode(v[0]), second.encode(v[1])],
+        decode,
+    )
+
+
+def record(cls: type[Any], **fields: Shape) -> Shape:
+    """A dataclass as a JSON object of ``fields`` (each by its shape). A field the object lacks
+    takes the dataclass's default, or is refused as missing; other fields are ignored."""
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
+    }
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    name = f"a {cls.__name__}"
+
+    def encode(value: Any) -> dict[str, Any]:
+        return {k: shape.encode(getattr(value, k)) for k, shape in fields.items()}
+
+    def decode(value: Any, field: str) -> Any:
+        if not isinstance(value, dict):
+            raise _refuse(field, name, value)
+        kwargs = {}
+        for key, shape in fields.items():
+            if key in value:
+                kwargs[key] = shape.decode(value[key], f"{field}.{key}")
+            elif key in defaults:
+                kwargs[key] = defaults[key]
+            else:
+                raise InvalidArgumentError(f"{field}.{key} is missing ({name})")
+        return cls(**kwargs)
+
+    return Shape(name, encode, decode)
+
+
+SEND_RESULT = record(
+    SendResult,
+    status=STR,
+    detail=STR,
+    topic=STR,
+    queue_id=INT,
+    queue_offset=INT,
+    phys_offsets=list_of(INT),
+    store_host=STR,
+    store_timestamp=INT,
 )
-
-
-def _decode_end_result(value: Any, field: str) -> EndTransactionResult:
-    fields = _object(value, field)
-    return EndTransactionResult(
-        _str(fields.get("status"), f"{field}.status"),
-        _str(fields.get("detail", ""), f"{field}.detail"),
-        _str(fields.get("topic", ""), f"{field}.topic"),
-        _int(fields.get("queue_id", 0), f"{field}.queue_id"),
-        _int(fields.get("queue_offset", -1), f"{field}.queue_offset"),
-    )
-
-
-END_TRANSACTION_RESULT = Shape(
-    "a transaction end result",
-    lambda r: {
-        "status": r.status,
-        "detail": r.detail,
-        "topic": r.topic,
-        "queue_id": r.queue_id,
-        "queue_offset": r.queue_offset,
-    },
-    _decode_end_result,
+END_TRANSACTION_RESULT = record(
+    EndTransactionResult, status=STR, detail=STR, topic=STR, queue_id=INT, queue_offset=INT
 )
 
 
@@ -235,3 +278,50 @@ GROUP_VIEW = Shape(
     },
     _decode_group_view,
 )
+
+
+# -- administration (sdk.transport.admin_models) ------------------------------------------------
+def _decode_reset_target(value: Any, field: str) -> str:
+    if value not in ("earliest", "latest"):
+        raise _refuse(field, '"earliest" or "latest"', value)
+    return str(value)
+
+
+TOPIC_INFO = record(
+    TopicInfo, name=STR, read_queue_nums=INT, write_queue_nums=INT, perm=INT, system=BOOL
+)
+QUEUE_LAG = record(
+    QueueLag,
+    topic=STR,
+    queue_id=INT,
+    owner=optional(STR),
+    committed=OPTIONAL_INT,
+    min_offset=INT,
+    max_offset=INT,
+)
+GROUP_INFO = record(
+    GroupInfo,
+    group=STR,
+    live=BOOL,
+    as_of_ms=INT,
+    generation=INT,
+    members=list_of(
+        record(
+            MemberInfo,
+            client_id=STR,
+            message_model=STR,
+            subscriptions=list_of(pair(STR, STR), as_tuple=True),
+            queues=list_of(STR, as_tuple=True),
+        ),
+        as_tuple=True,
+    ),
+    queues=list_of(QUEUE_LAG, as_tuple=True),
+    system=BOOL,
+)
+RESET_REQUEST = record(
+    ResetRequest,
+    to=optional(Shape('"earliest" or "latest"', _identity, _decode_reset_target)),
+    timestamp_ms=OPTIONAL_INT,
+    offsets=optional(list_of(pair(INT, INT), as_tuple=True)),
+)
+OFFSET_RESET = record(OffsetReset, topic=STR, queue_id=INT, previous=OPTIONAL_INT, offset=INT)

@@ -15,8 +15,16 @@ from typing import Any
 import orjson
 import pytest
 
-from sdk import ConsumeFrom, EmbeddedBroker, Message, Producer, PullConsumer
-from sdk.errors import ArgumentTypeError, InvalidArgumentError
+from sdk import Admin, ConsumeFrom, EmbeddedBroker, Message, Producer, PullConsumer
+from sdk.errors import (
+    ArgumentTypeError,
+    IllegalStateError,
+    InvalidArgumentError,
+    QuiverError,
+    UnknownGroupError,
+    UnknownTopicError,
+)
+from sdk.protocol.errors import error_answer, error_from_answer
 from sdk.protocol.operations import (
     CONTROL_OPERATIONS,
     decode_answer,
@@ -46,9 +54,14 @@ def test_each_operation_is_a_transport_method_with_the_same_parameters() -> None
         assert [p.name for p in params] == [p.name for p in operation.params], name
         keyword = [p.kind is inspect.Parameter.KEYWORD_ONLY for p in params]
         assert keyword == [p.keyword for p in operation.params], name
-        defaults = [None if p.default is inspect.Parameter.empty else p.default for p in params]
-        table_defaults = [p.default if p.keyword else None for p in operation.params]
-        assert defaults == table_defaults, name
+        required = [p.default is inspect.Parameter.empty for p in params]
+        assert required == [p.required for p in operation.params], name
+        defaults = [p.default for p in params if p.default is not inspect.Parameter.empty]
+        assert defaults == [p.default for p in operation.params if not p.required], name
+
+
+def test_every_method_that_moves_no_message_bytes_is_in_the_table() -> None:
+    assert set(transport_methods()) - NOT_CONTROL == set(CONTROL_OPERATIONS)
 
 
 def test_the_membership_offsets_and_leases_methods_are_all_in_the_table() -> None:
@@ -77,9 +90,12 @@ class Loopback:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             body = encode_request(operation, args, kwargs)  # the client
-            server_args, server_kwargs = decode_request(operation, body)  # the broker
-            answer = encode_answer(operation, method(*server_args, **server_kwargs))
             self.crossed.append(name)
+            try:  # the broker
+                server_args, server_kwargs = decode_request(operation, body)
+                answer = encode_answer(operation, method(*server_args, **server_kwargs))
+            except QuiverError as exc:
+                raise error_from_answer(*error_answer(exc)) from None  # the client, refused
             return decode_answer(operation, answer)  # the client again
 
         return call
@@ -140,3 +156,53 @@ def test_a_call_the_method_would_refuse_is_refused_before_it_is_sent() -> None:
         encode_request(operation, ("a", "b"))
     with pytest.raises(ArgumentTypeError, match="takes no color"):
         encode_request(operation, ("a",), {"color": 1})
+
+
+def test_administration_works_over_the_encoded_control_plane(tmp_path: Path) -> None:
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
+        loopback = Loopback(InProcessTransport(broker.service))
+        with Admin(loopback) as admin:
+            created = admin.create_topic("Admin", 2)
+            assert (created.name, created.read_queue_nums, created.write_queue_nums) == (
+                "Admin",
+                2,
+                2,
+            )
+            with Producer(loopback) as producer:
+                for i in range(4):
+                    producer.send(Message("Admin", f"m{i}".encode()), queue_id=i % 2)
+            moved = admin.reset_offsets("billing", "Admin", to="latest", create=True)
+            assert sorted((r.queue_id, r.previous, r.offset) for r in moved) == [
+                (0, None, 2),
+                (1, None, 2),
+            ]
+            moved = admin.reset_offsets("billing", "Admin", offsets={0: 1})
+            assert [(r.queue_id, r.offset) for r in moved] == [(0, 1)]
+            assert [(q.queue_id, q.committed, q.lag) for q in admin.lag("billing", "Admin")] == [
+                (0, 1, 1),
+                (1, 2, 0),
+            ]
+            described = admin.describe_group("billing")
+            assert described.group == "billing" and described.total_lag == 1
+            assert "billing" in [g.group for g in admin.list_groups()]
+            assert admin.update_topic("Admin", perm=4).perm == 4
+            assert "Admin" in [t.name for t in admin.list_topics()]
+            assert admin.delete_topic("Admin") == [0, 1]
+        assert {"create_topic", "reset_offsets", "group_lag", "delete_topic"} <= set(
+            loopback.crossed
+        )
+
+
+def test_refusals_cross_the_wire_as_the_sdks_errors(tmp_path: Path) -> None:
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
+        loopback = Loopback(InProcessTransport(broker.service))
+        with Admin(loopback) as admin:
+            with pytest.raises(UnknownGroupError, match="nobody"):
+                admin.describe_group("nobody")
+            with pytest.raises(UnknownTopicError, match="Missing"):
+                admin.delete_topic("Missing")
+            admin.create_topic("Twice", 1)
+            with pytest.raises(IllegalStateError, match="already exists"):
+                admin.create_topic("Twice", 1)
+            with pytest.raises(InvalidArgumentError):
+                admin.create_topic("Bad", 0)
