@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, UniformBatch
+from localstore.record.batch_encoder import encode_batch, encode_uniform
 from sdk import Message
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 from sdk.outgoing import MessageBuilder
@@ -25,13 +26,14 @@ JAVA_MAGIC = 0xDAA320A7  # RocketMQ's MessageDecoder.MESSAGE_MAGIC_CODE, as an u
 
 # Property names and values a writer may store: text without the two separators.
 _text = st.text(st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=12)
+_INDEXED_NAMES = ["TAGS", "KEYS", "UNIQ_KEY"]  # the names the store indexes, empty values too
 _messages = st.lists(
     st.builds(
         NewMessage,
         topic=st.just(TOPIC),
         body=st.binary(max_size=64),
         queue_id=st.just(3),
-        properties=st.dictionaries(_text, _text, max_size=4),
+        properties=st.dictionaries(st.sampled_from(_INDEXED_NAMES) | _text, _text, max_size=4),
         flag=st.integers(-(2**31), 2**31 - 1),
     ),
     min_size=1,
@@ -221,3 +223,16 @@ def test_malformed_is_an_invalid_argument_never_retriable() -> None:
     error = MalformedBodyError(3, "x")
     assert isinstance(error, InvalidArgumentError)
     assert not error.retriable
+
+
+@settings(max_examples=100, deadline=None)
+@given(_messages)
+def test_the_column_batch_stores_the_bytes_its_messages_would(messages: list[NewMessage]) -> None:
+    for message in messages:
+        message.flag = 5  # one flag: decoded as columns
+    decoded = decode_produce_body(encode_produce_body(messages), TOPIC, 3, born_timestamp=9)
+    assert isinstance(decoded, UniformBatch)
+    where = (0, 0, 1 << 20, 123, b"\x7f\x00\x00\x01\x00\x00\x27\x10")
+    as_columns = encode_uniform(decoded, *where, 1 << 20)
+    as_messages = encode_batch(list(decoded), TOPIC, 3, *where, 1 << 20)
+    assert as_columns == as_messages
