@@ -40,6 +40,25 @@ class SendRejectedError(QuiverError):
         self.retriable = status in RETRIABLE_PUT_STATUSES
 
 
+class MalformedBodyError(InvalidArgumentError):
+    """A binary request or answer body of the wire protocol (:mod:`sdk.protocol`) that does not
+    follow its layout: truncated, sizes that do not add up, a wrong magic code or a body CRC
+    that does not match. ``offset`` is the byte position in the body where the problem was
+    found. Never retriable: the same bytes fail the same way."""
+
+    def __init__(self, offset: int, problem: str):
+        super().__init__(f"malformed body at byte {offset}: {problem}")
+        self.offset = offset
+        self.problem = problem
+
+    @classmethod
+    def from_message(cls, message: str) -> MalformedBodyError:
+        """The error as another process reported it (its whole message; ``offset`` -1)."""
+        error = cls(-1, message)
+        error.args = (message,)
+        return error
+
+
 class BrokerUnavailableError(QuiverError):
     """The broker could not be reached or is shutting down; retrying may succeed."""
 
@@ -80,6 +99,7 @@ __all__ = [
     "IllegalStateError",
     "InvalidArgumentError",
     "InvalidMessageError",
+    "MalformedBodyError",
     "QuiverError",
     "SendRejectedError",
     "UnknownGroupError",

@@ -18,6 +18,7 @@ successful answers, never errors here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -29,6 +30,7 @@ from sdk.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidMessageError,
+    MalformedBodyError,
     QuiverError,
     UnknownGroupError,
     UnknownTopicError,
@@ -47,11 +49,14 @@ class WireError:
     http_status: int
     error: type[QuiverError]
     retriable: bool
+    # how a client rebuilds the error from the answer's message (default: the class itself)
+    rebuild: Callable[[str], QuiverError] | None = None
 
 
 WIRE_ERRORS: tuple[WireError, ...] = (
     WireError("ARGUMENT_TYPE", 400, ArgumentTypeError, False),
     WireError("INVALID_MESSAGE", 400, InvalidMessageError, False),
+    WireError("MALFORMED_BODY", 400, MalformedBodyError, False, MalformedBodyError.from_message),
     WireError("INVALID_ARGUMENT", 400, InvalidArgumentError, False),
     WireError("UNKNOWN_TOPIC", 404, UnknownTopicError, False),
     WireError("UNKNOWN_GROUP", 404, UnknownGroupError, False),
@@ -97,7 +102,7 @@ def error_from_answer(http_status: int, body: bytes) -> QuiverError:
     row = _BY_CODE.get(document["code"])
     if row is None or row is _INTERNAL:
         return _by_status(http_status, f"{document['code']}: {message}")
-    error = row.error(message)
+    error = row.rebuild(message) if row.rebuild is not None else row.error(message)
     retriable = document.get("retriable")
     if isinstance(retriable, bool) and retriable != row.retriable:
         error.retriable = retriable

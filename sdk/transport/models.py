@@ -151,7 +151,7 @@ class QueuePullResult:
     next_offset: int
     min_offset: int
     max_offset: int
-    raw: bytes = b""
+    raw: bytes | memoryview = b""  # a memoryview when decoded from a remote pull answer
     count: int = 0
     damaged: DamagedRecord | None = None
 

@@ -13,6 +13,7 @@ from sdk.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidMessageError,
+    MalformedBodyError,
     QuiverError,
     SendRejectedError,
     UnknownGroupError,
@@ -32,6 +33,7 @@ from sdk.protocol.errors import WIRE_ERRORS, error_answer, error_from_answer
         IllegalStateError("group billing has running consumers"),
         ClientClosedError("producer is closed"),
         BrokerUnavailableError("the broker is closing"),
+        MalformedBodyError(12, "bad magic code 0x0"),
     ],
     ids=lambda e: type(e).__name__,
 )
