@@ -6,7 +6,10 @@ refuses, with :class:`~sdk.errors.InvalidArgumentError` naming the field, anythi
 kind (a broker must answer bad input with a 400 that names the problem, never a 500). Objects
 decode with the fields they know and ignore the others (a newer peer may send more).
 
-Queues travel as ``[topic, broker_name, queue_id]``; a queue's offset as
+Integers are Java's: a long (``[-2**63, 2**63 - 1]``) unless narrower; a queue id is an int in
+``[0, 2**31 - 1]`` and a committed offset a long in ``[0, 2**63 - 1]``, as the store and the
+offset file hold them (a value outside would be taken, then break the broker's files). Queues
+travel as ``[topic, broker_name, queue_id]``; a queue's offset as
 ``[topic, broker_name, queue_id, offset]``; results as objects of their fields. Bytes never
 travel as JSON: message batches and pull answers are binary bodies of their own.
 """
@@ -70,9 +73,15 @@ def _refuse(field: str, shape: str, value: object) -> InvalidArgumentError:
     return InvalidArgumentError(f"{field}: want {shape}, got {type(value).__name__} {value!r:.80}")
 
 
-def _int(value: Any, field: str) -> int:
-    if type(value) is not int:
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a Java long
+INT32_MAX = 2**31 - 1  # a Java int: queue ids
+
+
+def _int(value: Any, field: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+    if type(value) is not int:  # a bool is an int to Python, not on the wire
         raise _refuse(field, "an integer", value)
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{field}: want an integer in [{low}, {high}], got {value}")
     return value
 
 
@@ -117,7 +126,8 @@ def _encode_queue(queue: MessageQueue) -> list[Any]:
 def _decode_queue(value: Any, field: str) -> MessageQueue:
     if not isinstance(value, list) or len(value) != 3:
         raise _refuse(field, "[topic, broker_name, queue_id]", value)
-    return MessageQueue(_str(value[0], field), _str(value[1], field), _int(value[2], field))
+    queue_id = _int(value[2], f"{field} queue id", 0, INT32_MAX)
+    return MessageQueue(_str(value[0], field), _str(value[1], field), queue_id)
 
 
 def _decode_queues(value: Any, field: str) -> list[MessageQueue]:
@@ -146,7 +156,7 @@ def _decode_offsets(value: Any, field: str) -> dict[MessageQueue, int]:
         where = f"{field}[{i}]"
         if not isinstance(item, list) or len(item) != 4:
             raise _refuse(where, "[topic, broker_name, queue_id, offset]", item)
-        offsets[_decode_queue(item[:3], where)] = _int(item[3], where)
+        offsets[_decode_queue(item[:3], where)] = _int(item[3], f"{where} offset", 0, INT64_MAX)
     return offsets
 
 

@@ -206,3 +206,41 @@ def test_refusals_cross_the_wire_as_the_sdks_errors(tmp_path: Path) -> None:
                 admin.create_topic("Twice", 1)
             with pytest.raises(InvalidArgumentError):
                 admin.create_topic("Bad", 0)
+
+
+def test_an_integer_beyond_a_java_long_is_refused() -> None:
+    # orjson reads integers up to 2**64 - 1 as ints; the store and every peer hold a long
+    operation = CONTROL_OPERATIONS["send_back"]
+    for too_big in (b"9223372036854775808", b"18446744073709551615"):
+        with pytest.raises(InvalidArgumentError, match="phys_offset: want an integer in"):
+            decode_request(operation, b'{"group": "g", "phys_offset": ' + too_big + b"}")
+    assert decode_request(operation, b'{"group": "g", "phys_offset": 9223372036854775807}')[0] == [
+        "g",
+        2**63 - 1,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("queue_id", "offset", "problem"),
+    [
+        (0, -1, "offset"),
+        (0, 2**64 - 1, "offset"),
+        (-3, 1, "queue id"),
+        (2**31, 1, "queue id"),
+    ],
+)
+def test_committed_offsets_outside_the_offset_files_bounds_are_refused(
+    queue_id: int, offset: int, problem: str
+) -> None:
+    # taken, they would be written to consumerOffset.json, which then refuses to load
+    body = orjson.dumps(
+        {"broker_name": "b", "group": "g", "offsets": [["t", "b", queue_id, offset]]}
+    )
+    with pytest.raises(InvalidArgumentError, match=rf"offsets\[0\] {problem}: want an integer"):
+        decode_request(CONTROL_OPERATIONS["commit_offsets"], body)
+
+
+def test_a_queue_id_outside_a_java_int_is_refused_in_a_queue() -> None:
+    body = orjson.dumps({"group": "g", "client_id": "c", "queues": [["t", "b", 2**40]]})
+    with pytest.raises(InvalidArgumentError, match=r"queues\[0\] queue id: want an integer"):
+        decode_request(CONTROL_OPERATIONS["lock_queues"], body)
