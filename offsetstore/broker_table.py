@@ -51,6 +51,7 @@ from offsetstore.atomic_file import backup_path, read_with_backup, write_atomica
 from offsetstore.base import NOT_FOUND, ReadResult
 from offsetstore.fastjson import loads as fastjson_loads
 from offsetstore.json_shape import (
+    INT32_MAX,
     ShapeError,
     data_version,
     expect_int,
@@ -58,7 +59,7 @@ from offsetstore.json_shape import (
     expect_object,
     json_kind,
 )
-from offsetstore.memory import PeriodicPersister
+from offsetstore.memory import PeriodicPersister, check_offset
 from quiver_errors import InvalidArgumentError
 
 __all__ = [
@@ -156,7 +157,15 @@ class ConsumerOffsetTable:
         self.commit_many(group, topic, {queue_id: offset})
 
     def commit_many(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        """Record several queues of one topic at once."""
+        """Record several queues of one topic at once. A queue id outside ``[0, 2**31 - 1]`` or an
+        offset outside ``[0, 2**63 - 1]`` is refused (InvalidArgumentError) before any is
+        recorded: the offset file could not be loaded again with it."""
+        for queue_id, offset in offsets.items():
+            if type(queue_id) is not int or not 0 <= queue_id <= INT32_MAX:
+                raise InvalidArgumentError(
+                    f"{topic}@{group}: a queue id is an int in [0, {INT32_MAX}], got {queue_id!r}"
+                )
+            check_offset(offset)
         key = _key(topic, group)
         with self._lock:
             queues = self._table.setdefault(key, {})

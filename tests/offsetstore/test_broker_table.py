@@ -14,6 +14,7 @@ import pytest
 from localstore import MessageStore, NewMessage
 from offsetstore.base import NOT_FOUND, OffsetFileError
 from offsetstore.broker_table import ConsumerOffsetTable, QueueBounds, parse_offset_file
+from quiver_errors import InvalidArgumentError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9.8"
 GEOMETRY = {"commitlog_file_size": 65536, "cq_entries_per_file": 50}
@@ -174,3 +175,16 @@ def test_auto_persist_and_close(tmp_path: Path) -> None:
 def test_at_sign_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'@'"):
         ConsumerOffsetTable(tmp_path).commit("g@x", "T", 0, 1)
+
+
+@pytest.mark.parametrize(("queue_id", "offset"), [(0, -1), (0, 2**63), (-3, 1), (2**31, 1)])
+def test_an_offset_the_file_could_not_hold_is_refused_and_the_table_still_loads(
+    tmp_path: Path, queue_id: int, offset: int
+) -> None:
+    with ConsumerOffsetTable(tmp_path) as table:
+        table.commit("g", "t", 1, 5)
+        with pytest.raises(InvalidArgumentError, match="is an int in"):
+            table.commit_many("g", "t", {2: 7, queue_id: offset})
+        assert table.offsets("g", "t") == {1: 5}  # nothing of the refused call recorded
+    with ConsumerOffsetTable(tmp_path) as reopened:
+        assert reopened.offsets("g", "t") == {1: 5}
