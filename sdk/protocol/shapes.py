@@ -40,6 +40,7 @@ __all__ = [
     "GROUP_INFO",
     "GROUP_VIEW",
     "INT",
+    "INT32",
     "NOTHING",
     "OFFSETS",
     "OFFSET_RESET",
@@ -102,6 +103,9 @@ def _identity(value: Any) -> Any:
 
 
 INT = Shape("an integer", _identity, _int)
+INT32 = Shape(
+    "a 32-bit integer", _identity, lambda v, f: _int(v, f, -INT32_MAX - 1, INT32_MAX)
+)  # a Java int: delay levels, reconsume counts (the store packs them in 4 bytes)
 STR = Shape("a string", _identity, _str)
 BOOL = Shape("true or false", _identity, _bool)
 OPTIONAL_INT = Shape(

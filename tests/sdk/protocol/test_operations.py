@@ -244,3 +244,18 @@ def test_a_queue_id_outside_a_java_int_is_refused_in_a_queue() -> None:
     body = orjson.dumps({"group": "g", "client_id": "c", "queues": [["t", "b", 2**40]]})
     with pytest.raises(InvalidArgumentError, match=r"queues\[0\] queue id: want an integer"):
         decode_request(CONTROL_OPERATIONS["lock_queues"], body)
+
+
+@pytest.mark.parametrize("name", ["delay_level", "max_reconsume_times", "reconsume_times"])
+def test_a_send_back_count_beyond_a_java_int_is_refused_not_a_broker_error(
+    tmp_path: Path, name: str
+) -> None:
+    # the store packs these in 4 bytes: taken, the call fails inside the broker (a 500)
+    operation = CONTROL_OPERATIONS["send_back"]
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
+        with Producer(broker) as producer:
+            phys_offset = producer.send(Message("Back", b"m")).phys_offset
+        body = orjson.dumps({"group": "g", "phys_offset": phys_offset, name: 2**31})
+        with pytest.raises(InvalidArgumentError, match=f"{name}: want an integer in"):
+            args, kwargs = decode_request(operation, body)
+            InProcessTransport(broker.service).send_back(*args, **kwargs)
