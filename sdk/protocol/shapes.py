@@ -17,6 +17,7 @@ travel as JSON: message batches and pull answers are binary bodies of their own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,9 +104,8 @@ def _identity(value: Any) -> Any:
 
 
 INT = Shape("an integer", _identity, _int)
-INT32 = Shape(
-    "a 32-bit integer", _identity, lambda v, f: _int(v, f, -INT32_MAX - 1, INT32_MAX)
-)  # a Java int: delay levels, reconsume counts (the store packs them in 4 bytes)
+# a Java int: delay levels, reconsume counts (the store packs them in 4 bytes)
+INT32 = Shape("a 32-bit integer", _identity, lambda v, f: _int(v, f, -INT32_MAX - 1, INT32_MAX))
 STR = Shape("a string", _identity, _str)
 BOOL = Shape("true or false", _identity, _bool)
 OPTIONAL_INT = Shape(
@@ -216,12 +216,12 @@ def pair(first: Shape, second: Shape) -> Shape:
 def record(cls: type[Any], **fields: Shape) -> Shape:
     """A dataclass as a JSON object of ``fields`` (each by its shape). A field the object lacks
     takes the dataclass's default, or is refused as missing; other fields are ignored."""
-    defaults = {
-        f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
-    }
+    defaults: dict[str, Callable[[], Any]] = {}
     for f in dataclasses.fields(cls):
-        if f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = functools.partial(_identity, f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory  # a new list per object, never a shared one
     name = f"a {cls.__name__}"
 
     def encode(value: Any) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def record(cls: type[Any], **fields: Shape) -> Shape:
             if key in value:
                 kwargs[key] = shape.decode(value[key], f"{field}.{key}")
             elif key in defaults:
-                kwargs[key] = defaults[key]
+                kwargs[key] = defaults[key]()
             else:
                 raise InvalidArgumentError(f"{field}.{key} is missing ({name})")
         return cls(**kwargs)

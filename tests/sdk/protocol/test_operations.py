@@ -259,3 +259,14 @@ def test_a_send_back_count_beyond_a_java_int_is_refused_not_a_broker_error(
         with pytest.raises(InvalidArgumentError, match=f"{name}: want an integer in"):
             args, kwargs = decode_request(operation, body)
             InProcessTransport(broker.service).send_back(*args, **kwargs)
+
+
+def test_a_field_missing_from_an_answer_gets_a_default_of_its_own() -> None:
+    # an older broker's answer without phys_offsets: each result gets its own empty list
+    operation = CONTROL_OPERATIONS["send_back"]
+    answer = orjson.dumps(
+        {"status": "PUT_OK", "detail": "", "topic": "t", "queue_id": 0, "queue_offset": 1}
+        | {"store_host": "h", "store_timestamp": 2}
+    )
+    first, second = decode_answer(operation, answer), decode_answer(operation, answer)
+    assert first.phys_offsets == [] and first.phys_offsets is not second.phys_offsets
