@@ -30,8 +30,8 @@ A queue answer:
 Statuses travel as the small codes of :data:`STATUS_CODES`, the one table of them; a code a
 reader does not know (a newer broker's) is refused, naming it. :func:`decode_pull_answer`
 gives each queue's ``raw`` as a ``memoryview`` slice of the body (no copy). A body that does not
-follow the layout (truncated, a length running past the end, bytes after the last queue, an
-unknown version or status code, text that is not UTF-8) is refused with
+follow the layout (truncated, a length running past the end, a negative count or length, bytes
+after the last queue, an unknown version or status code, text that is not UTF-8) is refused with
 :class:`sdk.errors.MalformedBodyError`, naming the byte offset and the problem.
 """
 
@@ -76,7 +76,7 @@ _TOPIC_LENGTH = struct.Struct(">H")
 # QUEUEID, STATUS, NEXTOFFSET, MINOFFSET, MAXOFFSET, COUNT, RAWLENGTH, DAMAGED
 _QUEUE_HEAD = struct.Struct(">iBqqqiiB")
 _DAMAGED_HEAD = struct.Struct(">qqi")  # DAMAGEDQUEUEOFFSET, DAMAGEDPHYSOFFSET, REASON length
-_STATUS_AT, _RAW_LENGTH_AT = 4, 33  # STATUS's and RAWLENGTH's offsets in the queue head
+_STATUS_AT, _COUNT_AT, _RAW_LENGTH_AT = 4, 29, 33  # their offsets in the queue head
 
 
 def encode_pull_answer(result: PullBatchResult) -> bytes:
@@ -161,6 +161,10 @@ def _decode_queue(reader: _Reader) -> QueuePullResult:
         raise MalformedBodyError(
             head_at + _STATUS_AT,
             f"status code {code} of {topic}:{queue_id} is not known here (a newer broker's?)",
+        )
+    if count < 0:
+        raise MalformedBodyError(
+            head_at + _COUNT_AT, f"record count {count} of {topic}:{queue_id} is negative"
         )
     if raw_bytes < 0:
         raise MalformedBodyError(
