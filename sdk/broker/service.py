@@ -167,6 +167,10 @@ def _any_delayed(messages: Sequence[NewMessage]) -> bool:
     return False
 
 
+# A record's reconsume count is a signed 32-bit field: a copy one count further must fit.
+_MAX_RECONSUME_COUNT = 2**31 - 1
+
+
 def _damaged_record(error: DamagedRecordError) -> DamagedRecord:
     """What a pull's answer says of a damaged record (the client needs no store error)."""
     return DamagedRecord(error.queue_offset, error.phys_offset, error.reason)
@@ -400,6 +404,8 @@ class BrokerService:
         if max_reconsume_times is not None and max_reconsume_times >= 0:
             limit = max_reconsume_times
         done = original.reconsume_times if reconsume_times < 0 else reconsume_times
+        if done >= _MAX_RECONSUME_COUNT:  # the copy carries one more, in a 32-bit field
+            return _rejected("MESSAGE_ILLEGAL", f"reconsume times {done} out of range")
         message = self._retry_copy(original, done)
         if done >= limit:
             return self._dead_letter(group, message, f"after {done} reconsumes (limit {limit})")

@@ -24,6 +24,7 @@ from sdk import (
     Producer,
     PushConsumer,
     QuiverError,
+    retry_topic,
 )
 from sdk.transport.in_process import InProcessTransport
 
@@ -249,3 +250,20 @@ def test_a_timed_out_message_is_sent_back_at_delay_level_3(broker):
     # Failures leave the level to the broker (3 + reconsume count); the timeout asks for 3.
     assert transport.delay_levels[:3] == [0, 0, 3]
     assert deliveries[:4] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("reconsume_times", [2**31 - 1, 2**31, 2**40])
+def test_a_send_back_whose_count_cannot_be_stored_is_refused_not_raised(
+    broker, reconsume_times: int
+):
+    """The retry copy carries one more reconsume than it is given, in a signed 32-bit field:
+    a count with no room for that is refused with a status, like any bad message, and nothing
+    is stored."""
+    with Producer(broker) as producer:
+        producer.send(Message("orders", b"once"), queue_id=0)
+    (stored,) = broker.service.store.get_messages("orders", 0, 0).messages
+    answer = InProcessTransport(broker.service).send_back(
+        "billing", stored.phys_offset, reconsume_times=reconsume_times
+    )
+    assert answer.status == "MESSAGE_ILLEGAL" and "reconsume times" in answer.detail
+    assert broker.service.max_offset(retry_topic("billing"), 0) == 0
