@@ -78,16 +78,13 @@ def read_committed(offsets: OffsetStore, queue: MessageQueue) -> Steps[ReadResul
 def persist(
     offsets: OffsetStore, queues: Iterable[MessageQueue], *, drop_others: bool
 ) -> Steps[None]:
-    """Commit the memory offsets of ``queues`` (and every commit that failed before);
-    ``drop_others`` forgets the memory entries of other queues (those no longer owned). What
+    """Commit the memory offsets of ``queues`` (and every commit that failed before), in one
+    call per broker (a local file store: one write); ``drop_others`` forgets the broker
+    store's memory entries of other queues (those no longer owned). What
     the broker does not take, and what was not sent or not answered when the persist was
     stopped (closed generator), is kept for the next persist."""
     if not isinstance(offsets, RemoteBrokerOffsetStore):
-        if drop_others:
-            offsets.persist_all(queues)
-        else:
-            for queue in queues:
-                offsets.persist(queue)
+        offsets.persist_all(queues)  # one file write; a local store keeps every memory entry
         return
     due = offsets.commits_due(queues, drop_others=drop_others)
     unanswered = dict(due)

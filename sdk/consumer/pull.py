@@ -192,8 +192,10 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         for queue, offset in released.items():
             if offset is not None:
                 self._offsets.update_offset(queue, offset, False)
-            yield from persist(self._offsets, [queue], drop_others=False)
-            if queue in self._offsets.pending():
+        yield from persist(self._offsets, released, drop_others=False)  # one commit per broker
+        not_landed = self._offsets.pending()
+        for queue in released:
+            if queue in not_landed:
                 log.warning(
                     "final commit of %s for %s did not land; its next owner resumes at the "
                     "group's last commit",
