@@ -261,7 +261,11 @@ class PushConsumer(WarnsUnclosed):
         return run_steps(steps, self._transport)
 
     def _under_control(self, steps: Steps[T]) -> T:
-        """Run a membership sequence of the core, one at a time."""
+        """Run a membership sequence of the core, one at a time. Called from within one (a
+        rebalance listener, on the thread that holds the control lock), it runs at once as
+        part of that sequence: waiting for the lock would wait for itself."""
+        if self._control_thread == threading.get_ident():
+            return run_steps(steps, self._transport)
         with self._control:
             self._control_thread = threading.get_ident()
             try:
@@ -275,11 +279,7 @@ class PushConsumer(WarnsUnclosed):
         resumes no earlier than them. A commit the broker cannot take is kept and sent again
         with the next. A rebalance listener may call it (it then runs inside the sequence that
         called the listener, which holds the control lock)."""
-        persist = self.core.persist_owned()
-        if self._control_thread == threading.get_ident():  # from a rebalance listener
-            run_steps(persist, self._transport)
-        else:
-            self._under_control(persist)
+        self._under_control(self.core.persist_owned())
 
     # -- the pull thread ---------------------------------------------------------------------
     def _pull_loop(self) -> None:
