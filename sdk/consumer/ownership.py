@@ -89,12 +89,15 @@ class QueueOwnership:
         since = self.releasing.get(queue)
         return since is not None and self.clock.monotonic() - since >= self.release_timeout_s
 
-    def released(self, queue: MessageQueue) -> Steps[None]:
-        """The queue's offset is committed (or it was never taken): give its lease back."""
-        self.releasing.pop(queue, None)
-        self.owned.discard(queue)
-        if self.leased:
-            yield Call.of("unlock_queues", self.group, self.client_id, [queue])
+    def released(self, queues: Iterable[MessageQueue]) -> Steps[None]:
+        """The queues' offsets are committed (or they were never taken): give their leases
+        back, in one call."""
+        queues = sorted(queues)
+        for queue in queues:
+            self.releasing.pop(queue, None)
+            self.owned.discard(queue)
+        if queues and self.leased:
+            yield Call.of("unlock_queues", self.group, self.client_id, queues)
 
     def is_releasing(self, queue: MessageQueue) -> bool:
         return queue in self.releasing

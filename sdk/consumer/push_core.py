@@ -319,11 +319,9 @@ class PushCore:
         leases still refused."""
         if self._closed:
             return
-        for queue in list(self.ownership.releasing):
-            state = self.states.get(queue)
-            force = self.ownership.release_timed_out(queue)
-            if state is None or state.process_queue.seal_if_idle(force=force):
-                yield from self._release(queue)  # no listener call runs, none can start now
+        drained = [queue for queue in list(self.ownership.releasing) if self._drained(queue)]
+        if drained:  # no listener call runs on them, none can start now
+            yield from self._release(drained)
         if self.ownership.pending:
             yield from self._apply(*(yield from self.ownership.update(self._wanted)))
 
@@ -356,8 +354,7 @@ class PushCore:
         for queue in sorted(started):
             if (yield from self._take(queue)):
                 taken.append(queue)
-        for queue in started.difference(taken):
-            yield from self.ownership.released(queue)
+        yield from self.ownership.released(started.difference(taken))
         if taken:
             self._tell("on_assigned", taken)
 
@@ -405,25 +402,36 @@ class PushCore:
         )
         return True
 
-    def _release(self, queue: MessageQueue) -> Steps[None]:
-        """Commit what finished, forget the queue, then give its lease back. If the commit does
-        not reach the broker the lease is kept (the next settle tries again): a new owner must
-        never start below an offset this member will commit later."""
-        state = self.states.pop(queue, None)
-        if state is not None:
-            with state.commit_lock:  # no listener commits after this: the offset is final
-                state.process_queue.dropped = True
-        # (else a commit that failed before: the persist sends it again)
-        yield from persist(self.offsets, [queue], drop_others=False)
-        self.offsets.remove_offset(queue)
-        if self._commit_pending(queue):
-            log.warning("offset of %s not committed yet; keeping its lease until it is", queue)
-            return
-        self._tell("on_revoked", [queue])
-        yield from self.ownership.released(queue)
+    def _drained(self, queue: MessageQueue) -> bool:
+        """Whether a releasing queue has no listener call left (sealed now), or waited too
+        long for them (sealed anyway)."""
+        state = self.states.get(queue)
+        force = self.ownership.release_timed_out(queue)
+        return state is None or state.process_queue.seal_if_idle(force=force)
 
-    def _commit_pending(self, queue: MessageQueue) -> bool:
-        return queue in self.offsets.pending()
+    def _release(self, queues: list[MessageQueue]) -> Steps[None]:
+        """Commit what finished, in one persist, forget the queues, then give their leases
+        back. A queue whose commit does not reach the broker keeps its lease (the next settle
+        tries again): a new owner must never start below an offset this member will commit
+        later."""
+        for queue in queues:
+            state = self.states.pop(queue, None)
+            if state is not None:
+                with state.commit_lock:  # no listener commits after this: the offset is final
+                    state.process_queue.dropped = True
+        # (a queue without state: a commit that failed before, which the persist sends again)
+        yield from persist(self.offsets, queues, drop_others=False)
+        not_landed = self.offsets.pending()
+        committed = []
+        for queue in queues:
+            self.offsets.remove_offset(queue)
+            if queue in not_landed:
+                log.warning("offset of %s not committed yet; keeping its lease until it is", queue)
+            else:
+                committed.append(queue)
+        if committed:
+            self._tell("on_revoked", committed)
+            yield from self.ownership.released(committed)
 
     # -- pulling ---------------------------------------------------------------------------
     def next_pull(self, wait_ms: int | None = None) -> PullBatch:
