@@ -185,46 +185,40 @@ class InProcessTransport:
         """Nothing to release: the broker belongs to whoever opened it."""
 
     # -- administration (sdk.broker.administration, answers in sdk.transport.admin_models) ---
-    @staticmethod
-    def _admin_call(service: BrokerService, call: Callable[[BrokerAdministration], T]) -> T:
+    def _admin_call(self, call: Callable[[BrokerAdministration], T]) -> T:
         """``call`` on the broker's administration; a closed broker is unavailable."""
-        if service.closed:
+        if self.service.closed:
             raise BrokerUnavailableError("the embedded broker is closed")
         try:
-            return call(service.admin)
+            return call(self.service.admin)
         except StoreClosedError as exc:
             raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
 
     def list_topics(self) -> list[TopicInfo]:
-        return self._admin_call(self.service, lambda admin: admin.list_topics())
+        return self._admin_call(lambda admin: admin.list_topics())
 
     def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
-        return self._admin_call(
-            self.service, lambda admin: admin.create_topic(name, queue_count, perm)
-        )
+        return self._admin_call(lambda admin: admin.create_topic(name, queue_count, perm))
 
     def update_topic(self, name: str, *, queue_count: int | None, perm: int | None) -> TopicInfo:
-        return self._admin_call(
-            self.service, lambda admin: admin.update_topic(name, queue_count, perm)
-        )
+        return self._admin_call(lambda admin: admin.update_topic(name, queue_count, perm))
 
     def delete_topic(self, name: str) -> list[int]:
-        return self._admin_call(self.service, lambda admin: admin.delete_topic(name))
+        return self._admin_call(lambda admin: admin.delete_topic(name))
 
     def list_groups(self) -> list[GroupInfo]:
-        return self._admin_call(self.service, lambda admin: admin.list_groups())
+        return self._admin_call(lambda admin: admin.list_groups())
 
     def describe_group(self, group: str) -> GroupInfo:
-        return self._admin_call(self.service, lambda admin: admin.describe_group(group))
+        return self._admin_call(lambda admin: admin.describe_group(group))
 
     def group_lag(self, group: str, topic: str | None) -> list[QueueLag]:
-        return self._admin_call(self.service, lambda admin: admin.lag(group, topic))
+        return self._admin_call(lambda admin: admin.lag(group, topic))
 
     def reset_offsets(
         self, group: str, topic: str, request: ResetRequest, *, create: bool
     ) -> list[OffsetReset]:
         return self._admin_call(
-            self.service,
             lambda admin: admin.reset_offsets(group, topic, request, create=create),
         )
 
@@ -360,41 +354,32 @@ class AsyncInProcessTransport:
     async def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""
 
-    # -- administration: the service's calls, made on the loop (each is short: config files,
-    # offsets and queue bounds, no wait) --------------------------------------------------------
+    # -- administration: the blocking transport's calls, made on the loop (each is short: config
+    # files, offsets and queue bounds, no wait) -----------------------------------------------
     async def list_topics(self) -> list[TopicInfo]:
-        return InProcessTransport._admin_call(self.service, lambda admin: admin.list_topics())
+        return self._blocking.list_topics()
 
     async def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
-        return InProcessTransport._admin_call(
-            self.service, lambda admin: admin.create_topic(name, queue_count, perm)
-        )
+        return self._blocking.create_topic(name, queue_count, perm)
 
     async def update_topic(
         self, name: str, *, queue_count: int | None, perm: int | None
     ) -> TopicInfo:
-        return InProcessTransport._admin_call(
-            self.service, lambda admin: admin.update_topic(name, queue_count, perm)
-        )
+        return self._blocking.update_topic(name, queue_count=queue_count, perm=perm)
 
     async def delete_topic(self, name: str) -> list[int]:
-        return InProcessTransport._admin_call(self.service, lambda admin: admin.delete_topic(name))
+        return self._blocking.delete_topic(name)
 
     async def list_groups(self) -> list[GroupInfo]:
-        return InProcessTransport._admin_call(self.service, lambda admin: admin.list_groups())
+        return self._blocking.list_groups()
 
     async def describe_group(self, group: str) -> GroupInfo:
-        return InProcessTransport._admin_call(
-            self.service, lambda admin: admin.describe_group(group)
-        )
+        return self._blocking.describe_group(group)
 
     async def group_lag(self, group: str, topic: str | None) -> list[QueueLag]:
-        return InProcessTransport._admin_call(self.service, lambda admin: admin.lag(group, topic))
+        return self._blocking.group_lag(group, topic)
 
     async def reset_offsets(
         self, group: str, topic: str, request: ResetRequest, *, create: bool
     ) -> list[OffsetReset]:
-        return InProcessTransport._admin_call(
-            self.service,
-            lambda admin: admin.reset_offsets(group, topic, request, create=create),
-        )
+        return self._blocking.reset_offsets(group, topic, request, create=create)
