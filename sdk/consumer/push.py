@@ -265,11 +265,11 @@ class PushConsumer(WarnsUnclosed):
         rebalance listener, on the thread that holds the control lock), it runs at once as
         part of that sequence: waiting for the lock would wait for itself."""
         if self._control_thread == threading.get_ident():
-            return run_steps(steps, self._transport)
+            return self._run(steps)
         with self._control:
             self._control_thread = threading.get_ident()
             try:
-                return run_steps(steps, self._transport)
+                return self._run(steps)
             finally:
                 self._control_thread = None
 
