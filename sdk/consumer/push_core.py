@@ -688,9 +688,10 @@ class PushCore:
         queues = list(self.states)
         failure: Exception | None = None
         try:
-            yield from persist(self.offsets, queues, drop_others=True)
-            if not self.clustering:
-                self.offsets.close()  # the local file: written once more
+            if self.clustering:
+                yield from persist(self.offsets, queues, drop_others=True)
+            else:
+                self.offsets.close()  # the local file: every queue's offset, in one write
         except Exception as exc:  # no yield in a handler: a closed generator must not call
             failure = exc
         if queues:
