@@ -236,9 +236,12 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             return False
         return True
 
-    def _commit_steps(self, offsets: Offsets, assigned: list[MessageQueue]) -> Steps[None]:
+    def _record(self, offsets: Offsets) -> None:
         for queue, offset in offsets.items():
             self._offsets.update_offset(queue, offset, False)
+
+    def _commit_steps(self, offsets: Offsets, assigned: list[MessageQueue]) -> Steps[None]:
+        self._record(offsets)
         yield from persist(self._offsets, sorted({*assigned, *offsets}), drop_others=True)
 
     def _committed_steps(self, queue: MessageQueue, assigned: bool) -> Steps[int | None]:
@@ -277,10 +280,11 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         the group; a failed commit is raised after leaving."""
         failure: Exception | None = None
         try:
-            if final:
-                yield from self._commit_steps(final, assigned)
             if self.message_model is not MessageModel.CLUSTERING:
-                self._offsets.close()
+                self._record(final or {})
+                self._offsets.close()  # the local file: every queue's offset, in one write
+            elif final:
+                yield from self._commit_steps(final, assigned)
         except Exception as exc:  # no yield in a handler: a closed generator must not call
             failure = exc
         if leave:
