@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, TypeVar
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from offsetstore.base import (
     NOT_FOUND,
@@ -86,15 +86,15 @@ class RetryPolicy:
 
     def backoff_s(self, attempt: int) -> float:
         """The wait after failed attempt ``attempt`` (0 for the first): random in
-        ``[0, min(max_wait_s, initial_wait_s * 2**attempt)]``, as :meth:`call` waits (for a
-        caller that makes the attempts itself)."""
+        ``[0, min(max_wait_s, initial_wait_s * 2**attempt)]``: :meth:`call` waits it, and so
+        does a caller that makes the attempts itself."""
         return random.uniform(0, min(self.max_wait_s, self.initial_wait_s * 2**attempt))
 
     def call(self, fn: Callable[[], T]) -> T:
         """``fn()``, retried on transient errors; the last error is raised as is."""
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),
-            wait=wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s),
+            wait=lambda state: self.backoff_s(state.attempt_number - 1),
             retry=retry_if_exception(is_retriable),
             reraise=True,
         )
