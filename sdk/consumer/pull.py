@@ -185,6 +185,35 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         for queue in lost:
             self._offsets.discard(queue)
 
+    def _sync_up_steps(self, auto_commit: bool) -> Steps[None]:
+        """The leases first (membership when due, else a renewal when due or before committing
+        anything), then the auto-commit (when asked and due) of the queues whose lease was just
+        confirmed, releases, and the start of queues not started yet."""
+        due = self._auto_commit_due() if auto_commit else None
+        subscription = self._membership_due()
+        if subscription is not None:
+            joined = yield from self._membership_steps(subscription, sorted(self._queues))
+            self._forget(self._rebalanced(*joined))
+        elif self._pending_leases or self._renewal_due(
+            committing=bool(due) or bool(self._queues.unknown_starts())
+        ):
+            yield from self._renew_steps(with_pending=True)
+        due = self._queues.held_only(due) if due else None
+        if due and (yield from self._auto_commit_steps(due, sorted(self._queues))):
+            self._auto_committed(due)
+        released = self._queues.take_releases()
+        if released:
+            yield from self._release_steps(released)
+        unknown = self._queues.unknown_starts()
+        if unknown:
+            starts = yield from self._starts_steps(unknown, sorted(self._queues))
+            self._queues.apply_starts(starts)
+
+    def _renew_steps(self, with_pending: bool) -> Steps[None]:
+        held = sorted(self._queues)
+        granted = yield from self._lease_steps(self._lease_asked(with_pending))
+        self._forget(self._lease_renewal_answered(held, granted))
+
     def _release_steps(self, released: Mapping[MessageQueue, int | None]) -> Steps[None]:
         """Commit (when given) and forget queues this consumer no longer owns. A commit the
         broker did not take is forgotten too: the lease goes now, and once the next owner
@@ -364,37 +393,13 @@ class PullConsumer(_PullConsumerBase):
         return self._run(topic_queues(self._broker, check_topic(topic)))
 
     def _sync_up(self, auto_commit: bool = False) -> None:
-        """The leases first (membership when due, else a renewal when due or before committing
-        anything), then the auto-commit (when asked and due) of the queues whose lease was just
-        confirmed, releases, and the start of queues not started yet. Nothing once closed."""
+        """:meth:`_sync_up_steps` under the control lock; nothing once closed."""
         with self._control:
             if not self._closed:
-                self._sync_up_now(auto_commit)
-
-    def _sync_up_now(self, auto_commit: bool) -> None:
-        due = self._auto_commit_due() if auto_commit else None
-        subscription = self._membership_due()
-        if subscription is not None:
-            joined = self._run(self._membership_steps(subscription, sorted(self._queues)))
-            self._forget(self._rebalanced(*joined))
-        elif self._pending_leases or self._renewal_due(
-            committing=bool(due) or bool(self._queues.unknown_starts())
-        ):
-            self._renew_leases(with_pending=True)
-        due = self._queues.held_only(due) if due else None
-        if due and self._run(self._auto_commit_steps(due, sorted(self._queues))):
-            self._auto_committed(due)
-        released = self._queues.take_releases()
-        if released:
-            self._run(self._release_steps(released))
-        unknown = self._queues.unknown_starts()
-        if unknown:
-            self._queues.apply_starts(self._run(self._starts_steps(unknown, sorted(self._queues))))
+                self._run(self._sync_up_steps(auto_commit))
 
     def _renew_leases(self, with_pending: bool = False) -> None:
-        held = sorted(self._queues)
-        granted = self._run(self._lease_steps(self._lease_asked(with_pending)))
-        self._forget(self._lease_renewal_answered(held, granted))
+        self._run(self._renew_steps(with_pending))
 
     def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
@@ -535,36 +540,10 @@ class AsyncPullConsumer(_PullConsumerBase):
     async def _sync_up(self, auto_commit: bool = False) -> None:
         async with self._control:
             if not self._closed:
-                await self._sync_up_now(auto_commit)
-
-    async def _sync_up_now(self, auto_commit: bool) -> None:
-        due = self._auto_commit_due() if auto_commit else None
-        subscription = self._membership_due()
-        if subscription is not None:
-            held = sorted(self._queues)
-            joined = await self._run(self._membership_steps(subscription, held))
-            self._forget(self._rebalanced(*joined))
-        elif self._pending_leases or self._renewal_due(
-            committing=bool(due) or bool(self._queues.unknown_starts())
-        ):
-            await self._renew_leases(with_pending=True)
-        due = self._queues.held_only(due) if due else None
-        if due:
-            done = await self._run(self._auto_commit_steps(due, sorted(self._queues)))
-            if done:
-                self._auto_committed(due)
-        released = self._queues.take_releases()
-        if released:
-            await self._run(self._release_steps(released))
-        unknown = self._queues.unknown_starts()
-        if unknown:
-            starts = await self._run(self._starts_steps(unknown, sorted(self._queues)))
-            self._queues.apply_starts(starts)
+                await self._run(self._sync_up_steps(auto_commit))
 
     async def _renew_leases(self, with_pending: bool = False) -> None:
-        held = sorted(self._queues)
-        granted = await self._run(self._lease_steps(self._lease_asked(with_pending)))
-        self._forget(self._lease_renewal_answered(held, granted))
+        await self._run(self._renew_steps(with_pending))
 
     async def poll(self, timeout_s: float = 0.0) -> list[ReceivedMessage]:
         """The next messages (at most ``max_poll_records``), waiting up to ``timeout_s`` for
