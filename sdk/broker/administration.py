@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -80,6 +79,7 @@ class BrokerAdministration:
         offsets: ConsumerOffsetTable,
         groups: GroupRegistry,
         group_view: Callable[[str], GroupView],
+        live_report: Callable[[str], GroupInfo],
         *,
         broker_name: str,
         root: Path,
@@ -89,6 +89,7 @@ class BrokerAdministration:
         self._offsets = offsets
         self._groups = groups
         self._group_view = group_view
+        self._live_report = live_report  # a group this broker has seen, as it sees it now
         self._broker_name = broker_name
         self._root = root
         self._on_topic_gone = on_topic_gone
@@ -260,17 +261,10 @@ class BrokerAdministration:
 
     def _report(self, group: str) -> GroupInfo:
         if group in self._groups.groups():
-            view, models, as_of_ms, live = (
-                self._group_view(group),
-                self._groups.models(group),
-                time.time_ns() // 1_000_000,
-                True,
-            )
-        else:
-            view, models, as_of_ms = read_snapshot(self._root, group, self._broker_name)
-            live = False
+            return self._live_report(group)
+        view, models, as_of_ms = read_snapshot(self._root, group, self._broker_name)
         return build_report(
-            group, view, models, self._offsets, self._store, live=live, as_of_ms=as_of_ms
+            group, view, models, self._offsets, self._store, live=False, as_of_ms=as_of_ms
         )
 
     # -- offsets -----------------------------------------------------------------------------
