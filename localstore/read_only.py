@@ -54,11 +54,18 @@ from localstore.queue.consume_queue import (
 from localstore.queue.registry import QueueRegistry
 from localstore.queue.time_index import offset_for_timestamp
 from localstore.queue.topics import TopicTable
-from localstore.reader import caught_up, get_messages, read_filter
-from localstore.record.codec import RecordError, StoredMessage, decode_record, read_store_timestamp
+from localstore.reader import (
+    caught_up,
+    get_messages,
+    message_at,
+    message_by_offset_msg_id,
+    message_or_none,
+    query_uniq_key,
+    read_filter,
+)
+from localstore.record.codec import StoredMessage, read_store_timestamp
 from localstore.record.frame import frame_problem
 from localstore.record.layout import INT
-from localstore.record.message_id import parse_offset_msg_id
 from localstore.record.tags import TagFilter
 from localstore.record.walk import WALK_INVALID, walk_segment
 from localstore.results import GetResult
@@ -234,14 +241,7 @@ class ReadOnlyStore:
         """The message whose record starts at ``phys_offset``; :class:`RecordError` when no
         record of the snapshot starts there."""
         self._ensure_open()
-        size = self.commitlog.record_size_at(phys_offset)
-        located = self.commitlog.segment_view(phys_offset)
-        if phys_offset + size > self.commitlog.confirmed_offset or located is None:
-            raise RecordError(f"no record at commitlog offset {phys_offset}")
-        message = decode_record(located[0], located[1])
-        if message.phys_offset != phys_offset:
-            raise RecordError(f"no record starts at commitlog offset {phys_offset}")
-        return message
+        return message_at(self.commitlog, phys_offset)
 
     def query_by_key(
         self,
@@ -261,24 +261,11 @@ class ReadOnlyStore:
     def query_by_id(self, message_id: str) -> list[StoredMessage]:
         """As :meth:`MessageStore.query_by_id`: an offsetMsgId, else a UNIQ_KEY (any topic)."""
         self._ensure_open()
-        try:
-            phys_offset = parse_offset_msg_id(message_id)[1]
-        except ValueError:
-            phys_offset = -1
-        if phys_offset >= 0:
-            message = self._message_or_none(phys_offset)
-            if message is not None and message.offset_msg_id == message_id.upper():
-                return [message]
-        index = self._key_index()
+        message = message_by_offset_msg_id(self.commitlog, message_id)
+        if message is not None:
+            return [message]
         topics = set(self.topics.topics) | {t for t, _ in self.queues.queues}
-        found = [
-            message
-            for topic in sorted(topics)
-            for message in index.query(
-                topic, message_id, 64, 0, _LAST_TIME_MS, self._message_or_none
-            )
-        ]
-        return [m for m in found if m.msg_id == message_id]
+        return query_uniq_key(self._key_index(), topics, self.commitlog, message_id)
 
     def _key_index(self) -> IndexService:
         if self.index is None:
@@ -286,12 +273,7 @@ class ReadOnlyStore:
         return self.index
 
     def _message_or_none(self, phys_offset: int) -> StoredMessage | None:
-        if phys_offset < self.commitlog.min_offset:
-            return None
-        try:
-            return self.message_at(phys_offset)
-        except RecordError:
-            return None
+        return message_or_none(self.commitlog, phys_offset)
 
 
 def _read_geometry(root: Path) -> StoreGeometry:

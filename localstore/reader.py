@@ -43,6 +43,7 @@ from typing import Any
 
 from localstore.commitlog.log import CommitLog
 from localstore.errors import DamagedRecordError
+from localstore.index.service import KeyIndex
 from localstore.queue.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from localstore.record.codec import (
     PROPERTY_TAGS,
@@ -52,6 +53,7 @@ from localstore.record.codec import (
     decode_record,
     read_properties,
 )
+from localstore.record.message_id import parse_offset_msg_id
 from localstore.record.run_decoder import MISPLACED, RunDecodeError, decode_run, misqueued
 from localstore.record.tags import TagFilter
 from localstore.results import FOUND, GetResult, GetStatus
@@ -98,6 +100,53 @@ def visible_max_offset(queue: ConsumeQueue, commitlog: CommitLog) -> int:
         else:
             hi = mid
     return lo
+
+
+def message_at(commitlog: CommitLog, phys_offset: int) -> StoredMessage:
+    """The message whose record starts at commitlog offset ``phys_offset``; :class:`RecordError`
+    when no visible record starts there (past the confirmed end, or deleted by retention)."""
+    size = commitlog.record_size_at(phys_offset)
+    located = commitlog.segment_view(phys_offset)
+    if phys_offset + size > commitlog.confirmed_offset or located is None:
+        raise RecordError(f"no record at commitlog offset {phys_offset}")
+    message = decode_record(located[0], located[1])
+    if message.phys_offset != phys_offset:
+        raise RecordError(f"no record starts at commitlog offset {phys_offset}")
+    return message
+
+
+def message_or_none(commitlog: CommitLog, phys_offset: int) -> StoredMessage | None:
+    """:func:`message_at`, None where no visible record starts (a key index's resolver)."""
+    if phys_offset < commitlog.min_offset:
+        return None
+    try:
+        return message_at(commitlog, phys_offset)
+    except RecordError:
+        return None
+
+
+def message_by_offset_msg_id(commitlog: CommitLog, message_id: str) -> StoredMessage | None:
+    """The stored message whose offsetMsgId is ``message_id``, None when it is not one."""
+    try:
+        _, phys_offset = parse_offset_msg_id(message_id)
+    except ValueError:
+        return None
+    message = message_or_none(commitlog, phys_offset) if phys_offset >= 0 else None
+    if message is not None and message.offset_msg_id == message_id.upper():
+        return message
+    return None
+
+
+def query_uniq_key(
+    index: KeyIndex, topics: set[str], commitlog: CommitLog, uniq_key: str
+) -> list[StoredMessage]:
+    """The messages of any of ``topics`` whose UNIQ_KEY is ``uniq_key``, through the index."""
+    found: list[StoredMessage] = []
+    for topic in sorted(topics):
+        found.extend(
+            index.query(topic, uniq_key, 64, 0, 2**63 - 1, lambda p: message_or_none(commitlog, p))
+        )
+    return [m for m in found if m.msg_id == uniq_key]
 
 
 def read_filter(max_count: int, tags: str | TagFilter | None) -> TagFilter:

@@ -53,12 +53,19 @@ from localstore.queue.registry import QueueRegistry
 from localstore.queue.time_index import QueueTimeIndex, offset_for_timestamp
 from localstore.queue.topic_changes import delete_topic, set_topic
 from localstore.queue.topics import TopicConfig, TopicTable
-from localstore.reader import caught_up, get_messages, read_filter, visible_max_offset
+from localstore.reader import (
+    caught_up,
+    get_messages,
+    message_at,
+    message_by_offset_msg_id,
+    message_or_none,
+    query_uniq_key,
+    read_filter,
+    visible_max_offset,
+)
 from localstore.record.codec import (
     NewMessage,
-    RecordError,
     StoredMessage,
-    decode_record,
     pack_host,
     read_store_timestamp,
 )
@@ -540,16 +547,7 @@ class MessageStore:
         Raises :class:`RecordError` when no visible record starts there.
         """
         self._ensure_open()
-        size = self.commitlog.record_size_at(phys_offset)
-        if phys_offset + size > self.commitlog.confirmed_offset:
-            raise RecordError(f"no record at commitlog offset {phys_offset}")
-        located = self.commitlog.segment_view(phys_offset)
-        if located is None:  # deleted by retention meanwhile
-            raise RecordError(f"no record at commitlog offset {phys_offset}")
-        message = decode_record(located[0], located[1])
-        if message.phys_offset != phys_offset:
-            raise RecordError(f"no record starts at commitlog offset {phys_offset}")
-        return message
+        return message_at(self.commitlog, phys_offset)
 
     def message_by_offset_msg_id(self, offset_msg_id: str) -> StoredMessage:
         """Look a message up by its server-side id (host, port and commitlog offset)."""
@@ -591,27 +589,17 @@ class MessageStore:
         A UNIQ_KEY is found through the index: without one (``index_enabled=False``) an id
         that is not a stored message's offsetMsgId raises :class:`StoreError`."""
         self._ensure_open()
-        try:
-            _, phys_offset = parse_offset_msg_id(message_id)
-        except ValueError:
-            phys_offset = -1
-        if phys_offset >= 0:
-            message = self._message_or_none(phys_offset)
-            if message is not None and message.offset_msg_id == message_id.upper():
-                return [message]
+        message = message_by_offset_msg_id(self.commitlog, message_id)
+        if message is not None:
+            return [message]
         if self.index is None:
             raise StoreError(
                 f"store {self.root} was created without an index (--no-index): only an "
                 f"offsetMsgId can be looked up, and {message_id} is none of its messages'"
             )
         self._ensure_key_index_whole()
-        found: list[StoredMessage] = []
         topics = set(self.topics.topics) | {t for t, _ in self.queues.queues}
-        for topic in sorted(topics):
-            found.extend(
-                self.index.query(topic, message_id, 64, 0, 2**63 - 1, self._message_or_none)
-            )
-        return [m for m in found if m.msg_id == message_id]
+        return query_uniq_key(self.index, topics, self.commitlog, message_id)
 
     def _ensure_key_index_whole(self) -> None:
         error = self._puts.keys.error
@@ -622,12 +610,7 @@ class MessageStore:
             )
 
     def _message_or_none(self, phys_offset: int) -> StoredMessage | None:
-        if phys_offset < self.commitlog.min_offset:
-            return None
-        try:
-            return self.message_at(phys_offset)
-        except RecordError:
-            return None
+        return message_or_none(self.commitlog, phys_offset)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose store time is >= ``timestamp_ms`` (RocketMQ 5's

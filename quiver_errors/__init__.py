@@ -20,6 +20,13 @@ class QuiverError(Exception):
 
     retriable: bool = False
 
+    @classmethod
+    def from_message(cls, message: str) -> QuiverError:
+        """The error as another process reported it, from its whole message (the wire API
+        rebuilds errors this way). A subclass whose constructor takes other arguments
+        overrides this."""
+        return cls(message)
+
 
 class InvalidArgumentError(QuiverError, ValueError):
     """An argument the API refuses; the message names the argument, the value and the rule."""

@@ -20,7 +20,6 @@ import enum
 import functools
 import inspect
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,10 +31,10 @@ from localstore.record.codec import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     StoredMessage,
-    decode_properties,
     make_offset_msg_id,
     split_keys,
 )
+from localstore.record.properties import parse_once
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
 from sdk.transport.transaction_models import PROPERTY_TRANSACTION_ID
 
@@ -46,7 +45,6 @@ PROPERTY_DELIVER_AT = QUIVER_PROPERTY_PREFIX + "DELIVER_AT"
 """Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
 
 log = logging.getLogger(__name__)
-_PARSE_LOCK = threading.Lock()
 
 
 def retry_topic(group: str) -> str:
@@ -213,13 +211,7 @@ class ReceivedMessage:
     def _system_properties(self) -> dict[str, str]:
         """Every stored property, parsed on first read (as ``StoredMessage`` does)."""
         properties = self._properties
-        if type(properties) is str:
-            parsed = decode_properties(properties) if properties else {}
-            with _PARSE_LOCK:  # two threads reading at once must end up with one dict
-                properties = self._properties
-                if type(properties) is str:
-                    properties = self._properties = parsed
-        return properties  # type: ignore[return-value]  # a dict once parsed
+        return parse_once(self) if type(properties) is str else properties  # type: ignore[return-value]
 
     @property
     def topic(self) -> str:

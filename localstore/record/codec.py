@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import struct
-import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +72,7 @@ from localstore.record.properties import (
     decode_properties,
     encode_properties,
     holds_property_separator,
+    parse_once,
     split_keys,
 )
 from quiver_errors import ArgumentTypeError, QuiverError
@@ -177,7 +177,6 @@ class NewMessage:
     prepared_transaction_offset: int = 0
 
 
-_PARSE_LOCK = threading.Lock()
 _STORED_FIELDS = (
     "topic",
     "queue_id",
@@ -255,13 +254,7 @@ class StoredMessage:
     def properties(self) -> dict[str, str]:
         """The message's properties (parsed on first read when stored as text)."""
         properties = self._properties
-        if type(properties) is str:
-            parsed = decode_properties(properties) if properties else {}
-            with _PARSE_LOCK:  # two threads reading at once must end up with one dict
-                properties = self._properties
-                if type(properties) is str:
-                    properties = self._properties = parsed
-        return properties  # type: ignore[return-value]  # a dict once parsed
+        return parse_once(self) if type(properties) is str else properties  # type: ignore[return-value]
 
     @properties.setter
     def properties(self, value: dict[str, str]) -> None:

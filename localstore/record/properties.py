@@ -17,7 +17,9 @@ A name or a value holding either separator would cut or forge a pair: writers re
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from typing import Protocol
 
 from localstore.record.layout import MAX_PROPERTIES_BYTES
 
@@ -29,10 +31,12 @@ __all__ = [
     "PROPERTY_SEPARATOR",
     "TAGS_PAIR_START",
     "UNIQ_KEY_PAIR_START",
+    "LazyProperties",
     "decode_properties",
     "decode_written_properties",
     "encode_properties",
     "holds_property_separator",
+    "parse_once",
     "split_keys",
 ]
 
@@ -117,3 +121,25 @@ def decode_written_properties(text: bytes) -> dict[str, str]:
 def split_keys(keys: str) -> list[str]:
     """The ``KEYS`` property holds keys separated by single spaces; empty tokens are dropped."""
     return [key for key in keys.split(KEY_SEPARATOR) if key]
+
+
+class LazyProperties(Protocol):
+    """A decoded record whose properties stay the stored text until first read."""
+
+    _properties: dict[str, str] | str
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_once(holder: LazyProperties) -> dict[str, str]:
+    """``holder``'s properties, its stored text parsed (:func:`decode_properties`) and kept in
+    its place on the first call; two threads reading at once end up with one dict."""
+    properties = holder._properties
+    if type(properties) is str:
+        parsed = decode_properties(properties) if properties else {}
+        with _PARSE_LOCK:
+            properties = holder._properties
+            if type(properties) is str:
+                properties = holder._properties = parsed
+    return properties  # type: ignore[return-value]  # a dict once parsed

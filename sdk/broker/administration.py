@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -48,7 +47,7 @@ from sdk.errors import IllegalStateError, InvalidArgumentError, UnknownGroupErro
 from sdk.transport.admin_models import GroupInfo, OffsetReset, QueueLag, ResetRequest, TopicInfo
 from sdk.transport.models import GroupView
 
-__all__ = ["MAX_ADMIN_QUEUE_COUNT", "BrokerAdministration"]
+__all__ = ["MAX_ADMIN_QUEUE_COUNT", "BrokerAdministration", "check_name"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -80,6 +79,7 @@ class BrokerAdministration:
         offsets: ConsumerOffsetTable,
         groups: GroupRegistry,
         group_view: Callable[[str], GroupView],
+        live_report: Callable[[str], GroupInfo],
         *,
         broker_name: str,
         root: Path,
@@ -89,6 +89,7 @@ class BrokerAdministration:
         self._offsets = offsets
         self._groups = groups
         self._group_view = group_view
+        self._live_report = live_report  # a group this broker has seen, as it sees it now
         self._broker_name = broker_name
         self._root = root
         self._on_topic_gone = on_topic_gone
@@ -223,7 +224,7 @@ class BrokerAdministration:
     def describe_group(self, group: str) -> GroupInfo:
         """Members and per-queue lag of ``group``: live when this broker has seen the group,
         else as last recorded (``config/quiverConsumerGroups.json``)."""
-        _check_name("group", group)
+        check_name("group", group)
         report = self._report(group)
         if not report.members and not report.queues:
             raise UnknownGroupError(
@@ -235,7 +236,7 @@ class BrokerAdministration:
         """Per queue: committed offset, bounds and lag of ``group`` on ``topic`` (every queue
         of the topic, whether the group committed or not), or on every topic it subscribes to
         or has offsets of (``topic`` None: an unknown group is refused)."""
-        _check_name("group", group)
+        check_name("group", group)
         if topic is None:
             return list(self.describe_group(group).queues)
         self.topic_queue_ids(topic)
@@ -248,7 +249,7 @@ class BrokerAdministration:
 
     def topic_queue_ids(self, topic: str) -> list[int]:
         """The queues of ``topic`` (stored or configured); an unknown topic is refused."""
-        _check_name("topic", topic)
+        check_name("topic", topic)
         config = self._store.topics.get(topic)
         stored = self._store.queue_ids(topic)
         if config is None and not stored:
@@ -260,17 +261,10 @@ class BrokerAdministration:
 
     def _report(self, group: str) -> GroupInfo:
         if group in self._groups.groups():
-            view, models, as_of_ms, live = (
-                self._group_view(group),
-                self._groups.models(group),
-                time.time_ns() // 1_000_000,
-                True,
-            )
-        else:
-            view, models, as_of_ms = read_snapshot(self._root, group, self._broker_name)
-            live = False
+            return self._live_report(group)
+        view, models, as_of_ms = read_snapshot(self._root, group, self._broker_name)
         return build_report(
-            group, view, models, self._offsets, self._store, live=live, as_of_ms=as_of_ms
+            group, view, models, self._offsets, self._store, live=False, as_of_ms=as_of_ms
         )
 
     # -- offsets -----------------------------------------------------------------------------
@@ -279,7 +273,7 @@ class BrokerAdministration:
         self, group: str, topic: str, request: ResetRequest, *, create: bool
     ) -> list[OffsetReset]:
         """Move ``group``'s offsets of ``topic`` (see the module docstring); persisted."""
-        _check_name("group", group)
+        check_name("group", group)
         queue_ids = self.topic_queue_ids(topic)
         members = self._group_view(group).members
         if members:
@@ -324,14 +318,16 @@ def _is_broker_topic(name: str) -> bool:
     return is_system_topic(name) or name.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
 
-def _check_name(kind: str, name: str) -> None:
+def check_name(kind: str, name: str) -> None:
+    """A group or topic name the offset table can hold (non-empty, without ``@``), else
+    :class:`InvalidArgumentError` naming it."""
     if not name or "@" in name:
         raise InvalidArgumentError(f"bad {kind} name {name!r} (must be non-empty, without '@')")
 
 
 def _check_user_topic(name: str) -> None:
     """A topic an administrator may create or change: RocketMQ's rules, not the broker's own."""
-    _check_name("topic", name)
+    check_name("topic", name)
     if _is_broker_topic(name):
         raise InvalidArgumentError(f"topic {name} is one of the broker's own: not changed")
     why = topic_error(name)

@@ -658,6 +658,7 @@ class BrokerService:
             self.offsets,
             self.groups,
             self.group_view,
+            self.group_report,
             broker_name=self.broker_name,
             root=self.root,
             on_topic_gone=self._topic_gone,

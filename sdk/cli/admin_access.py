@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from sdk.cli.common import EXIT_USAGE, CliError, existing_store_path
+from sdk.cli.common import existing_store_path
 
 if TYPE_CHECKING:
     from sdk.admin import Admin
@@ -33,6 +33,8 @@ def open_admin(directory: str) -> Iterator[Admin]:
 
 
 def check_name(kind: str, name: str) -> None:
-    """A group or topic name the offset table can hold: non-empty, without ``@``."""
-    if not name or "@" in name:
-        raise CliError(f"bad {kind} name {name!r} (must be non-empty, without '@')", EXIT_USAGE)
+    """A group or topic name the offset table can hold, checked before the store is opened
+    (a held store is read without the broker, whose check this is): a usage error."""
+    from sdk.broker.administration import check_name
+
+    check_name(kind, name)

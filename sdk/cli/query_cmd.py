@@ -106,8 +106,9 @@ def run_key(args: argparse.Namespace) -> int:
         found = store.query_by_key(
             args.topic, args.key, max_count=args.max, begin_ms=args.begin, end_ms=args.end
         )
+        read_only = is_read_only(store)
         for message in found:
-            print_message(message, args.json, read_only=is_read_only(store))
+            print_message(message, args.json, read_only=read_only)
     if not args.json:
         print(f"found {len(found)} message(s) of {args.topic} with key {args.key}")
     elif not found:
@@ -119,8 +120,9 @@ def run_id(args: argparse.Namespace) -> int:
     """Print the message with this id; exit 1 when there is none."""
     with open_store_for_reading(args.data) as store:
         found = store.query_by_id(args.id)
+        read_only = is_read_only(store)
         for message in found:
-            print_message(message, args.json, read_only=is_read_only(store))
+            print_message(message, args.json, read_only=read_only)
     if not found:
         if args.json:
             warn(f"no message has the id {args.id}")  # stdout stays JSON

@@ -80,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
         progress.status(f"opening store {args.data}")
         with open_store_for_reading(args.data) as store:
             queue_ids = existing_queues(store, args.topic, args.queue)
-            reading = _Reading(progress, _expected_count(store, args, queue_ids))
+            reading = _Reading(
+                progress, _expected_count(store, args, queue_ids), is_read_only(store)
+            )
             for queue_id in queue_ids:
                 count = _read_queue(store, args, queue_id, tag_filter, remaining, reading)
                 total += count
@@ -95,11 +97,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Reading:
-    """How many messages the whole command has printed, shown on the progress line."""
+    """How many messages the whole command has printed, shown on the progress line, and
+    whether they come from a read-only view (said in each JSON line)."""
 
-    def __init__(self, progress: ProgressLine, expected: int | None):
+    def __init__(self, progress: ProgressLine, expected: int | None, read_only: bool):
         self.progress = progress
         self.expected = expected
+        self.read_only = read_only
         self.printed = 0
 
     def add(self, count: int) -> None:
@@ -148,7 +152,7 @@ def _read_queue(
         if result.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
             break
         for message in result.messages:
-            print_message(message, args.json, read_only=is_read_only(store))
+            print_message(message, args.json, read_only=reading.read_only)
         printed += len(result.messages)
         reading.add(len(result.messages))
         if remaining > 0:

@@ -18,7 +18,6 @@ successful answers, never errors here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -43,20 +42,19 @@ __all__ = ["WIRE_ERRORS", "WireError", "error_answer", "error_from_answer"]
 class WireError:
     """One row: the ``code`` on the wire, the HTTP status it travels with, the SDK class it
     stands for, and whether that class is retriable by default (an answer's own ``retriable``
-    field decides for the one error it carries)."""
+    field decides for the one error it carries). A client rebuilds the error with
+    :meth:`~sdk.errors.QuiverError.from_message`."""
 
     code: str
     http_status: int
     error: type[QuiverError]
     retriable: bool
-    # how a client rebuilds the error from the answer's message (default: the class itself)
-    rebuild: Callable[[str], QuiverError] | None = None
 
 
 WIRE_ERRORS: tuple[WireError, ...] = (
     WireError("ARGUMENT_TYPE", 400, ArgumentTypeError, False),
     WireError("INVALID_MESSAGE", 400, InvalidMessageError, False),
-    WireError("MALFORMED_BODY", 400, MalformedBodyError, False, MalformedBodyError.from_message),
+    WireError("MALFORMED_BODY", 400, MalformedBodyError, False),
     WireError("INVALID_ARGUMENT", 400, InvalidArgumentError, False),
     WireError("UNKNOWN_TOPIC", 404, UnknownTopicError, False),
     WireError("UNKNOWN_GROUP", 404, UnknownGroupError, False),
@@ -102,7 +100,7 @@ def error_from_answer(http_status: int, body: bytes) -> QuiverError:
     row = _BY_CODE.get(document["code"])
     if row is None or row is _INTERNAL:
         return _by_status(http_status, f"{document['code']}: {message}")
-    error = row.rebuild(message) if row.rebuild is not None else row.error(message)
+    error = row.error.from_message(message)
     retriable = document.get("retriable")
     if isinstance(retriable, bool) and retriable != row.retriable:
         error.retriable = retriable
