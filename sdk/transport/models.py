@@ -33,6 +33,7 @@ __all__ = [
     "RECORD_DAMAGED",
     "DamagedRecord",
     "GroupView",
+    "ProducerStamp",
     "PullBatch",
     "PullBatchResult",
     "QueuePull",
@@ -81,6 +82,17 @@ class SendResult:
     def stored(self) -> bool:
         """The messages are in the broker's log (``PUT_OK`` or ``FLUSH_DISK_TIMEOUT``)."""
         return self.status in ("PUT_OK", "FLUSH_DISK_TIMEOUT")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStamp:
+    """What makes a send idempotent: the producer's id and the batch's number among that
+    producer's batches to one queue. The broker stores a batch once per stamp and answers a
+    stamp it stored already with the first answer (see :mod:`sdk.broker.idempotence`); a
+    client resending a batch after a lost answer resends its stamp."""
+
+    producer_id: str
+    sequence: int
 
 
 @dataclass(frozen=True, slots=True)

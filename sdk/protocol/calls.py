@@ -1,0 +1,160 @@
+"""Every method of the transport seam as an HTTP call, for the clients: one table that both HTTP
+transports (blocking over httpx, asyncio over aiohttp) read, so that no transport writes an
+operation out by hand.
+
+A :class:`WireCall` turns a method's arguments into a :class:`WireRequest` (route, query,
+body) and its answer's body back into the method's value. The control plane comes from
+:data:`sdk.protocol.operations.CONTROL_OPERATIONS` (JSON both ways), the operations that move
+messages from :mod:`sdk.protocol.data_plane` (binary bodies). The broker reads the same two
+modules, so a route and its shapes are written once.
+
+``idempotent`` says whether a call may be sent again when its outcome is unknown (the
+connection broke or timed out after the request left): reads, commits, membership and leases
+may; a send may when it carries a :class:`~sdk.transport.models.ProducerStamp` (the broker
+answers a resent stamp with its first answer), which the HTTP transports always give it. A call
+that is not idempotent is resent only when the broker certainly did not act on it (the
+connection was refused, or it answered 503).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from sdk.errors import InvalidArgumentError
+from sdk.protocol.data_plane import (
+    decode_checks_answer,
+    encode_pull_request,
+    send_query,
+)
+from sdk.protocol.operations import CONTROL_OPERATIONS, Operation, decode_answer, encode_request
+from sdk.protocol.produce_body import encode_produce_body
+from sdk.protocol.pull_body import decode_pull_answer
+from sdk.protocol.shapes import SEND_RESULT
+from sdk.transport.models import ProducerStamp
+
+__all__ = ["CALLS", "NOT_IDEMPOTENT", "WireCall", "WireRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """One HTTP request: ``POST path?query`` with ``body`` (JSON unless ``binary``).
+    ``hold_ms``: how long the broker may hold it before answering (a long poll), which the
+    client adds to its read timeout."""
+
+    path: str
+    body: bytes
+    query: Mapping[str, str] = field(default_factory=dict)
+    binary: bool = False
+    hold_ms: int = 0
+
+
+Encoder = Callable[[Sequence[Any], Mapping[str, Any], ProducerStamp | None], WireRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class WireCall:
+    """A transport method as an HTTP call (see the module docstring). ``stamped``: the client
+    gives each call a fresh :class:`ProducerStamp` (sends)."""
+
+    name: str
+    request: Encoder
+    answer: Callable[[bytes], Any]
+    idempotent: bool
+    stamped: bool = False
+
+
+NOT_IDEMPOTENT = frozenset({"send_back", "create_topic", "update_topic", "delete_topic"})
+"""Control calls that act twice when sent twice (a second retry copy; a create then refused
+as existing)."""
+
+
+def _control(operation: Operation) -> WireCall:
+    def request(
+        args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+    ) -> WireRequest:
+        return WireRequest(operation.path, encode_request(operation, args, kwargs))
+
+    return WireCall(
+        operation.name,
+        request,
+        lambda body: decode_answer(operation, body),
+        idempotent=operation.name not in NOT_IDEMPOTENT,
+    )
+
+
+def _send_request(
+    args: Sequence[Any], kwargs: Mapping[str, Any], stamp: ProducerStamp | None
+) -> WireRequest:
+    (messages,) = _bound(("messages",), args, kwargs)
+    return WireRequest(
+        "/v1/send", encode_produce_body(messages), send_query(messages, stamp), binary=True
+    )
+
+
+def _send_half_request(
+    args: Sequence[Any], kwargs: Mapping[str, Any], stamp: ProducerStamp | None
+) -> WireRequest:
+    group, message = _bound(("group", "message"), args, kwargs)
+    return WireRequest(
+        "/v1/send-half",
+        encode_produce_body([message]),
+        send_query([message], stamp, group=group),
+        binary=True,
+    )
+
+
+def _pull_request(
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+) -> WireRequest:
+    (batch,) = _bound(("batch",), args, kwargs)
+    return WireRequest("/v1/pull", encode_pull_request(batch), hold_ms=batch.wait_ms)
+
+
+def _checks_request(
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+) -> WireRequest:
+    group, client_id, wait_ms = _bound(("group", "client_id", "wait_ms"), args, kwargs)
+    body = orjson.dumps({"group": group, "client_id": client_id, "wait_ms": wait_ms})
+    return WireRequest("/v1/fetch-transaction-checks", body, hold_ms=wait_ms)
+
+
+def _bound(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    """``args``/``kwargs`` bound to ``names`` (all required, positional or by name)."""
+    if len(args) > len(names):
+        raise TypeError(f"takes {len(names)} arguments, got {len(args)}")
+    values = list(args)
+    for name in names[len(args) :]:
+        if name not in kwargs:
+            raise TypeError(f"missing argument {name!r}")
+        values.append(kwargs[name])
+    extra = set(kwargs) - set(names[len(args) :])
+    if extra:
+        raise TypeError(f"unexpected arguments {sorted(extra)}")
+    return values
+
+
+def _send_answer(body: bytes) -> Any:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"send answer: not JSON: {exc}") from exc
+    return SEND_RESULT.decode(value, "send answer")
+
+
+CALLS: Mapping[str, WireCall] = {
+    **{name: _control(operation) for name, operation in CONTROL_OPERATIONS.items()},
+    "send": WireCall("send", _send_request, _send_answer, idempotent=True, stamped=True),
+    "send_half": WireCall(
+        "send_half", _send_half_request, _send_answer, idempotent=True, stamped=True
+    ),
+    "pull": WireCall("pull", _pull_request, decode_pull_answer, idempotent=True),
+    "fetch_transaction_checks": WireCall(
+        "fetch_transaction_checks", _checks_request, decode_checks_answer, idempotent=True
+    ),
+}
+"""Every operation of :class:`~sdk.transport.base.BrokerTransport` but ``close`` (which is the
+transport's own), by method name."""

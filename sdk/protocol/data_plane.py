@@ -1,0 +1,254 @@
+"""The operations that move messages, as HTTP requests: produce, half messages, pull, and
+transaction checks. Their bodies are binary (:mod:`sdk.protocol.produce_body`,
+:mod:`sdk.protocol.pull_body`); what travels beside a body is in the query string.
+
+``POST /v1/send?topic=T&queue_id=Q&count=N&born_timestamp=MS&born_host=HEX``
+    (and ``&producer=ID&sequence=S`` for an idempotent send).
+    Body: a produce body of N messages (``application/octet-stream``). Answer: a
+    :class:`~sdk.transport.models.SendResult` as JSON. ``born_host`` is the packed host
+    (:func:`localstore.record.codec.pack_host`) in hex. ``producer`` and ``sequence`` (both or
+    neither) make the send idempotent: :class:`~sdk.transport.models.ProducerStamp`.
+``POST /v1/send-half?group=G&...`` (the rest of the query as a send's, ``count=1``)
+    Body: a produce body of one message; the broker stores it as a half message of producer
+    group G. Answer: a SendResult as JSON.
+``POST /v1/pull``
+    Body: a JSON object ``{"group", "pulls": [[topic, queue_id, queue_offset, tags, check],
+    ...], "max_count", "max_bytes", "wait_ms", "generation"}`` (``tags`` a tag expression or
+    null). Answer: a pull answer body (``application/octet-stream``).
+``POST /v1/fetch-transaction-checks``
+    Body: ``{"group", "client_id", "wait_ms"}``. Answer: ``COUNT`` (big-endian int32) then the
+    half messages' stored records end to end.
+
+Messages of one request share their topic, queue, born time and host, as a producer's batch
+does; :func:`send_query` takes them from the first message. A body or a query that does not
+follow this layout is refused with :class:`~sdk.errors.InvalidArgumentError` (or
+:class:`~sdk.errors.MalformedBodyError` for the body), naming the problem.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
+from localstore.record.uniform_batch import UniformBatch
+from sdk.errors import InvalidArgumentError, MalformedBodyError
+from sdk.protocol.produce_body import decode_produce_body
+from sdk.protocol.shapes import INT32_MAX, INT64_MAX
+from sdk.transport.models import ProducerStamp, PullBatch, QueuePull
+from sdk.transport.transaction_models import TransactionChecks
+
+__all__ = [
+    "MAX_PULL_QUEUES",
+    "decode_checks_answer",
+    "decode_pull_request",
+    "decode_send_query",
+    "encode_checks_answer",
+    "encode_pull_request",
+    "send_query",
+]
+
+MAX_PULL_QUEUES = 4096
+"""The most queues one pull may name."""
+
+PRODUCER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+"""What a producer id may be: it is stored in the log with each idempotent batch."""
+
+_COUNT = struct.Struct(">i")
+
+
+# -- send and send-half ---------------------------------------------------------------------
+def send_query(
+    messages: Sequence[NewMessage], stamp: ProducerStamp | None = None, group: str | None = None
+) -> dict[str, str]:
+    """The query string of a send (or, with ``group``, a send-half) of ``messages``."""
+    if not messages:
+        raise InvalidArgumentError("a send needs at least one message")
+    if isinstance(messages, UniformBatch):
+        topic, queue_id = messages.topic, messages.queue_id
+        born_timestamp, born_host = messages.born_timestamp, messages.born_host
+    else:
+        first = messages[0]
+        topic, queue_id = first.topic, first.queue_id
+        born_timestamp, born_host = first.born_timestamp, first.born_host
+        for message in messages:
+            if (message.topic, message.queue_id) != (topic, queue_id):
+                raise InvalidArgumentError("a send's messages must share one topic and queue")
+            if message.sys_flag & ~SYSFLAG_TRANSACTION_PREPARED or message.reconsume_times:
+                raise InvalidArgumentError(
+                    "a remote send carries body, properties and flag only "
+                    f"(message to {topic} has sys_flag {message.sys_flag})"
+                )
+    query = {
+        "topic": topic,
+        "queue_id": str(queue_id),
+        "count": str(len(messages)),
+        "born_timestamp": str(born_timestamp),
+        "born_host": born_host.hex(),
+    }
+    if group is not None:
+        query["group"] = group
+    if stamp is not None:
+        query["producer"] = stamp.producer_id
+        query["sequence"] = str(stamp.sequence)
+    return query
+
+
+def decode_send_query(
+    query: Mapping[str, str], body: bytes | bytearray | memoryview, *, half: bool = False
+) -> tuple[Sequence[NewMessage], ProducerStamp | None]:
+    """The messages a send's query and body carry, and its producer stamp (None: not
+    idempotent). ``half``: a send-half (one message, marked as the producer marks it)."""
+    topic = _text(query, "topic")
+    if not topic:
+        raise InvalidArgumentError("topic: must not be empty")
+    queue_id = _number(query, "queue_id", 0, INT32_MAX)
+    count = _number(query, "count", 1, INT32_MAX)
+    born_timestamp = _number(query, "born_timestamp", 0, INT64_MAX)
+    born_host = _host(_text(query, "born_host"))
+    messages = decode_produce_body(
+        body, topic, queue_id, count=count, born_timestamp=born_timestamp, born_host=born_host
+    )
+    if half:
+        if count != 1:
+            raise InvalidArgumentError(f"count: a half message is sent alone, got {count}")
+        message = messages[0]
+        message.sys_flag |= SYSFLAG_TRANSACTION_PREPARED
+        messages = [message]
+    return messages, _stamp(query)
+
+
+def _stamp(query: Mapping[str, str]) -> ProducerStamp | None:
+    producer, sequence = query.get("producer"), query.get("sequence")
+    if producer is None and sequence is None:
+        return None
+    if producer is None or sequence is None:
+        raise InvalidArgumentError("producer and sequence: give both or neither")
+    if not PRODUCER_ID.fullmatch(producer):
+        raise InvalidArgumentError(
+            f"producer: want 1 to 128 of [A-Za-z0-9_.:-], got {producer!r:.80}"
+        )
+    return ProducerStamp(producer, _number(query, "sequence", 0, INT64_MAX))
+
+
+def _text(query: Mapping[str, str], name: str) -> str:
+    value = query.get(name)
+    if value is None:
+        raise InvalidArgumentError(f"{name} is missing")
+    return value
+
+
+def _number(query: Mapping[str, str], name: str, low: int, high: int) -> int:
+    text = _text(query, name)
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 20:
+        raise InvalidArgumentError(f"{name}: want an integer, got {text!r:.40}")
+    value = int(text)
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name}: want an integer in [{low}, {high}], got {value}")
+    return value
+
+
+def _host(text: str) -> bytes:
+    """A packed host: 4 address bytes and a 4-byte port (IPv4), or 16 and 4 (IPv6)."""
+    try:
+        packed = bytes.fromhex(text)
+    except ValueError:
+        packed = b""
+    if len(packed) not in (8, 20):
+        raise InvalidArgumentError(f"born_host: want 16 or 40 hex digits, got {text!r:.60}")
+    return packed
+
+
+# -- pull -------------------------------------------------------------------------------------
+def encode_pull_request(batch: PullBatch) -> bytes:
+    """The JSON body of a pull of ``batch``."""
+    return orjson.dumps(
+        {
+            "group": batch.group,
+            "pulls": [[p.topic, p.queue_id, p.queue_offset, p.tags, p.check] for p in batch.pulls],
+            "max_count": batch.max_count,
+            "max_bytes": batch.max_bytes,
+            "wait_ms": batch.wait_ms,
+            "generation": batch.generation,
+        }
+    )
+
+
+def decode_pull_request(body: bytes) -> PullBatch:
+    """A pull's JSON body back into its :class:`PullBatch`, every field checked."""
+    fields = _json_object(body, "pull")
+    pulls = fields.get("pulls")
+    if not isinstance(pulls, list):
+        raise InvalidArgumentError("pulls: want a list of [topic, queue_id, offset, tags, check]")
+    if len(pulls) > MAX_PULL_QUEUES:
+        raise InvalidArgumentError(f"pulls: at most {MAX_PULL_QUEUES} queues, got {len(pulls)}")
+    return PullBatch(
+        _json_str(fields.get("group"), "group"),
+        tuple(_queue_pull(item, f"pulls[{i}]") for i, item in enumerate(pulls)),
+        max_count=_json_int(fields.get("max_count", 32), "max_count", 1, INT32_MAX),
+        max_bytes=_json_int(fields.get("max_bytes", 4 << 20), "max_bytes", 1, INT32_MAX),
+        wait_ms=_json_int(fields.get("wait_ms", 0), "wait_ms", 0, INT32_MAX),
+        generation=_json_int(fields.get("generation", -1), "generation", -1, INT64_MAX),
+    )
+
+
+def _queue_pull(item: Any, where: str) -> QueuePull:
+    if not isinstance(item, list) or len(item) != 5:
+        raise InvalidArgumentError(f"{where}: want [topic, queue_id, offset, tags, check]")
+    topic, queue_id, offset, tags, check = item
+    if tags is not None and not isinstance(tags, str):
+        raise InvalidArgumentError(f"{where} tags: want a tag expression or null")
+    if not isinstance(check, bool):
+        raise InvalidArgumentError(f"{where} check: want true or false")
+    return QueuePull(
+        _json_str(topic, f"{where} topic"),
+        _json_int(queue_id, f"{where} queue id", 0, INT32_MAX),
+        _json_int(offset, f"{where} offset", 0, INT64_MAX),
+        tags,
+        check,
+    )
+
+
+# -- transaction checks -----------------------------------------------------------------------
+def encode_checks_answer(checks: TransactionChecks) -> bytes:
+    """The binary answer of a transaction-check fetch."""
+    return _COUNT.pack(checks.count) + bytes(checks.raw)
+
+
+def decode_checks_answer(body: bytes) -> TransactionChecks:
+    """:func:`encode_checks_answer`'s body back into :class:`TransactionChecks`."""
+    if len(body) < _COUNT.size:
+        raise MalformedBodyError(len(body), "a transaction-check answer starts with its count")
+    (count,) = _COUNT.unpack_from(body)
+    if count < 0 or (count == 0) != (len(body) == _COUNT.size):
+        raise MalformedBodyError(0, f"count {count} does not fit {len(body) - 4} record bytes")
+    return TransactionChecks(body[_COUNT.size :], count)
+
+
+# -- JSON fields --------------------------------------------------------------------------------
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        fields = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"{what}: the body is not JSON: {exc}") from exc
+    if not isinstance(fields, dict):
+        raise InvalidArgumentError(f"{what}: the body must be a JSON object")
+    return fields
+
+
+def _json_str(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{field}: want a string, got {type(value).__name__}")
+    return value
+
+
+def _json_int(value: Any, field: str, low: int, high: int) -> int:
+    if type(value) is not int:
+        raise InvalidArgumentError(f"{field}: want an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{field}: want an integer in [{low}, {high}], got {value}")
+    return value
