@@ -10,8 +10,9 @@ a module that takes a name from its own package's ``__init__`` while that ``__in
 it back is a cycle.
 
 The client side of ``sdk`` is what an application that talks to a remote broker loads: every
-``sdk`` module except the broker side (``sdk.broker.*`` and ``sdk.transport.in_process``, the
-local-mode transport into an embedded broker's service) and the tools (``sdk.cli.*``,
+``sdk`` module except the broker side (``sdk.broker.*``, the HTTP server ``sdk.server.*``, and
+``sdk.transport.in_process``, the local-mode transport into an embedded broker's service) and
+the tools (``sdk.cli.*``,
 ``sdk.perf.*``). Today that is the ``sdk`` package itself, ``sdk.errors``, ``sdk.message``,
 ``sdk.outgoing``, ``sdk.producer``, ``sdk.transaction``, ``sdk.consumer.*`` (consumers, process
 queue, rebalance, allocation), ``sdk.idempotency.*`` and ``sdk.transport`` (the seam, its models
@@ -312,7 +313,13 @@ def test_no_module_imports_another_that_imports_it_back():
 
 # --- the client side of sdk ------------------------------------------------------------------
 
-BROKER_SIDE_AND_TOOLS = ("sdk.broker", "sdk.cli", "sdk.perf", "sdk.transport.in_process")
+BROKER_SIDE_AND_TOOLS = (
+    "sdk.broker",
+    "sdk.server",
+    "sdk.cli",
+    "sdk.perf",
+    "sdk.transport.in_process",
+)
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -343,7 +350,12 @@ def test_the_client_list_is_what_the_docstring_says():
     client = {m for m in project_modules() if is_client_module(m)}
     for module in ("sdk", "sdk.producer", "sdk.consumer.push", "sdk.transport.models"):
         assert module in client
-    for module in ("sdk.broker.embedded", "sdk.transport.in_process", "sdk.cli.main"):
+    for module in (
+        "sdk.broker.embedded",
+        "sdk.server.app",
+        "sdk.transport.in_process",
+        "sdk.cli.main",
+    ):
         assert module not in client
     assert not is_client_module("localstore.store") and not is_client_module("sdkx")
 

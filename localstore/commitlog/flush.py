@@ -169,6 +169,10 @@ class FlushService:
         # error once), so the store keeps its abort marker and the next open recovers.
         self.failed_once = False
         self.fsync_count = 0
+        # Time the flush thread spent in commitlog flushes (their fsyncs), and how many: a
+        # server's metrics read them.
+        self.flush_seconds_total = 0.0
+        self.flush_rounds = 0
         self._thread = threading.Thread(target=self._run, name="quiver-flush", daemon=True)
         self._thread.start()
 
@@ -241,11 +245,14 @@ class FlushService:
         """Flush (the commitlog books it, through :meth:`_book`), then answer the puts the
         flush was for: the gate's and the callbacks'."""
         failure = None
+        started = time.perf_counter()
         try:
             self._commitlog.flush(steal_after_s=self._steal_after_s)
         except Exception as exc:  # a failing disk (or a bug): its puts fail, the error is kept
             failure = failure_text(exc)
         finally:
+            self.flush_seconds_total += time.perf_counter() - started
+            self.flush_rounds += 1
             gate.open(failure)
             answer_waiters(waiters, self._commitlog.flushed_offset, failure)
 

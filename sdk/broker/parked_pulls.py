@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from localstore import MessageStore
 from localstore.reader import read_filter
@@ -40,6 +40,8 @@ GROUP_WAKE_PREFIX = "%GROUP%"  # not a topic: woken by membership and lease chan
 
 # Reads ``pulls`` (all or some of the batch's) with the batch's limits.
 Read = Callable[[PullBatch, Sequence[QueuePull]], PullBatchResult]
+# Runs a read elsewhere and awaits it (a thread pool's run_in_executor).
+Offload = Callable[[Callable[[], PullBatchResult]], Awaitable[PullBatchResult]]
 
 
 def nothing_new(result: PullBatchResult) -> bool:
@@ -83,11 +85,18 @@ class ParkedPulls:
             if done:
                 return result
 
-    async def wait_async(self, batch: PullBatch) -> PullBatchResult:
-        """:meth:`wait` for an event loop: the wait parks a future, not a thread."""
+    async def wait_async(self, batch: PullBatch, offload: Offload | None = None) -> PullBatchResult:
+        """:meth:`wait` for an event loop: the wait parks a future, not a thread. ``offload``
+        runs each read (a server gives a thread pool's, so the loop never waits on the disk);
+        without it, reads run on the loop."""
+
+        async def read(pulls: Sequence[QueuePull]) -> PullBatchResult:
+            call = functools.partial(self._read, batch, pulls)
+            return call() if offload is None else await offload(call)
+
         generation = self._groups.generation(batch.group)
         if self._answers_unparked(batch, generation):
-            return self._read(batch, batch.pulls)
+            return await read(batch.pulls)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
@@ -95,6 +104,8 @@ class ParkedPulls:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0 or self._closed():
+                if result is None and not self._closed():
+                    result = await read(batch.pulls)
                 return self._parked_answer(batch, result, generation)
             arrived = asyncio.Event()
             watch = self._notifier.watch(keys, functools.partial(_wake, loop, arrived))
@@ -108,8 +119,8 @@ class ParkedPulls:
             # Changed before the wait: look at every queue (an arrival may have fired the
             # watch for one queue while another was the one not caught up).
             woken_by = frozenset() if changed else watch.woken_by()
-            result, done = self._look_again(batch, woken_by, generation)
-            if done:
+            result = await read(_arrived(batch, woken_by))
+            if _answer_now(batch, woken_by, generation, result):
                 return result
 
     def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
@@ -145,11 +156,25 @@ class ParkedPulls:
     ) -> tuple[PullBatchResult, bool]:
         """After a wake-up: read the queues that got messages (all when unknown) and say
         whether to answer now (news, or a member or lease changed)."""
-        arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
-        result = self._read(batch, arrived or batch.pulls)  # only where messages came, if known
-        group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in woken_by
-        done = group_event or not nothing_new(result) or result.generation != generation
-        return result, done
+        result = self._read(batch, _arrived(batch, woken_by))
+        return result, _answer_now(batch, woken_by, generation, result)
+
+
+def _arrived(batch: PullBatch, woken_by: frozenset[tuple[str, int]]) -> Sequence[QueuePull]:
+    """The queues to read after a wake-up: those that got messages, or all when unknown."""
+    arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
+    return arrived or batch.pulls
+
+
+def _answer_now(
+    batch: PullBatch,
+    woken_by: frozenset[tuple[str, int]],
+    generation: int,
+    result: PullBatchResult,
+) -> bool:
+    """Whether a look after a wake-up is the answer: news, or a member or lease changed."""
+    group_event = (GROUP_WAKE_PREFIX + batch.group, -1) in woken_by
+    return group_event or not nothing_new(result) or result.generation != generation
 
 
 def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:

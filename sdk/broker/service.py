@@ -63,7 +63,7 @@ from sdk.broker.group_report import build_report, snapshot_document, write_snaps
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
-from sdk.broker.parked_pulls import GROUP_WAKE_PREFIX, ParkedPulls
+from sdk.broker.parked_pulls import GROUP_WAKE_PREFIX, Offload, ParkedPulls
 from sdk.broker.schedule import (
     ScheduleService,
     delayed_message,
@@ -83,6 +83,7 @@ from sdk.transport.models import (
     RECORD_DAMAGED,
     DamagedRecord,
     GroupView,
+    ProducerStamp,
     PullBatch,
     PullBatchResult,
     QueuePull,
@@ -195,8 +196,9 @@ class BrokerService:
         self.groups = GroupRegistry(self.options.member_expiry_ms, self._clock)
         self.leases = QueueLeases(self.options.queue_lease_ms, self._clock)
         self._parked = ParkedPulls(
-            self.store, self.groups, self.notifier, self._read, lambda: self._closed
+            self.store, self.groups, self.notifier, self._read, self._not_waiting
         )
+        self._draining = False  # stop_waiting() was called: parked pulls answer at once
         with contextlib.ExitStack() as undo:  # a failure part-way stops what already started
             undo.callback(self.store.close)
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
@@ -294,6 +296,15 @@ class BrokerService:
     def closed(self) -> bool:
         return self._closed
 
+    def stop_waiting(self) -> None:
+        """Answer every parked pull now, and park no new one (a server shutting down: its
+        consumers hear at once, then find the broker gone)."""
+        self._draining = True
+        self.notifier.notify_all()
+
+    def _not_waiting(self) -> bool:
+        return self._closed or self._draining
+
     def __enter__(self) -> BrokerService:
         return self
 
@@ -306,7 +317,9 @@ class BrokerService:
         return not self._closed
 
     # -- send --------------------------------------------------------------------------------
-    def send(self, messages: Sequence[NewMessage]) -> SendResult:
+    def send(
+        self, messages: Sequence[NewMessage], *, stamp: ProducerStamp | None = None
+    ) -> SendResult:
         """Store one message or a batch (one topic-queue, one append). Delayed messages go
         under ``SCHEDULE_TOPIC_XXXX`` (alone: a batch may not carry delays)."""
         if not messages:
@@ -452,7 +465,9 @@ class BrokerService:
         )
 
     # -- transactions (see sdk.broker.transactions) --------------------------------------------
-    def send_half(self, group: str, message: NewMessage) -> SendResult:
+    def send_half(
+        self, group: str, message: NewMessage, *, stamp: ProducerStamp | None = None
+    ) -> SendResult:
         """Store ``message`` as a half message of producer group ``group`` (invisible)."""
         return _send_result(self.transactions.prepare(group, message))
 
@@ -541,9 +556,10 @@ class BrokerService:
         anything new (long polling: :mod:`sdk.broker.parked_pulls`)."""
         return self._parked.wait(batch)
 
-    async def pull_async(self, batch: PullBatch) -> PullBatchResult:
-        """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread."""
-        return await self._parked.wait_async(batch)
+    async def pull_async(self, batch: PullBatch, offload: Offload | None = None) -> PullBatchResult:
+        """:meth:`pull_wait` for an event loop: the wait parks a future, not a thread.
+        ``offload`` runs the reads off the loop (see :meth:`ParkedPulls.wait_async`)."""
+        return await self._parked.wait_async(batch, offload)
 
     # -- routes and queue bounds ---------------------------------------------------------------
     def queue_count(self, topic: str) -> int:

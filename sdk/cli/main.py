@@ -10,6 +10,7 @@
     quiver offsets show|reset --data DIR --group G  consumer offsets and lag
     quiver group show --data DIR --group G          members, queues, offsets and lag
     quiver topic list|create|update|delete --data DIR ...  topics and their queues
+    quiver broker --data DIR [--port 8080]           serve the store to remote clients
     quiver perf ...                                 benchmarks (when sdk/perf/cli.py exists)
 
 Every command takes ``--data DIR`` (the ``store`` commands also take it as a positional DIR),
@@ -28,7 +29,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sdk.cli import group_cmd, offsets_cmd, produce_cmd, query_cmd, read_cmd, store_cmd, topic_cmd
+from sdk.cli import (
+    broker_cmd,
+    group_cmd,
+    offsets_cmd,
+    produce_cmd,
+    query_cmd,
+    read_cmd,
+    store_cmd,
+    topic_cmd,
+)
 from sdk.cli.common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -63,6 +73,7 @@ def build_parser(command: str | None = None) -> QuiverArgumentParser:
     offsets_cmd.add_parser(subparsers)
     group_cmd.add_parser(subparsers)
     topic_cmd.add_parser(subparsers)
+    broker_cmd.add_parser(subparsers)
     _add_perf(subparsers, load=command == "perf")
     return parser
 

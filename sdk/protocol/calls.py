@@ -27,6 +27,7 @@ import orjson
 from sdk.errors import InvalidArgumentError
 from sdk.protocol.data_plane import (
     decode_checks_answer,
+    encode_checks_request,
     encode_pull_request,
     send_query,
 )
@@ -118,7 +119,7 @@ def _checks_request(
     args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
 ) -> WireRequest:
     group, client_id, wait_ms = _bound(("group", "client_id", "wait_ms"), args, kwargs)
-    body = orjson.dumps({"group": group, "client_id": client_id, "wait_ms": wait_ms})
+    body = encode_checks_request(group, client_id, wait_ms)
     return WireRequest("/v1/fetch-transaction-checks", body, hold_ms=wait_ms)
 
 

@@ -45,9 +45,11 @@ from sdk.transport.transaction_models import TransactionChecks
 __all__ = [
     "MAX_PULL_QUEUES",
     "decode_checks_answer",
+    "decode_checks_request",
     "decode_pull_request",
     "decode_send_query",
     "encode_checks_answer",
+    "encode_checks_request",
     "encode_pull_request",
     "send_query",
 ]
@@ -214,6 +216,21 @@ def _queue_pull(item: Any, where: str) -> QueuePull:
 
 
 # -- transaction checks -----------------------------------------------------------------------
+def encode_checks_request(group: str, client_id: str, wait_ms: int) -> bytes:
+    """The JSON body of a transaction-check fetch."""
+    return orjson.dumps({"group": group, "client_id": client_id, "wait_ms": wait_ms})
+
+
+def decode_checks_request(body: bytes) -> tuple[str, str, int]:
+    """A transaction-check fetch's ``(group, client_id, wait_ms)``, checked."""
+    fields = _json_object(body, "fetch_transaction_checks")
+    return (
+        _json_str(fields.get("group"), "group"),
+        _json_str(fields.get("client_id"), "client_id"),
+        _json_int(fields.get("wait_ms", 0), "wait_ms", 0, INT32_MAX),
+    )
+
+
 def encode_checks_answer(checks: TransactionChecks) -> bytes:
     """The binary answer of a transaction-check fetch."""
     return _COUNT.pack(checks.count) + bytes(checks.raw)

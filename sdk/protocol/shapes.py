@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +64,13 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """A kind of value on the wire: ``name`` for messages, and its two checked conversions."""
+    """A kind of value on the wire: ``name`` for messages, its two checked conversions, and its
+    JSON Schema (OpenAPI 3.0's dialect), which the broker's ``/openapi.json`` publishes."""
 
     name: str
     encode: Callable[[Any], Any]
     decode: Callable[[Any, str], Any]  # (the JSON value, the field's name for errors)
+    schema: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _refuse(field: str, shape: str, value: object) -> InvalidArgumentError:
@@ -103,15 +105,26 @@ def _identity(value: Any) -> Any:
     return value
 
 
-INT = Shape("an integer", _identity, _int)
+_INT_SCHEMA = {"type": "integer", "format": "int64", "minimum": INT64_MIN, "maximum": INT64_MAX}
+_QUEUE_ID_SCHEMA = {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX}
+_OFFSET_SCHEMA = {"type": "integer", "format": "int64", "minimum": 0, "maximum": INT64_MAX}
+INT = Shape("an integer", _identity, _int, _INT_SCHEMA)
 # a Java int: delay levels, reconsume counts (the store packs them in 4 bytes)
-INT32 = Shape("a 32-bit integer", _identity, lambda v, f: _int(v, f, -INT32_MAX - 1, INT32_MAX))
-STR = Shape("a string", _identity, _str)
-BOOL = Shape("true or false", _identity, _bool)
-OPTIONAL_INT = Shape(
-    "an integer or null", _identity, lambda v, f: None if v is None else _int(v, f)
+INT32 = Shape(
+    "a 32-bit integer",
+    _identity,
+    lambda v, f: _int(v, f, -INT32_MAX - 1, INT32_MAX),
+    {"type": "integer", "format": "int32", "minimum": -INT32_MAX - 1, "maximum": INT32_MAX},
 )
-NOTHING = Shape("null", lambda _: None, lambda _v, _f: None)
+STR = Shape("a string", _identity, _str, {"type": "string"})
+BOOL = Shape("true or false", _identity, _bool, {"type": "boolean"})
+OPTIONAL_INT = Shape(
+    "an integer or null",
+    _identity,
+    lambda v, f: None if v is None else _int(v, f),
+    {**_INT_SCHEMA, "nullable": True},
+)
+NOTHING = Shape("null", lambda _: None, lambda _v, _f: None, {"nullable": True, "enum": [None]})
 
 
 def _decode_str_map(value: Any, field: str) -> dict[str, str]:
@@ -120,7 +133,12 @@ def _decode_str_map(value: Any, field: str) -> dict[str, str]:
     return {_str(k, field): _str(v, f"{field}.{k}") for k, v in value.items()}
 
 
-STR_MAP = Shape("an object of strings", dict, _decode_str_map)
+STR_MAP = Shape(
+    "an object of strings",
+    dict,
+    _decode_str_map,
+    {"type": "object", "additionalProperties": {"type": "string"}},
+)
 
 
 def _encode_queue(queue: MessageQueue) -> list[Any]:
@@ -140,15 +158,31 @@ def _decode_queues(value: Any, field: str) -> list[MessageQueue]:
     return [_decode_queue(item, f"{field}[{i}]") for i, item in enumerate(value)]
 
 
+def _tuple_schema(*items: Mapping[str, Any]) -> dict[str, Any]:
+    """A fixed-length JSON list (OpenAPI 3.0 has no per-position items: any of them)."""
+    kinds = list({repr(i): i for i in items}.values())
+    return {
+        "type": "array",
+        "items": kinds[0] if len(kinds) == 1 else {"anyOf": kinds},
+        "minItems": len(items),
+        "maxItems": len(items),
+    }
+
+
+_STR_SCHEMA = {"type": "string"}
+_QUEUE_SCHEMA = _tuple_schema(_STR_SCHEMA, _STR_SCHEMA, _QUEUE_ID_SCHEMA)
+_QUEUES_SCHEMA = {"type": "array", "items": _QUEUE_SCHEMA}
 QUEUES = Shape(
     "a list of [topic, broker_name, queue_id]",
     lambda queues: [_encode_queue(q) for q in queues],
     _decode_queues,
+    _QUEUES_SCHEMA,
 )
 QUEUE_SET = Shape(
     "a list of [topic, broker_name, queue_id]",
     lambda queues: [_encode_queue(q) for q in sorted(queues)],
     lambda value, field: set(_decode_queues(value, field)),
+    _QUEUES_SCHEMA,
 )
 
 
@@ -168,6 +202,10 @@ OFFSETS = Shape(
     "a list of [topic, broker_name, queue_id, offset]",
     lambda offsets: [[*_encode_queue(q), o] for q, o in sorted(offsets.items())],
     _decode_offsets,
+    {
+        "type": "array",
+        "items": _tuple_schema(_STR_SCHEMA, _STR_SCHEMA, _QUEUE_ID_SCHEMA, _OFFSET_SCHEMA),
+    },
 )
 
 
@@ -183,6 +221,7 @@ def optional(shape: Shape) -> Shape:
         f"{shape.name} or null",
         lambda v: None if v is None else shape.encode(v),
         lambda v, f: None if v is None else shape.decode(v, f),
+        {**shape.schema, "nullable": True},
     )
 
 
@@ -195,7 +234,12 @@ def list_of(shape: Shape, *, as_tuple: bool = False) -> Shape:
         items = [shape.decode(item, f"{field}[{i}]") for i, item in enumerate(value)]
         return tuple(items) if as_tuple else items
 
-    return Shape(f"a list of {shape.name}", lambda v: [shape.encode(i) for i in v], decode)
+    return Shape(
+        f"a list of {shape.name}",
+        lambda v: [shape.encode(i) for i in v],
+        decode,
+        {"type": "array", "items": shape.schema},
+    )
 
 
 def pair(first: Shape, second: Shape) -> Shape:
@@ -210,6 +254,7 @@ def pair(first: Shape, second: Shape) -> Shape:
         f"[{first.name}, {second.name}]",
         lambda v: [first.encode(v[0]), second.encode(v[1])],
         decode,
+        _tuple_schema(first.schema, second.schema),
     )
 
 
@@ -240,7 +285,14 @@ def record(cls: type[Any], **fields: Shape) -> Shape:
                 raise InvalidArgumentError(f"{field}.{key} is missing ({name})")
         return cls(**kwargs)
 
-    return Shape(name, encode, decode)
+    required = [key for key in fields if key not in defaults]
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {key: shape.schema for key, shape in fields.items()},
+    }
+    if required:
+        schema["required"] = required
+    return Shape(name, encode, decode, schema)
 
 
 SEND_RESULT = record(
@@ -291,6 +343,19 @@ GROUP_VIEW = Shape(
         "owners": [[*_encode_queue(q), owner] for q, owner in sorted(v.owners.items())],
     },
     _decode_group_view,
+    {
+        "type": "object",
+        "required": ["generation"],
+        "properties": {
+            "generation": _INT_SCHEMA,
+            "members": {"type": "array", "items": _STR_SCHEMA},
+            "subscriptions": {"type": "object", "additionalProperties": STR_MAP.schema},
+            "owners": {
+                "type": "array",
+                "items": _tuple_schema(_STR_SCHEMA, _STR_SCHEMA, _QUEUE_ID_SCHEMA, _STR_SCHEMA),
+            },
+        },
+    },
 )
 
 
@@ -334,7 +399,14 @@ GROUP_INFO = record(
 )
 RESET_REQUEST = record(
     ResetRequest,
-    to=optional(Shape('"earliest" or "latest"', _identity, _decode_reset_target)),
+    to=optional(
+        Shape(
+            '"earliest" or "latest"',
+            _identity,
+            _decode_reset_target,
+            {"type": "string", "enum": ["earliest", "latest"]},
+        )
+    ),
     timestamp_ms=OPTIONAL_INT,
     offsets=optional(list_of(pair(INT, INT), as_tuple=True)),
 )

@@ -1,0 +1,305 @@
+"""The broker's HTTP API: an aiohttp application over a :class:`~sdk.broker.service.BrokerService`.
+
+Routes come from the protocol's tables, not written out here: every control operation
+(:data:`sdk.protocol.operations.CONTROL_OPERATIONS`) is ``POST /v1/<name>`` answered by the
+in-process transport's method of the same name; the data plane (send, send-half, pull,
+transaction checks: :mod:`sdk.protocol.data_plane`) has a handler each. Besides:
+``GET /health``, ``GET /metrics`` (:mod:`sdk.server.metrics`) and ``GET /openapi.json``
+(:mod:`sdk.server.openapi`).
+
+The event loop never waits on the disk. Every call that appends (sends, send-backs, half
+messages, transaction ends, topic changes, offset resets) runs on one writer thread, in the
+order the requests came; reads of the log (pulls, queries by time, the admin's reports) run on
+a small reader pool; the calls that only touch memory (membership, leases, offsets, queue
+bounds) run on the loop. A pull with nothing new parks a future (long polling) and is woken
+by the arrival of a message.
+
+Every failure is an error answer of :mod:`sdk.protocol.errors`: bad input is a 4xx naming the
+problem, a closing broker a 503 (retriable), a request body over ``max_request_bytes`` a 413.
+Anything else is a bug: it is logged with its traceback and answered 500 ``INTERNAL`` without
+the exception's text (which may name the broker's files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import orjson
+from aiohttp import web
+
+from localstore import StoreClosedError
+from sdk._version import __version__
+from sdk.broker.service import BrokerService
+from sdk.errors import BrokerUnavailableError, InvalidArgumentError
+from sdk.protocol.data_plane import (
+    decode_checks_request,
+    decode_pull_request,
+    decode_send_query,
+    encode_checks_answer,
+)
+from sdk.protocol.errors import error_answer
+from sdk.protocol.operations import CONTROL_OPERATIONS, Operation, decode_request, encode_answer
+from sdk.protocol.pull_body import encode_pull_answer
+from sdk.protocol.shapes import SEND_RESULT
+from sdk.server.metrics import Gauges, ServerMetrics, render
+from sdk.server.openapi import openapi_document
+from sdk.server.produce import refuse_broker_properties
+from sdk.transport.in_process import InProcessTransport
+from sdk.transport.models import SendResult
+
+__all__ = ["ON_LOOP", "WRITES", "BrokerApp"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+WRITES = frozenset(
+    {
+        "send_back",
+        "end_transaction",
+        "create_topic",
+        "update_topic",
+        "delete_topic",
+        "reset_offsets",
+    }
+)
+"""Control operations that append to the log or write config files: on the writer thread."""
+
+ON_LOOP = frozenset(
+    {
+        "queue_count",
+        "min_offset",
+        "max_offset",
+        "query_offset",
+        "commit_offsets",
+        "heartbeat",
+        "unregister",
+        "lock_queues",
+        "unlock_queues",
+        "group_view",
+    }
+)
+"""Control operations answered from memory: on the event loop. The others read the log or
+the store's files: on the reader pool."""
+
+_JSON = "application/json"
+_BINARY = "application/octet-stream"
+_MIB = 1 << 20
+
+
+class BrokerApp:
+    """The HTTP API of ``service`` (see the module docstring). ``max_request_bytes``: the
+    largest request body taken (default: the store's largest message plus 4 MiB)."""
+
+    def __init__(self, service: BrokerService, *, max_request_bytes: int | None = None):
+        self.service = service
+        self.transport = InProcessTransport(service)
+        self.metrics = ServerMetrics()
+        if max_request_bytes is None:
+            max_request_bytes = service.store.geometry.max_message_size + 4 * _MIB
+        self.max_request_bytes = max_request_bytes
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="quiver-writer")
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="quiver-reader")
+        self.stopping = False
+        # what GET /metrics reports as open connections (the runner serving the app sets it)
+        self.count_connections: Callable[[], int] = lambda: 0
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.app = web.Application(
+            client_max_size=max_request_bytes, middlewares=[self._answer_errors]
+        )
+        self.app["quiver"] = self
+        self._routes()
+
+    # -- routes --------------------------------------------------------------------------------
+    def _routes(self) -> None:
+        router = self.app.router
+        for operation in CONTROL_OPERATIONS.values():
+            router.add_post(operation.path, functools.partial(self._control, operation))
+        router.add_post("/v1/send", self._send)
+        router.add_post("/v1/send-half", self._send_half)
+        router.add_post("/v1/pull", self._pull)
+        router.add_post("/v1/fetch-transaction-checks", self._fetch_checks)
+        router.add_get("/health", self._health)
+        router.add_get("/metrics", self._metrics)
+        router.add_get("/openapi.json", self._openapi)
+
+    async def _control(self, operation: Operation, request: web.Request) -> web.Response:
+        args, kwargs = decode_request(operation, await request.read())
+        call = functools.partial(getattr(self.transport, operation.name), *args, **kwargs)
+        if operation.name in ON_LOOP:
+            value = call()
+        else:
+            pool = self._writer if operation.name in WRITES else self._readers
+            value = await self._run(pool, call)
+        return _json(encode_answer(operation, value))
+
+    async def _send(self, request: web.Request) -> web.Response:
+        messages, stamp = decode_send_query(request.query, await request.read())
+        refuse_broker_properties(messages)
+        result: SendResult = await self._run(
+            self._writer, functools.partial(self.service.send, messages, stamp=stamp)
+        )
+        if result.stored:
+            self.metrics.put_messages += len(result.phys_offsets)
+            self.metrics.put_bytes += sum(len(m.body) for m in messages)
+        return _json(orjson.dumps(SEND_RESULT.encode(result)))
+
+    async def _send_half(self, request: web.Request) -> web.Response:
+        group = request.query.get("group")
+        if group is None:
+            raise InvalidArgumentError("group is missing")
+        messages, stamp = decode_send_query(request.query, await request.read(), half=True)
+        refuse_broker_properties(messages)
+        call = functools.partial(self.service.send_half, group, messages[0], stamp=stamp)
+        result: SendResult = await self._run(self._writer, call)
+        return _json(orjson.dumps(SEND_RESULT.encode(result)))
+
+    async def _pull(self, request: web.Request) -> web.Response:
+        batch = decode_pull_request(await request.read())
+        self._check_serving()
+        parked = batch.wait_ms > 0
+        self.metrics.parked_pulls += parked
+        try:
+            result = await self.service.pull_async(batch, self._offload_read)
+        except StoreClosedError as exc:
+            raise BrokerUnavailableError(f"the broker is closing: {exc}") from exc
+        finally:
+            self.metrics.parked_pulls -= parked
+        for answer in result.results:
+            self.metrics.get_messages += answer.count
+            self.metrics.get_bytes += len(answer.raw)
+        return web.Response(body=encode_pull_answer(result), content_type=_BINARY)
+
+    async def _fetch_checks(self, request: web.Request) -> web.Response:
+        group, client_id, wait_ms = decode_checks_request(await request.read())
+        self._check_serving()
+        try:
+            checks = await self.service.fetch_transaction_checks_async(group, client_id, wait_ms)
+        except StoreClosedError as exc:
+            raise BrokerUnavailableError(f"the broker is closing: {exc}") from exc
+        return web.Response(body=encode_checks_answer(checks), content_type=_BINARY)
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        serving = not (self.stopping or self.service.closed)
+        body = {
+            "status": "ok" if serving else "stopping",
+            "broker_name": self.service.broker_name,
+            "version": __version__,
+        }
+        return _json(orjson.dumps(body), status=200 if serving else 503)
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        gauges = await self._run(self._readers, self._gauges)
+        return web.Response(
+            text=render(self.metrics, gauges), content_type="text/plain", charset="utf-8"
+        )
+
+    def _gauges(self) -> Gauges:
+        flusher = self.service.store.flusher
+        lag = [
+            (info.group, queue)
+            for info in self.service.admin.list_groups()
+            if not info.system
+            for queue in info.queues
+        ]
+        return Gauges(
+            open_connections=self.count_connections(),
+            flush_seconds_sum=flusher.flush_seconds_total,
+            flush_count=flusher.flush_rounds,
+            lag=lag,
+        )
+
+    async def _openapi(self, _request: web.Request) -> web.Response:
+        return _json(orjson.dumps(openapi_document(self.max_request_bytes)))
+
+    # -- running calls -------------------------------------------------------------------------
+    async def _run(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
+        self._check_serving()
+        return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+    def _offload_read(self, call: Callable[[], T]) -> Awaitable[T]:
+        return asyncio.get_running_loop().run_in_executor(self._readers, call)
+
+    def _check_serving(self) -> None:
+        if self.service.closed:
+            raise BrokerUnavailableError("the broker is closing")
+
+    @web.middleware
+    async def _answer_errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Count the request in flight; turn every failure into an error answer."""
+        self.in_flight += 1
+        self._idle.clear()
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unknown"
+        try:
+            if self.stopping and request.path.startswith("/v1/"):
+                raise BrokerUnavailableError("the broker is shutting down")
+            response = await handler(request)
+        except web.HTTPException as exc:  # aiohttp's own: no route, wrong method, too large
+            response = _http_error(exc, self.max_request_bytes)
+        except StoreClosedError as exc:
+            response = _error(BrokerUnavailableError(f"the broker is closing: {exc}"))
+        except Exception as exc:
+            if not _is_expected(exc):
+                log.exception("%s %s failed", request.method, request.path)
+            response = _error(exc)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+        self.metrics.answered(name, response.status)
+        return response
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight (or ``timeout_s`` passed); whether it is so."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def close_pools(self) -> None:
+        """Finish the writes queued on the writer thread, then stop both pools."""
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type=_JSON)
+
+
+def _error(exc: BaseException) -> web.Response:
+    status, body = error_answer(exc)
+    if status == 500:  # a bug: its text may name the broker's internals
+        body = orjson.dumps(
+            {
+                "code": "INTERNAL",
+                "message": "internal error (see the broker's log)",
+                "retriable": False,
+            }
+        )
+    return _json(body, status)
+
+
+def _is_expected(exc: Exception) -> bool:
+    """A refusal the error table knows (a 4xx or a 503), not a bug."""
+    status, _ = error_answer(exc)
+    return status != 500
+
+
+def _http_error(exc: web.HTTPException, max_request_bytes: int) -> web.Response:
+    if exc.status == 413:
+        message = f"the request body is over the broker's limit of {max_request_bytes} bytes"
+    else:
+        message = f"{exc.status} {exc.reason}"
+    body = {"code": "INVALID_ARGUMENT", "message": message, "retriable": False}
+    return _json(orjson.dumps(body), exc.status)
