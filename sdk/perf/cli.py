@@ -31,6 +31,8 @@ def add_parser(subparsers: Any) -> None:
     _add_recovery(commands)
     _add_e2e(commands)
     _add_rebalance(commands)
+    for name in ("produce", "consume"):
+        _add_remote(commands, name)
 
 
 def _add_store(commands: Any) -> None:
@@ -141,7 +143,49 @@ def _add_e2e(commands: Any) -> None:
     )
     e2e.add_argument("--json", action="store_true", help="one JSON line per figure")
     e2e.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_broker_options(e2e)
     e2e.set_defaults(func=_run_e2e)
+
+
+_REMOTE_HELP = {
+    "produce": "producers against a broker over HTTP: produce_msgs_per_s",
+    "consume": "pull consumers of one group against a broker over HTTP: consume_msgs_per_s",
+}
+
+
+def _add_remote(commands: Any, name: str) -> None:
+    remote = commands.add_parser(
+        name,
+        help=_REMOTE_HELP[name],
+        description=f"{_REMOTE_HELP[name]} (give --broker URL or --spawn-broker).",
+    )
+    remote.add_argument("--count", type=int, default=1_000_000, help="messages")
+    remote.add_argument("--size", type=int, default=100, help="body size in bytes")
+    remote.add_argument("--batch", type=int, default=100, help="messages per send and per poll")
+    remote.add_argument("--json", action="store_true", help="one JSON line per figure")
+    remote.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_broker_options(remote)
+    remote.set_defaults(func=_run_remote, figures=(name,))
+
+
+def _add_broker_options(parser: argparse.ArgumentParser) -> None:
+    """The remote-mode options: where the broker is, and how many clients."""
+    where = parser.add_argument_group("remote mode (a broker over HTTP)")
+    where.add_argument("--broker", metavar="URL", help="a running broker's URL")
+    where.add_argument(
+        "--spawn-broker",
+        action="store_true",
+        help="start a broker process over --data (or a temp dir) on a free loopback port",
+    )
+    where.add_argument(
+        "--flush", choices=("async", "sync"), default="async", help="the spawned broker's flush"
+    )
+    where.add_argument("--producers", type=int, default=4, help="concurrent producers")
+    where.add_argument("--consumers", type=int, default=4, help="consumers in the group")
+    if not any(action.dest == "data" for action in parser._actions):
+        parser.add_argument("--data", type=Path, default=None, help="--spawn-broker's directory")
+    if not any(action.dest == "latency_samples" for action in parser._actions):
+        parser.set_defaults(latency_samples=2000)
 
 
 def _add_rebalance(commands: Any) -> None:
@@ -321,6 +365,9 @@ def _run_store(args: argparse.Namespace) -> int:
 def _run_e2e(args: argparse.Namespace) -> int:
     from sdk.perf.e2e_bench import E2EBenchConfig, run_e2e_bench
 
+    if args.broker is not None or args.spawn_broker:
+        args.figures = ("e2e",)
+        return _run_remote(args)
     _check_positive(
         args,
         "count",
@@ -380,3 +427,35 @@ def _run_rebalance(args: argparse.Namespace) -> int:
         ),
         ("rebalance",),
     )
+
+
+def _run_remote(args: argparse.Namespace) -> int:
+    """A remote-mode benchmark against ``--broker URL``, or a broker it spawns."""
+    from sdk.perf.remote_bench import RemoteBenchConfig, run_remote_bench
+    from sdk.perf.spawn import spawned_broker
+
+    _check_positive(args, "count", "size", "batch", "producers", "consumers", "latency_samples")
+    if (args.broker is None) == (not args.spawn_broker):
+        raise _usage("give --broker URL or --spawn-broker (one of them)")
+    config = RemoteBenchConfig(
+        url=args.broker or "",
+        count=args.count,
+        size=args.size,
+        batch=args.batch,
+        producers=args.producers,
+        consumers=args.consumers,
+        latency_samples=args.latency_samples,
+    )
+    if args.broker is not None:
+        from sdk.perf.report import Progress, emit
+
+        for figure in run_remote_bench(config, args.figures, Progress(enabled=not args.quiet)):
+            emit(figure, args.json)
+        return 0
+
+    def figures(data: Path, progress: Progress) -> Iterator[Figure]:
+        with spawned_broker(data / "broker", flush=args.flush) as broker:
+            spawned = dataclasses.replace(config, url=broker.url, broker_pid=broker.pid)
+            yield from run_remote_bench(spawned, args.figures, progress)
+
+    return _run_bench(args, figures, ("broker",))
