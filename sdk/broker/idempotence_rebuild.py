@@ -9,12 +9,13 @@ covers what retries ask for; the window bounds keep only the newest stamps of it
 
 Bounded work, whatever the store's size: the tail's bytes are searched for the stamp property's
 name (a C-speed search over the mapped segments); only where it occurs are the record starts
-walked (sizes only) and the record holding it decoded (without its body). A stamp names its
+walked (sizes only), and of the records holding it only the newest ``idempotence_max_stamps``
+(all the windows can keep) are decoded, without their bodies. A stamp names its
 batch's size: the batch's receipt (first queue offset, each message's commitlog offset from
 its consume queue, store host and time) is rebuilt as the send answered it, with status
 ``PUT_OK`` (it is in the log). A record whose stamp does not parse, or whose batch's units are
-gone from its consume queue, is skipped. Records are visited in log order, so where a stamp
-appears twice the first (the original) answers.
+gone from its consume queue, is skipped. Records are put in the windows in log order, so
+where a stamp appears twice the first (the original) answers.
 
 The key of a stamp is the topic and queue its producer sent to: a delayed message is stored under
 ``SCHEDULE_TOPIC_XXXX`` and a half message under ``RMQ_SYS_TRANS_HALF_TOPIC``, both with the
@@ -52,12 +53,22 @@ _REDIRECTED_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC})
 
 
 def rebuild_windows(store: MessageStore, windows: ProducerWindows, tail_bytes: int) -> int:
-    """Put every stamp found in the last ``tail_bytes`` of ``store``'s log in ``windows``;
-    answers how many stamped records were found. Logged at INFO."""
-    found = 0
-    for record in _stamped_records(store, tail_bytes):
-        if _remember(store, windows, record):
-            found += 1
+    """Put the newest stamps found in the last ``tail_bytes`` of ``store``'s log in
+    ``windows`` (at most as many as they hold in all), oldest first; answers how many stamped
+    records were taken. Logged at INFO."""
+    starts = list(_stamped_record_starts(store, tail_bytes))
+    taken: list[StoredMessage] = []
+    for view, pos in reversed(starts):  # newest first: older ones would leave the windows
+        if len(taken) >= windows.max_stamps:
+            break
+        try:
+            record = decode_record(view, pos, body=False)
+        except RecordError:
+            log.warning("idempotence rebuild: an undecodable record, skipped")
+            continue
+        if PROPERTY_PRODUCER_SEQ in record.properties:
+            taken.append(record)
+    found = sum(_remember(store, windows, record) for record in reversed(taken))
     if found:
         log.info(
             "rebuilt the idempotent-produce windows from the last %d bytes of the log: "
@@ -69,8 +80,11 @@ def rebuild_windows(store: MessageStore, windows: ProducerWindows, tail_bytes: i
     return found
 
 
-def _stamped_records(store: MessageStore, tail_bytes: int) -> Iterator[StoredMessage]:
-    """The records of the log's tail that hold the stamp property's name, in log order."""
+def _stamped_record_starts(
+    store: MessageStore, tail_bytes: int
+) -> Iterator[tuple[memoryview, int]]:
+    """Where the records of the log's tail that hold the stamp property's name start (their
+    segment's mapping and the position in it), in log order."""
     commitlog = store.commitlog
     end = commitlog.confirmed_offset
     position = store.offset_index.record_boundary_at_or_after(max(0, end - tail_bytes))
@@ -81,16 +95,14 @@ def _stamped_records(store: MessageStore, tail_bytes: int) -> Iterator[StoredMes
         view, pos = located
         limit = min(len(view), pos + end - position)
         hits = [match.start() for match in _STAMP_NAME.finditer(view, pos, limit)]
-        if hits:
-            yield from _records_holding(view, pos, limit, hits)
+        for start in _records_holding(view, pos, limit, hits):
+            yield view, start
         position += len(view) - pos  # the next segment's start
 
 
-def _records_holding(
-    view: memoryview, pos: int, limit: int, hits: list[int]
-) -> Iterator[StoredMessage]:
-    """Walk the records of one segment from ``pos`` (a record start) by their sizes, and decode
-    each one that holds a position of ``hits`` (ascending)."""
+def _records_holding(view: memoryview, pos: int, limit: int, hits: list[int]) -> Iterator[int]:
+    """Walk the records of one segment from ``pos`` (a record start) by their sizes, and give
+    the start of each one that holds a position of ``hits`` (ascending)."""
     next_hit = 0
     while pos < limit and next_hit < len(hits):
         if pos + SIZE_AND_MAGIC.size > limit:
@@ -100,10 +112,7 @@ def _records_holding(
             return
         end = pos + size
         if hits[next_hit] < end:
-            try:
-                yield decode_record(view, pos, body=False)
-            except RecordError:
-                log.warning("idempotence rebuild: an undecodable record, skipped")
+            yield pos
             while next_hit < len(hits) and hits[next_hit] < end:
                 next_hit += 1
         pos = end

@@ -390,3 +390,17 @@ def test_a_stamp_in_a_record_body_is_not_taken_for_one(root: Path):
         assert service.producer_windows.stamps == 0
         service.send([NewMessage(TOPIC, b"x", 0, {})], stamp=ProducerStamp("p", 5))
         assert service.max_offset(TOPIC, 0) == 2
+
+
+def test_the_rebuild_keeps_the_newest_stamps_within_the_bounds(root: Path):
+    settings = {"idempotence_window_per_queue": 2, "idempotence_max_stamps": 4}
+    with BrokerService(root, options()) as service:
+        for sequence in range(12):
+            queue_id = sequence % 3
+            service.send(batch([b"m"], queue_id), stamp=ProducerStamp("p", sequence))
+    with BrokerService(root, options(**settings)) as service:
+        windows = service.producer_windows
+        assert windows.stamps == 4
+        assert windows.answer(ProducerStamp("p", 11), TOPIC, 2) is not None
+        assert windows.answer(ProducerStamp("p", 10), TOPIC, 1) is not None
+        assert windows.answer(ProducerStamp("p", 0), TOPIC, 0) is None
