@@ -188,6 +188,14 @@ def _any_delayed(messages: Sequence[NewMessage]) -> bool:
     return False
 
 
+def _holds_stamp(messages: Sequence[NewMessage]) -> bool:
+    """Whether a message already carries the broker's stamp property (a client may not set
+    it: a forged one would be taken for a stored stamp when the windows are rebuilt)."""
+    if isinstance(messages, UniformBatch):
+        return messages.holds_property(PROPERTY_PRODUCER_SEQ)
+    return any(PROPERTY_PRODUCER_SEQ in message.properties for message in messages)
+
+
 # A record's reconsume count is a signed 32-bit field: a copy one count further must fit.
 _MAX_RECONSUME_COUNT = 2**31 - 1
 
@@ -199,6 +207,15 @@ def _damaged_record(error: DamagedRecordError) -> DamagedRecord:
 
 def _rejected(status: str, detail: str, topic: str = "", queue_id: int = 0) -> SendResult:
     return SendResult(status=status, detail=detail, topic=topic, queue_id=queue_id)
+
+
+def _forged_stamp(topic: str, queue_id: int) -> SendResult:
+    return _rejected(
+        "MESSAGE_ILLEGAL",
+        f"property {PROPERTY_PRODUCER_SEQ} is the broker's own (give a ProducerStamp instead)",
+        topic,
+        queue_id,
+    )
 
 
 class BrokerService:
@@ -341,10 +358,14 @@ class BrokerService:
 
         ``stamp``: make the send idempotent. A batch whose stamp the broker stored already (on
         the same topic and queue) is not stored again: the answer is the first copy's
-        (:mod:`sdk.broker.idempotence`)."""
-        if stamp is None or not messages:
+        (:mod:`sdk.broker.idempotence`). A message may not carry the stamp property itself."""
+        if not messages:
             return self._send(messages)
         topic, queue_id, _sys_flag = batch_head(messages)
+        if _holds_stamp(messages):
+            return _forged_stamp(topic, queue_id)
+        if stamp is None:
+            return self._send(messages)
         return self.producer_windows.once(
             stamp, topic, queue_id, lambda: self._send(stamped(messages, stamp))
         )
@@ -500,6 +521,8 @@ class BrokerService:
         """Store ``message`` as a half message of producer group ``group`` (invisible).
         ``stamp``: make it idempotent, as for :meth:`send` (keyed by the message's topic and
         queue)."""
+        if PROPERTY_PRODUCER_SEQ in message.properties:
+            return _forged_stamp(message.topic, message.queue_id)
         if stamp is None:
             return _send_result(self.transactions.prepare(group, message))
         return self.producer_windows.once(

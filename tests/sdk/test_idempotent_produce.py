@@ -404,3 +404,16 @@ def test_the_rebuild_keeps_the_newest_stamps_within_the_bounds(root: Path):
         assert windows.answer(ProducerStamp("p", 11), TOPIC, 2) is not None
         assert windows.answer(ProducerStamp("p", 10), TOPIC, 1) is not None
         assert windows.answer(ProducerStamp("p", 0), TOPIC, 0) is None
+
+
+def test_a_message_may_not_carry_the_stamp_property_itself(service: BrokerService):
+    forged = {"UNIQ_KEY": "U1", PROPERTY_PRODUCER_SEQ: "p:1:1"}
+    answer = service.send([NewMessage(TOPIC, b"a", 0, forged)])
+    assert answer.status == "MESSAGE_ILLEGAL" and PROPERTY_PRODUCER_SEQ in answer.detail
+    wire = decode_produce_body(
+        encode_produce_body([NewMessage(TOPIC, b"a", 0, forged)]), TOPIC, 0, count=1
+    )
+    assert service.send(wire, stamp=ProducerStamp("p", 2)).status == "MESSAGE_ILLEGAL"
+    half = NewMessage(TOPIC, b"h", 0, forged)
+    assert service.send_half("txgroup", half).status == "MESSAGE_ILLEGAL"
+    assert service.max_offset(TOPIC, 0) == 0 and service.max_offset(HALF_TOPIC, 0) == 0
