@@ -30,7 +30,8 @@ which :mod:`sdk.broker.idempotence_rebuild` refills the windows when the broker 
 delayed message and a half message carry it in their stored (scheduled, half) record, and the
 answer is that record's receipt, as the send's was; the copies the broker makes later
 (delivery when due, a commit, a retry) leave it out, so only the stored original names the
-stamp.
+stamp. The service refuses a message that carries the property itself (a forged stamp would
+be taken for a stored one by the rebuild).
 
 Receipts are kept compact (commitlog offsets in an ``array``), and every answer is a fresh
 :class:`~sdk.transport.models.SendResult`: a caller changing its answer changes no other.

@@ -359,13 +359,12 @@ class BrokerService:
         ``stamp``: make the send idempotent. A batch whose stamp the broker stored already (on
         the same topic and queue) is not stored again: the answer is the first copy's
         (:mod:`sdk.broker.idempotence`). A message may not carry the stamp property itself."""
-        if not messages:
+        if messages and _holds_stamp(messages):
+            topic, queue_id, _sys_flag = batch_head(messages)
+            return _forged_stamp(topic, queue_id)
+        if stamp is None or not messages:
             return self._send(messages)
         topic, queue_id, _sys_flag = batch_head(messages)
-        if _holds_stamp(messages):
-            return _forged_stamp(topic, queue_id)
-        if stamp is None:
-            return self._send(messages)
         return self.producer_windows.once(
             stamp, topic, queue_id, lambda: self._send(stamped(messages, stamp))
         )
