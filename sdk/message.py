@@ -44,6 +44,10 @@ QUIVER_PROPERTY_PREFIX = "__QUIVER_"
 PROPERTY_DELIVER_AT = QUIVER_PROPERTY_PREFIX + "DELIVER_AT"
 """Quiver's property for an absolute delivery time (epoch ms); see :mod:`sdk.broker.schedule`."""
 
+PROPERTY_PRODUCER_SEQ = QUIVER_PROPERTY_PREFIX + "PRODUCER_SEQ"
+"""Quiver's property on the last message of an idempotent batch: ``<producer id>:<sequence>:
+<count>``, what the broker rebuilds its producer windows from (:mod:`sdk.broker.idempotence`)."""
+
 log = logging.getLogger(__name__)
 
 

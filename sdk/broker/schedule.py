@@ -91,7 +91,7 @@ from offsetstore.json_shape import (
 from sdk.broker.rounds import Rounds
 from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import InvalidArgumentError
-from sdk.message import PROPERTY_DELIVER_AT
+from sdk.message import PROPERTY_DELIVER_AT, PROPERTY_PRODUCER_SEQ
 
 __all__ = [
     "DELAY_OFFSET_FILE",
@@ -188,12 +188,15 @@ def packed_host(host: str, sys_flag: int) -> bytes:
 def original_message(stored: StoredMessage) -> NewMessage | None:
     """The message a stored delayed message stands for (None without ``REAL_TOPIC``).
 
-    The ``__QUIVER_DELIVER_AT`` property, if any, is kept (the service drops it on delivery).
+    The ``__QUIVER_DELIVER_AT`` property, if any, is kept (the service drops it on delivery);
+    a producer stamp (``__QUIVER_PRODUCER_SEQ``) is not: the stored delayed record alone names
+    it (:mod:`sdk.broker.idempotence`).
     """
     properties = dict(stored.properties)
     topic = properties.pop(PROPERTY_REAL_TOPIC, None)
     queue = properties.pop(PROPERTY_REAL_QUEUE_ID, None)
     properties.pop(PROPERTY_DELAY, None)
+    properties.pop(PROPERTY_PRODUCER_SEQ, None)
     if not topic:
         return None
     return NewMessage(

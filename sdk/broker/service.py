@@ -14,6 +14,11 @@ Sends: a message whose ``DELAY`` property names a level (or which carries an abs
 time) is stored under ``SCHEDULE_TOPIC_XXXX`` and re-put when due (:mod:`sdk.broker.schedule`),
 as RocketMQ's broker does. A batch must not hold delayed messages.
 
+Idempotent produce: a send or half message given a :class:`ProducerStamp` is stored once while
+its stamp is in the producer windows, and a copy is answered with the first answer
+(:mod:`sdk.broker.idempotence`); the windows are refilled from the log's tail on open
+(:mod:`sdk.broker.idempotence_rebuild`).
+
 Send-back (RocketMQ's ``consumerSendMsgBack``): a message a consumer failed is re-stored under
 ``%RETRY%{group}`` with ``reconsume_times + 1`` and delay level ``3 + reconsume_times`` (or the
 level asked for), keeping ``RETRY_TOPIC`` (its original topic) and ``ORIGIN_MESSAGE_ID``; once
@@ -52,6 +57,7 @@ from localstore.record.codec import (
     RecordError,
     StoredMessage,
 )
+from localstore.record.uniform_batch import batch_head
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
 from localstore.runtime.closing import CloseSteps
@@ -61,6 +67,13 @@ from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker.administration import BrokerAdministration
 from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
+from sdk.broker.idempotence import (
+    DEFAULT_MAX_STAMPS,
+    DEFAULT_WINDOW_PER_QUEUE,
+    ProducerWindows,
+    stamped,
+)
+from sdk.broker.idempotence_rebuild import DEFAULT_REBUILD_BYTES, rebuild_windows
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
 from sdk.broker.parked_pulls import GROUP_WAKE_PREFIX, Offload, ParkedPulls
@@ -77,7 +90,7 @@ from sdk.broker.transactions import (
 )
 from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import CloseError
-from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
+from sdk.message import PROPERTY_DELIVER_AT, PROPERTY_PRODUCER_SEQ, dlq_topic, retry_topic
 from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
     RECORD_DAMAGED,
@@ -109,6 +122,10 @@ class BrokerOptions:
     ``geometry``: sizes to create a new store with (see :class:`localstore.StoreGeometry`).
     ``clock``: the time the broker's leases, member expiry, schedule and transaction checks
     read (tests give a :class:`sdk.clock.ManualClock`; the store's timestamps stay real).
+    ``idempotence_window_per_queue``, ``idempotence_max_stamps``: the producer windows' bounds,
+    sequences kept per (producer id, topic, queue id) and in all;
+    ``idempotence_rebuild_bytes``: how much of the log's tail refills them on open (see
+    :mod:`sdk.broker.idempotence`).
     """
 
     broker_name: str = "broker-a"
@@ -126,6 +143,9 @@ class BrokerOptions:
     transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS
     transaction_max_checks: int = DEFAULT_MAX_CHECKS
     clock: Clock = SYSTEM_CLOCK
+    idempotence_window_per_queue: int = DEFAULT_WINDOW_PER_QUEUE
+    idempotence_max_stamps: int = DEFAULT_MAX_STAMPS
+    idempotence_rebuild_bytes: int = DEFAULT_REBUILD_BYTES
 
 
 _HOST_HEX: dict[bytes, str] = {}  # packed store host -> its upper-case hex (one or two a broker)
@@ -168,6 +188,14 @@ def _any_delayed(messages: Sequence[NewMessage]) -> bool:
     return False
 
 
+def _holds_stamp(messages: Sequence[NewMessage]) -> bool:
+    """Whether a message already carries the broker's stamp property (a client may not set
+    it: a forged one would be taken for a stored stamp when the windows are rebuilt)."""
+    if isinstance(messages, UniformBatch):
+        return messages.holds_property(PROPERTY_PRODUCER_SEQ)
+    return any(PROPERTY_PRODUCER_SEQ in message.properties for message in messages)
+
+
 # A record's reconsume count is a signed 32-bit field: a copy one count further must fit.
 _MAX_RECONSUME_COUNT = 2**31 - 1
 
@@ -181,6 +209,15 @@ def _rejected(status: str, detail: str, topic: str = "", queue_id: int = 0) -> S
     return SendResult(status=status, detail=detail, topic=topic, queue_id=queue_id)
 
 
+def _forged_stamp(topic: str, queue_id: int) -> SendResult:
+    return _rejected(
+        "MESSAGE_ILLEGAL",
+        f"property {PROPERTY_PRODUCER_SEQ} is the broker's own (give a ProducerStamp instead)",
+        topic,
+        queue_id,
+    )
+
+
 class BrokerService:
     """A broker over one store directory: sends, pulls with long polling, offsets, groups,
     delayed messages and retries. Thread-safe. Close it (or use ``with``) to flush and release
@@ -189,6 +226,9 @@ class BrokerService:
     def __init__(self, root: str | os.PathLike[str], options: BrokerOptions | None = None):
         self.options = options or BrokerOptions()
         self.broker_name = self.options.broker_name
+        self.producer_windows = ProducerWindows(
+            self.options.idempotence_window_per_queue, self.options.idempotence_max_stamps
+        )
         self.store = MessageStore(root, options=self.options.store, **self.options.geometry)
         self.root = self.store.root
         self.notifier = ArrivalNotifier()
@@ -201,6 +241,9 @@ class BrokerService:
         self._draining = False  # stop_waiting() was called: parked pulls answer at once
         with contextlib.ExitStack() as undo:  # a failure part-way stops what already started
             undo.callback(self.store.close)
+            rebuild_windows(
+                self.store, self.producer_windows, self.options.idempotence_rebuild_bytes
+            )
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
             self._forget_offsets_of_deleted_topics()
             self.offsets.start_auto_persist(self.options.offset_persist_interval_s)
@@ -321,7 +364,22 @@ class BrokerService:
         self, messages: Sequence[NewMessage], *, stamp: ProducerStamp | None = None
     ) -> SendResult:
         """Store one message or a batch (one topic-queue, one append). Delayed messages go
-        under ``SCHEDULE_TOPIC_XXXX`` (alone: a batch may not carry delays)."""
+        under ``SCHEDULE_TOPIC_XXXX`` (alone: a batch may not carry delays).
+
+        ``stamp``: make the send idempotent. A batch whose stamp the broker stored already (on
+        the same topic and queue) is not stored again: the answer is the first copy's
+        (:mod:`sdk.broker.idempotence`). A message may not carry the stamp property itself."""
+        if messages and _holds_stamp(messages):
+            topic, queue_id, _sys_flag = batch_head(messages)
+            return _forged_stamp(topic, queue_id)
+        if stamp is None or not messages:
+            return self._send(messages)
+        topic, queue_id, _sys_flag = batch_head(messages)
+        return self.producer_windows.once(
+            stamp, topic, queue_id, lambda: self._send(stamped(messages, stamp))
+        )
+
+    def _send(self, messages: Sequence[NewMessage]) -> SendResult:
         if not messages:
             return _rejected("MESSAGE_ILLEGAL", "the batch is empty")
         if _any_delayed(messages):
@@ -371,14 +429,14 @@ class BrokerService:
                 deliver_at = int(deliver_at_text)
                 now_ms = self._clock.time_ms()
                 if deliver_at <= now_ms:  # already due: deliver now
-                    return self.send([plain])
+                    return self._send([plain])
                 delayed = delayed_message(
                     plain, deliver_at_ms=deliver_at, levels=self._delays, now_ms=now_ms
                 )
             else:
                 level = int(level_text or "0")
                 if level <= 0:
-                    return self.send([plain])
+                    return self._send([plain])
                 delayed = delayed_message(plain, level=level, levels=self._delays)
         except ValueError as exc:
             return _rejected("MESSAGE_ILLEGAL", f"bad delay: {exc}", message.topic)
@@ -453,6 +511,7 @@ class BrokerService:
         origin = properties.get(PROPERTY_UNIQ_KEY) or original.offset_msg_id
         properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
         properties.pop(PROPERTY_DELAY, None)
+        properties.pop(PROPERTY_PRODUCER_SEQ, None)  # the original alone names its stamp
         return NewMessage(
             topic=original.topic,
             body=original.body,
@@ -468,8 +527,19 @@ class BrokerService:
     def send_half(
         self, group: str, message: NewMessage, *, stamp: ProducerStamp | None = None
     ) -> SendResult:
-        """Store ``message`` as a half message of producer group ``group`` (invisible)."""
-        return _send_result(self.transactions.prepare(group, message))
+        """Store ``message`` as a half message of producer group ``group`` (invisible).
+        ``stamp``: make it idempotent, as for :meth:`send` (keyed by the message's topic and
+        queue)."""
+        if PROPERTY_PRODUCER_SEQ in message.properties:
+            return _forged_stamp(message.topic, message.queue_id)
+        if stamp is None:
+            return _send_result(self.transactions.prepare(group, message))
+        return self.producer_windows.once(
+            stamp,
+            message.topic,
+            message.queue_id,
+            lambda: _send_result(self.transactions.prepare(group, *stamped([message], stamp))),
+        )
 
     def end_transaction(
         self,

@@ -19,6 +19,7 @@ from localstore.record.codec import (
     SYSFLAG_TRANSACTION_MASK,
 )
 from sdk.broker.schedule import packed_host
+from sdk.message import PROPERTY_PRODUCER_SEQ
 from sdk.transport.transaction_models import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_ID
 
 __all__ = [
@@ -43,7 +44,13 @@ CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 OP_REMOVE_TAG = "d"
 HALF_QUEUE = 0
 OP_QUEUE = 0
-_REMOVED_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED)
+# a producer stamp too: the half record alone names it (sdk.broker.idempotence)
+_REMOVED_PROPERTIES = (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_PRODUCER_SEQ,
+)
 
 
 def transaction_id(message: StoredMessage) -> str:
