@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,8 @@ from sdk import (
     Producer,
     PullConsumer,
     PushConsumer,
+    TransactionalProducer,
+    TransactionState,
 )
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError
 from sdk.protocol.calls import CALLS
@@ -33,11 +37,13 @@ from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 from sdk.transport.http_async import AsyncHttpTransport
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.transaction_models import COMMITTED
 from tests.sdk.remote.loopback_server import LoopbackServer, loopback_server
 from tests.sdk.remote.scripted_server import refused_url
 from tests.sdk.waiting import wait_until
 
 TOPIC = "Remote"
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -194,3 +200,33 @@ def test_async_clients_by_url(server: LoopbackServer) -> None:
     expected = sorted(f"a{i}".encode() for i in range(10))
     assert sorted(pulled) == expected
     assert sorted(pushed) == expected
+
+
+def test_transactional_producer_by_url(server: LoopbackServer) -> None:
+    with TransactionalProducer(
+        server.url, "tx-remote", lambda message: TransactionState.UNKNOWN, check_wait_ms=50
+    ) as producer:
+        receipt = producer.send_in_transaction(
+            Message(TOPIC, b"paid 42"), lambda message: TransactionState.COMMIT
+        )
+        transport = producer.transport
+        wait_until(lambda: "/v1/fetch-transaction-checks" in server.requests)
+    assert receipt.state is TransactionState.COMMIT and receipt.end_status == COMMITTED
+    assert isinstance(transport, HttpTransport) and transport._closed
+    with PullConsumer(server.url, "tx-reader", consume_from=ConsumeFrom.FIRST_OFFSET) as reader:
+        reader.subscribe([TOPIC])
+        got: list[bytes] = []
+        wait_until(lambda: bool(got.extend(m.body for m in reader.poll(0.2))) or bool(got))
+    assert got == [b"paid 42"]
+
+
+def test_the_http_libraries_load_only_when_a_url_is_resolved() -> None:
+    code = (
+        "import sys; from sdk import Producer, PushConsumer, PullConsumer, Admin, AsyncProducer; "
+        "import sdk.transport.resolve; "
+        "print(sorted(m for m in ('httpx', 'aiohttp') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "[]"
