@@ -6,6 +6,8 @@
         with Producer(broker) as producer:
             producer.send(Message("orders", b"...", tags="paid", keys=["order-42"]))
 
+Every client takes a broker URL in place of the embedded broker to reach a running broker over
+HTTP (``Producer("http://host:8080")``); httpx and aiohttp are imported only then.
 Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark, nor the store engine
 (nothing of ``localstore`` beyond its record format): :class:`EmbeddedBroker` and
 :class:`BrokerOptions` load it on first use, so a client of a remote broker never pays for it.

@@ -9,9 +9,10 @@
         print(admin.lag("billing"))
         admin.reset_offsets("billing", "orders", to="earliest")
 
-:class:`Admin` blocks, :class:`AsyncAdmin` awaits; both take an :class:`sdk.EmbeddedBroker`
-(or a transport) and reach it through the transport seam, so a remote broker is administered
-the same way. They share their argument checks (:func:`reset_request`). The broker's rules
+:class:`Admin` blocks, :class:`AsyncAdmin` awaits; both take a broker URL
+(``Admin("http://host:8080")``), an :class:`sdk.EmbeddedBroker` or a transport and reach it
+through the transport seam, so a remote broker is administered the same way. They share their
+argument checks (:func:`reset_request`). The broker's rules
 (queue counts, permissions, what deleting a topic removes, when a reset is refused) are
 documented in :mod:`sdk.broker.administration`; answers are the frozen dataclasses of
 :mod:`sdk.transport.admin_models`.
@@ -37,7 +38,7 @@ from sdk.transport.admin_models import (
     TopicInfo,
 )
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
-from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.resolve import owns_transport, resolve, resolve_async
 
 __all__ = [
     "PERM_READ",
@@ -105,8 +106,9 @@ class _AdminBase(WarnsUnclosed):
 
 
 class Admin(_AdminBase):
-    """Blocking administration of the broker ``broker`` (an :class:`sdk.EmbeddedBroker` or a
-    transport). Close it (or use ``with``); the broker stays open.
+    """Blocking administration of the broker ``broker`` (a broker URL, an
+    :class:`sdk.EmbeddedBroker` or a transport). Close it (or use ``with``); the broker stays
+    open, and so does a transport it was given (one it made from a URL is closed).
 
     Topics: :meth:`list_topics`, :meth:`create_topic`, :meth:`update_topic`,
     :meth:`delete_topic`. Groups: :meth:`list_groups`, :meth:`describe_group`, :meth:`lag`,
@@ -117,6 +119,7 @@ class Admin(_AdminBase):
 
     def __init__(self, broker: object) -> None:
         self.transport: BrokerTransport = resolve(broker)
+        self._owns_transport = owns_transport(broker)
         self._closed = False
         self._mark_opened()
 
@@ -191,10 +194,11 @@ class Admin(_AdminBase):
         return self.transport.reset_offsets(group, topic, request, create=create)
 
     def close(self) -> None:
-        """Release the transport (not the broker). Idempotent."""
+        """Release a transport made from a URL (not the broker). Idempotent."""
         if not self._closed:
             self._closed = True
-            self.transport.close()
+            if self._owns_transport:
+                self.transport.close()
 
     def __enter__(self) -> Admin:
         return self
@@ -214,6 +218,7 @@ class AsyncAdmin(_AdminBase):
 
     def __init__(self, broker: object) -> None:
         self.transport: AsyncBrokerTransport = resolve_async(broker)
+        self._owns_transport = owns_transport(broker)
         self._closed = False
         self._mark_opened()
 
@@ -274,10 +279,11 @@ class AsyncAdmin(_AdminBase):
         return await self.transport.reset_offsets(group, topic, request, create=create)
 
     async def close(self) -> None:
-        """Release the transport (not the broker). Idempotent."""
+        """As :meth:`Admin.close`."""
         if not self._closed:
             self._closed = True
-            await self.transport.close()
+            if self._owns_transport:
+                await self.transport.close()
 
     async def __aenter__(self) -> AsyncAdmin:
         return self

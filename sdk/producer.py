@@ -40,7 +40,7 @@ from sdk.lifecycle import WarnsUnclosed
 from sdk.message import Message
 from sdk.outgoing import MessageBuilder, QueueSelector, SendReceipt, SendReceipts, receipts
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
-from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.resolve import owns_transport, resolve, resolve_async
 
 __all__ = ["AsyncProducer", "Producer"]
 
@@ -118,7 +118,8 @@ class _ProducerBase(WarnsUnclosed):
 class Producer(_ProducerBase):
     """Sends messages to a broker; thread-safe. Use ``with`` or call :meth:`close`.
 
-    ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. ``group`` is the
+    ``broker``: a broker URL (``"http://host:8080"``: remote mode, over a transport the producer
+    makes and closes), an :class:`sdk.EmbeddedBroker` (local mode) or a transport. ``group`` is the
     producer group (recorded for transactions later; any name). ``selector`` replaces
     round-robin queue selection. ``retries``: extra attempts on retriable failures.
     ``route_ttl_s``: how long a topic's queue count is used before it is asked again, on
@@ -144,6 +145,7 @@ class Producer(_ProducerBase):
     ) -> None:
         super().__init__(group, selector, retries, route_ttl_s, max_body_bytes, clock)
         self.transport: BrokerTransport = resolve(broker)
+        self._owns_transport = owns_transport(broker)
         self._async_workers = async_workers
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
@@ -274,14 +276,18 @@ class Producer(_ProducerBase):
         stored or fails for its own reason, its future resolved). Idempotent and
         thread-safe: every caller returns once those sends are done (except a caller on one
         of the send threads, e.g. a future's callback: it cannot wait for itself, so it
-        returns at once; the accepted sends are still carried out)."""
+        returns at once; the accepted sends are still carried out, and a transport the
+        producer made from a URL stays open until a ``close()`` from another thread)."""
         with self._executor_lock:
             self._closed = True
             executor = self._executor
+        on_worker = getattr(self._worker, "is_worker", False)
         if executor is not None:
             # Runs every queued send before the threads end; safe to repeat and to call
             # from several threads at once.
-            executor.shutdown(wait=not getattr(self._worker, "is_worker", False))
+            executor.shutdown(wait=not on_worker)
+        if self._owns_transport and not on_worker:
+            self.transport.close()  # idempotent
 
     def __enter__(self) -> Self:
         return self
@@ -325,6 +331,7 @@ class AsyncProducer(_ProducerBase):
     ) -> None:
         super().__init__(group, selector, retries, route_ttl_s, max_body_bytes, clock)
         self.transport: AsyncBrokerTransport = resolve_async(broker)
+        self._owns_transport = owns_transport(broker)
         self._pending: set[asyncio.Task[SendReceipt]] = set()
         # The pending sends as the first close() found them, gathered (None: still open).
         self._drained: asyncio.Future[list[SendReceipt | BaseException]] | None = None
@@ -441,6 +448,8 @@ class AsyncProducer(_ProducerBase):
             drained = self._drained = asyncio.gather(*self._pending, return_exceptions=True)
         if not drained.done():
             await asyncio.shield(drained)
+        if self._owns_transport:
+            await self.transport.close()  # idempotent
 
     async def __aenter__(self) -> Self:
         return self

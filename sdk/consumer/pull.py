@@ -72,7 +72,7 @@ from sdk.errors import BrokerUnavailableError, ClientClosedError, QuiverError
 from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ReceivedMessage
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
-from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.resolve import owns_transport, resolve, resolve_async
 from sdk.transport.steps import Call, Steps, run_steps, run_steps_async
 
 __all__ = ["AsyncPullConsumer", "PullConsumer"]
@@ -328,7 +328,9 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
 class PullConsumer(_PullConsumerBase):
     """A blocking lite pull consumer of ``group`` (see the module docstring).
 
-    ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. ``message_model``:
+    ``broker``: a broker URL (``"http://host:8080"``: remote mode, over a transport the consumer
+    makes and closes), an :class:`sdk.EmbeddedBroker` (local mode) or a transport.
+    ``message_model``:
     CLUSTERING (the group shares the queues; offsets on the broker) or BROADCASTING (every member
     reads everything; offsets in a local file under ``offsets_dir``, named by ``instance_name``).
     ``consume_from``/``consume_timestamp_ms``: where a queue the group never committed starts.
@@ -364,8 +366,18 @@ class PullConsumer(_PullConsumerBase):
 
     def _connect(self, broker: object) -> str:
         self._transport = resolve(broker)
+        self._owns_transport = owns_transport(broker)
         self._control = threading.Lock()
-        return self._transport.broker_name
+        try:
+            return self._transport.broker_name
+        except BaseException:
+            self._release_transport()
+            raise
+
+    def _release_transport(self) -> None:
+        """Close the transport if this consumer made it from a URL (idempotent)."""
+        if self._owns_transport:
+            self._transport.close()
 
     def _run(self, steps: Steps[T]) -> T:
         """Make the broker calls ``steps`` asks for."""
@@ -483,14 +495,17 @@ class PullConsumer(_PullConsumerBase):
         pull returns ``[]``), so nothing rejoins the group after it was left."""
         if not self._start_close():
             return
-        with self._control:
-            if self._renewal_due(committing=True):
-                try:
-                    self._renew_leases()
-                except Exception as exc:
-                    self._forget(self._queues.abandon_all())
-                    log.warning(_CLOSE_UNRENEWED, self.group, exc)
-            self._run(self._close_steps(*self._closing()))
+        try:
+            with self._control:
+                if self._renewal_due(committing=True):
+                    try:
+                        self._renew_leases()
+                    except Exception as exc:
+                        self._forget(self._queues.abandon_all())
+                        log.warning(_CLOSE_UNRENEWED, self.group, exc)
+                self._run(self._close_steps(*self._closing()))
+        finally:
+            self._release_transport()
 
     def __enter__(self) -> Self:
         self._check_open()
@@ -524,7 +539,10 @@ class AsyncPullConsumer(_PullConsumerBase):
     _control: asyncio.Lock  # as PullConsumer's, between tasks
 
     def _connect(self, broker: object) -> str:
+        # A URL's transport opens its session on first await: nothing to release if reading
+        # the broker's name (one blocking request, see AsyncHttpTransport) fails here.
         self._transport = resolve_async(broker)
+        self._owns_transport = owns_transport(broker)
         self._control = asyncio.Lock()
         return self._transport.broker_name
 
@@ -629,14 +647,18 @@ class AsyncPullConsumer(_PullConsumerBase):
         member's, persist offsets and leave the group. Idempotent."""
         if not self._start_close():
             return
-        async with self._control:
-            if self._renewal_due(committing=True):
-                try:
-                    await self._renew_leases()
-                except Exception as exc:
-                    self._forget(self._queues.abandon_all())
-                    log.warning(_CLOSE_UNRENEWED, self.group, exc)
-            await self._run(self._close_steps(*self._closing()))
+        try:
+            async with self._control:
+                if self._renewal_due(committing=True):
+                    try:
+                        await self._renew_leases()
+                    except Exception as exc:
+                        self._forget(self._queues.abandon_all())
+                        log.warning(_CLOSE_UNRENEWED, self.group, exc)
+                await self._run(self._close_steps(*self._closing()))
+        finally:
+            if self._owns_transport:
+                await self._transport.close()
 
     async def __aenter__(self) -> Self:
         self._check_open()

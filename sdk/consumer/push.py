@@ -61,7 +61,7 @@ from sdk.errors import (
 from sdk.lifecycle import WarnsUnclosed
 from sdk.message import ConsumeResult, ReceivedMessage, is_async_callable, read_answer
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
-from sdk.transport.resolve import resolve, resolve_async
+from sdk.transport.resolve import owns_transport, resolve, resolve_async
 from sdk.transport.steps import Steps, run_steps, run_steps_async
 
 __all__ = ["AsyncPushConsumer", "Listener", "PushConsumer", "check_listener"]
@@ -124,7 +124,8 @@ class PushConsumer(WarnsUnclosed):
     """Consumes ``subscription`` (``{topic: tag expression or None}``) for ``group``, calling
     ``listener`` with batches of messages on a pool of ``consume_threads`` threads.
 
-    ``broker``: an :class:`sdk.EmbeddedBroker` (local mode) or a transport. Every other
+    ``broker``: a broker URL (``"http://host:8080"``: remote mode, over a transport the consumer
+    makes and closes), an :class:`sdk.EmbeddedBroker` (local mode) or a transport. Every other
     setting is a :class:`PushSettings` field (message model, ``consume_from``, batch sizes,
     flow control, max reconsume times, consume timeout, allocation strategy, ...), given as a
     keyword. Starts on :meth:`start` or entering ``with``; :meth:`close` (or leaving ``with``)
@@ -164,6 +165,7 @@ class PushConsumer(WarnsUnclosed):
         self.client_id = new_client_id(self.settings.instance_name)
         self._clock = clock
         self._transport: BrokerTransport = resolve(broker)
+        self._owns_transport = owns_transport(broker)
         # Serialises the core's membership sequences (rebalance, settle, lease renewal, the
         # periodic persist, expiry, shutdown) across the pull, keeper and closing threads;
         # ``_control_thread`` is the thread running one (a rebalance listener runs inside it).
@@ -466,6 +468,8 @@ class PushConsumer(WarnsUnclosed):
         try:
             self._close(timeout_s)
         finally:
+            if self._owns_transport:
+                self._transport.close()
             self._close_done.set()
 
     def _close(self, timeout_s: float) -> None:
@@ -617,6 +621,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         self.client_id = new_client_id(self.settings.instance_name)
         self._clock = clock
         self._transport: AsyncBrokerTransport = resolve_async(broker)
+        self._owns_transport = owns_transport(broker)
         # Serialises the core's membership sequences (see PushConsumer._control).
         self._control = asyncio.Lock()
         self._subscription = dict(subscription)
@@ -843,6 +848,8 @@ class AsyncPushConsumer(WarnsUnclosed):
         finally:  # offsets that could not be persisted stop no keeper
             for keeper in self._keepers:
                 keeper.cancel()
+            if self._owns_transport:
+                await self._transport.close()
             self._close_done.set()
 
     async def _stop_consuming(self) -> None:

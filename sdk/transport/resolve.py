@@ -1,4 +1,11 @@
-"""Turn what a user hands a client (an embedded broker, or a transport) into a transport."""
+"""Turn what a user hands a client (a broker URL, an embedded broker, or a transport) into a
+transport.
+
+A URL (``"http://host:8080"``) gives a new HTTP transport that the client owns: the client
+closes it in its own ``close()`` (:func:`owns_transport`). An embedded broker's transports and a
+transport given outright belong to whoever made them. The HTTP libraries are imported only when
+a URL is resolved, so ``import sdk`` and the CLI stay light.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from typing import Protocol, runtime_checkable
 from sdk.errors import ArgumentTypeError
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
 
-__all__ = ["BrokerTarget", "resolve", "resolve_async"]
+__all__ = ["BrokerTarget", "owns_transport", "resolve", "resolve_async"]
 
 
 @runtime_checkable
@@ -18,13 +25,27 @@ class _TransportFactory(Protocol):
     def async_transport(self) -> AsyncBrokerTransport: ...
 
 
-BrokerTarget = _TransportFactory | BrokerTransport
-"""An :class:`sdk.EmbeddedBroker` (anything with ``transport()``/``async_transport()``) or a
-transport."""
+BrokerTarget = str | _TransportFactory | BrokerTransport
+"""A broker URL (``http://host:port``), an :class:`sdk.EmbeddedBroker` (anything with
+``transport()``/``async_transport()``) or a transport."""
+
+_GIVE = "give a broker URL (http://host:port) or an EmbeddedBroker"
+
+
+def owns_transport(target: object) -> bool:
+    """Whether a client given ``target`` owns the transport it resolves to (a URL: the client
+    made it, so it closes it)."""
+    return isinstance(target, str)
 
 
 def resolve(target: object) -> BrokerTransport:
-    """A blocking transport to ``target``."""
+    """A blocking transport to ``target``: an
+    :class:`~sdk.transport.http_sync.HttpTransport` for a URL (InvalidArgumentError naming a
+    bad one)."""
+    if isinstance(target, str):
+        from sdk.transport.http_sync import http_transport  # noqa: PLC0415 (lazy: httpx)
+
+        return http_transport(target)
     if isinstance(target, _TransportFactory):
         return target.transport()
     if _is_async_transport(target):
@@ -34,11 +55,16 @@ def resolve(target: object) -> BrokerTransport:
         )
     if callable(getattr(target, "pull", None)) and callable(getattr(target, "send", None)):
         return target  # type: ignore[return-value]
-    raise ArgumentTypeError(f"cannot reach a broker through {target!r}: give an EmbeddedBroker")
+    raise ArgumentTypeError(f"cannot reach a broker through {target!r}: {_GIVE}")
 
 
 def resolve_async(target: object) -> AsyncBrokerTransport:
-    """An asyncio transport to ``target``."""
+    """An asyncio transport to ``target``: an
+    :class:`~sdk.transport.http_async.AsyncHttpTransport` for a URL."""
+    if isinstance(target, str):
+        from sdk.transport.http_async import async_http_transport  # noqa: PLC0415
+
+        return async_http_transport(target)
     if isinstance(target, _TransportFactory):
         return target.async_transport()
     if _is_async_transport(target):
@@ -48,7 +74,7 @@ def resolve_async(target: object) -> AsyncBrokerTransport:
             f"{target!r} is a blocking transport: give it to a blocking client, or give this "
             "client an asyncio transport"
         )
-    raise ArgumentTypeError(f"cannot reach a broker through {target!r}: give an EmbeddedBroker")
+    raise ArgumentTypeError(f"cannot reach a broker through {target!r}: {_GIVE}")
 
 
 def _is_async_transport(target: object) -> bool:

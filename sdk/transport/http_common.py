@@ -1,0 +1,264 @@
+"""What the two HTTP transports share, free of any HTTP library: the broker URL, the retry
+policy, producer stamps, timeouts, and the transport methods generated from the call table.
+
+Invariants kept here:
+
+* A call is retried only after a retriable failure, within one deadline
+  (``retry_deadline_s``, exponential backoff with jitter, tenacity). A 4xx answer surfaces at
+  once. A call that is not ``idempotent`` in :data:`sdk.protocol.calls.CALLS` is resent only
+  when the broker certainly did not act on it (:class:`RequestNotServedError`: the connection
+  could not be opened, or the broker answered 503), never after a timeout or a reset once the
+  request was sent.
+* A ``stamped`` call (a send) gets its :class:`~sdk.transport.models.ProducerStamp` once, before
+  its first try: every retry resends the same stamp, so the broker stores it once. Sequences
+  count per (topic, queue id), from 0, under a lock.
+* The read timeout of a request is the base timeout plus what the broker may hold it
+  (``hold_ms``: a long poll).
+* Each transport method is generated from :data:`~sdk.protocol.calls.CALLS`, with the
+  signature of the :class:`~sdk.transport.base.BrokerTransport` method of its name (a call the
+  method would refuse raises TypeError before any I/O).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import orjson
+from tenacity import AsyncRetrying, RetryCallState, Retrying, wait_random_exponential
+
+from sdk.errors import BrokerUnavailableError, InvalidArgumentError, QuiverError
+from sdk.protocol.calls import CALLS, WireCall
+from sdk.protocol.data_plane import PRODUCER_ID
+from sdk.protocol.errors import error_from_answer
+from sdk.transport.base import BrokerTransport
+from sdk.transport.models import ProducerStamp
+
+__all__ = [
+    "DEFAULT_RETRY_DEADLINE_S",
+    "DEFAULT_TIMEOUT_S",
+    "HEALTH_PATH",
+    "HealthAnswer",
+    "RequestNotServedError",
+    "RetryPolicy",
+    "Stamper",
+    "answer_failure",
+    "bind_arguments",
+    "broker_url",
+    "closed_error",
+    "decode_health",
+    "install_methods",
+    "method_signature",
+    "prepare",
+    "read_timeout_s",
+]
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Connect, write and read timeout of one request (a long poll's read timeout adds its hold)."""
+DEFAULT_RETRY_DEADLINE_S = 30.0
+"""How long one call keeps retrying retriable failures before it gives up."""
+HEALTH_PATH = "/health"
+
+T = TypeVar("T")
+
+
+class RequestNotServedError(BrokerUnavailableError):
+    """The broker certainly did not act on a request: the connection could not be opened, or
+    the broker answered 503 (shutting down, not serving). Any call may be sent again."""
+
+
+def broker_url(url: str) -> str:
+    """``url`` checked (``http`` or ``https``, a host, a valid port, no query or fragment) and
+    without its trailing slash: the base every route is appended to."""
+    if not isinstance(url, str):
+        raise InvalidArgumentError(f"broker URL {url!r}: want a string like http://host:8080")
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise InvalidArgumentError(f"broker URL {url!r}: the scheme must be http or https")
+    if not parts.hostname:
+        raise InvalidArgumentError(f"broker URL {url!r}: names no host")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidArgumentError(f"broker URL {url!r}: bad port ({exc})") from exc
+    if port == 0:
+        raise InvalidArgumentError(f"broker URL {url!r}: port 0 cannot be reached")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise InvalidArgumentError(
+            f"broker URL {url!r}: want scheme://host:port[/prefix], without query, fragment "
+            "or credentials"
+        )
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def read_timeout_s(timeout_s: float, hold_ms: int) -> float:
+    """The read timeout of a request the broker may hold ``hold_ms`` before answering."""
+    return timeout_s + hold_ms / 1000.0
+
+
+def answer_failure(url: str, http_status: int, body: bytes) -> QuiverError:
+    """The SDK error an error answer stands for; a retriable 503 becomes
+    :class:`RequestNotServedError` (the broker did not act), naming ``url``."""
+    error = error_from_answer(http_status, body)
+    if http_status == 503 and error.retriable:
+        return RequestNotServedError(f"broker {url} is not serving: {error}")
+    return error
+
+
+@dataclass(frozen=True, slots=True)
+class HealthAnswer:
+    broker_name: str
+
+
+def decode_health(url: str, http_status: int, body: bytes) -> HealthAnswer:
+    """``GET /health``'s answer: the broker's name, or the error it stands for."""
+    if http_status != 200:
+        raise answer_failure(url, http_status, body)
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"broker {url}: /health answer is not JSON: {exc}") from exc
+    name = document.get("broker_name") if isinstance(document, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"broker {url}: /health answer names no broker_name")
+    return HealthAnswer(name)
+
+
+class Stamper:
+    """Producer stamps of one transport: its producer id and one sequence per queue."""
+
+    def __init__(self, producer_id: str | None = None) -> None:
+        producer_id = producer_id if producer_id is not None else uuid.uuid4().hex
+        if not PRODUCER_ID.fullmatch(producer_id):
+            raise InvalidArgumentError(
+                f"producer_id {producer_id!r:.80}: want 1 to 128 of [A-Za-z0-9_.:-]"
+            )
+        self.producer_id = producer_id
+        self._next: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+
+    def stamp(self, call: WireCall, arguments: Mapping[str, Any]) -> ProducerStamp | None:
+        """The stamp of a call with these bound ``arguments`` (None: not a stamped call, or
+        one without messages, which its encoder refuses)."""
+        if not call.stamped:
+            return None
+        messages: Any = arguments.get("messages")
+        if messages is None:
+            messages = [arguments["message"]] if "message" in arguments else []
+        if not messages:
+            return None
+        first: Any = messages if hasattr(messages, "topic") else messages[0]  # UniformBatch
+        key = (first.topic, first.queue_id)
+        with self._lock:
+            sequence = self._next.get(key, 0)
+            self._next[key] = sequence + 1
+        return ProducerStamp(self.producer_id, sequence)
+
+
+class RetryPolicy:
+    """When and how long a call is retried (see the module docstring). ``clock``, ``sleep``
+    and ``async_sleep`` are injectable so that tests do not wait for real."""
+
+    def __init__(
+        self,
+        url: str,
+        retry_deadline_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if retry_deadline_s < 0:
+            raise InvalidArgumentError(f"retry_deadline_s: want >= 0, got {retry_deadline_s}")
+        self.url = url
+        self.retry_deadline_s = retry_deadline_s
+        self.clock = clock
+        self.sleep = sleep
+        self.async_sleep = async_sleep
+        self._backoff = wait_random_exponential(multiplier=0.05, max=2.0)
+
+    def should_retry(self, exc: BaseException, idempotent: bool) -> bool:
+        if isinstance(exc, RequestNotServedError):
+            return True
+        return idempotent and bool(getattr(exc, "retriable", False))
+
+    def tenacity_arguments(self, idempotent: bool) -> dict[str, Any]:
+        """Keyword arguments of ``tenacity.Retrying``/``AsyncRetrying`` for one call, its
+        deadline counted from now."""
+        deadline = self.clock() + self.retry_deadline_s
+
+        def stop(state: RetryCallState) -> bool:
+            return self.clock() >= deadline
+
+        def wait(state: RetryCallState) -> float:
+            return max(0.0, min(self._backoff(state), deadline - self.clock()))
+
+        def retry(state: RetryCallState) -> bool:
+            outcome = state.outcome
+            failure = None if outcome is None else outcome.exception()
+            return failure is not None and self.should_retry(failure, idempotent)
+
+        return {"stop": stop, "wait": wait, "retry": retry, "reraise": True}
+
+    def run(self, attempt: Callable[[], T], idempotent: bool) -> T:
+        """``attempt()``, retried as the policy says; the last failure is raised."""
+        for state in Retrying(sleep=self.sleep, **self.tenacity_arguments(idempotent)):
+            with state:
+                return attempt()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def run_async(self, attempt: Callable[[], Awaitable[T]], idempotent: bool) -> T:
+        """:meth:`run` for a coroutine ``attempt``."""
+        retrying = AsyncRetrying(sleep=self.async_sleep, **self.tenacity_arguments(idempotent))
+        async for state in retrying:
+            with state:
+                return await attempt()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def bind_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of a call to the transport method ``name``, bound as the method binds
+    them (TypeError for a call it refuses)."""
+    return dict(_SIGNATURES[name].bind(None, *args, **kwargs).arguments)
+
+
+def method_signature(name: str) -> inspect.Signature:
+    """The signature of :class:`BrokerTransport`'s method ``name`` (``self`` first)."""
+    return _SIGNATURES[name]
+
+
+_SIGNATURES = {name: inspect.signature(getattr(BrokerTransport, name)) for name in CALLS}
+
+
+def prepare(stamper: Stamper, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``(call, request)``: the table's entry for method ``name`` and its request for these
+    arguments, stamped when the call is (once: every retry resends this request)."""
+    call = CALLS[name]
+    stamp = stamper.stamp(call, bind_arguments(name, args, kwargs))
+    return call, call.request(args, kwargs, stamp)
+
+
+def closed_error(url: str) -> BrokerUnavailableError:
+    """What a call on a closed transport raises: unavailable, and not worth retrying."""
+    error = BrokerUnavailableError(f"the transport to broker {url} is closed")
+    error.retriable = False
+    return error
+
+
+def install_methods(cls: type, make: Callable[[str], Callable[..., Any]]) -> None:
+    """Give ``cls`` one method per entry of :data:`CALLS`, made by ``make(name)``, with the
+    name, signature and docstring of the protocol's method."""
+    for name in CALLS:
+        method = make(name)
+        method.__name__ = name
+        method.__qualname__ = f"{cls.__name__}.{name}"
+        method.__doc__ = getattr(BrokerTransport, name).__doc__
+        method.__signature__ = _SIGNATURES[name]  # type: ignore[attr-defined]
+        setattr(cls, name, method)
