@@ -114,7 +114,6 @@ class BrokerApp:
         self.app = web.Application(
             client_max_size=max_request_bytes, middlewares=[self._answer_errors]
         )
-        self.app["quiver"] = self
         self._routes()
 
     # -- routes --------------------------------------------------------------------------------

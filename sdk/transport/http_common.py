@@ -11,7 +11,8 @@ Invariants kept here:
   request was sent.
 * A ``stamped`` call (a send) gets its :class:`~sdk.transport.models.ProducerStamp` once, before
   its first try: every retry resends the same stamp, so the broker stores it once. Sequences
-  count per (topic, queue id), from 0, under a lock.
+  count per (topic, queue id), from 0, under a lock; a batch sent again (a producer's own
+  retry) gets its first stamp again (:class:`Stamper`).
 * The read timeout of a request is the base timeout plus what the broker may hold it
   (``hold_ms``: a long poll).
 * Each transport method is generated from :data:`~sdk.protocol.calls.CALLS`, with the
@@ -26,6 +27,7 @@ import inspect
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +36,7 @@ from urllib.parse import urlsplit
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, Retrying, wait_random_exponential
 
+from localstore.record.properties import PROPERTY_UNIQ_KEY
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError, QuiverError
 from sdk.protocol.calls import CALLS, WireCall
 from sdk.protocol.data_plane import PRODUCER_ID
@@ -132,7 +135,12 @@ def decode_health(url: str, http_status: int, body: bytes) -> HealthAnswer:
 
 
 class Stamper:
-    """Producer stamps of one transport: its producer id and one sequence per queue."""
+    """Producer stamps of one transport: its producer id and one sequence per queue.
+
+    A batch sent again is stamped as the first time: the stamps of the last
+    :data:`REMEMBERED_BATCHES` batches to each queue are kept by the batch's fingerprint (its
+    messages' ``UNIQ_KEY``s, which a client builds once per batch), so a producer that retries
+    a send the transport gave up on resends the same stamp, and the broker stores it once."""
 
     def __init__(self, producer_id: str | None = None) -> None:
         producer_id = producer_id if producer_id is not None else uuid.uuid4().hex
@@ -142,6 +150,7 @@ class Stamper:
             )
         self.producer_id = producer_id
         self._next: dict[tuple[str, int], int] = {}
+        self._recent: dict[tuple[str, int], OrderedDict[tuple[Any, ...], ProducerStamp]] = {}
         self._lock = threading.Lock()
 
     def stamp(self, call: WireCall, arguments: Mapping[str, Any]) -> ProducerStamp | None:
@@ -156,10 +165,35 @@ class Stamper:
             return None
         first: Any = messages if hasattr(messages, "topic") else messages[0]  # UniformBatch
         key = (first.topic, first.queue_id)
+        fingerprint = _fingerprint(messages)
         with self._lock:
+            recent = self._recent.setdefault(key, OrderedDict())
+            if fingerprint is not None and fingerprint in recent:
+                return recent[fingerprint]
             sequence = self._next.get(key, 0)
             self._next[key] = sequence + 1
-        return ProducerStamp(self.producer_id, sequence)
+            stamp = ProducerStamp(self.producer_id, sequence)
+            if fingerprint is not None:
+                recent[fingerprint] = stamp
+                if len(recent) > REMEMBERED_BATCHES:
+                    recent.popitem(last=False)
+            return stamp
+
+
+REMEMBERED_BATCHES = 64
+"""Batches per queue whose stamps a transport remembers for a resend (see :class:`Stamper`)."""
+
+
+def _fingerprint(messages: Any) -> tuple[Any, ...] | None:
+    """What tells a batch from any other: its message count and first and last ``UNIQ_KEY``
+    (None when a message has none: such a batch is stamped afresh each time)."""
+    uniq_keys = getattr(messages, "uniq_keys", None)  # a UniformBatch's column
+    if uniq_keys is None:
+        uniq_keys = [m.properties.get(PROPERTY_UNIQ_KEY) for m in (messages[0], messages[-1])]
+    first, last = uniq_keys[0], uniq_keys[-1]
+    if not first or not last:
+        return None
+    return (len(messages), first, last)
 
 
 class RetryPolicy:

@@ -1,6 +1,6 @@
 """Every client takes a broker URL where it takes an EmbeddedBroker: real producers and
 consumers, blocking and asyncio, over the HTTP transports to a real broker behind a loopback
-HTTP front (tests/sdk/remote/loopback_server.py); a client closes the transport it made, and
+broker server (tests/sdk/remote/loopback_server.py); a client closes the transport it made, and
 only that one. Also: the transports have every method of the seam, with its signature."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[3]
 def server(tmp_path: Path) -> Iterator[LoopbackServer]:
     with (
         EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker,
-        loopback_server(broker.transport()) as front,
+        loopback_server(broker) as front,
     ):
         yield front
 

@@ -1,0 +1,55 @@
+"""Producer stamps: a batch sent again (a producer's own retry, after its transport gave up)
+carries its first stamp, so the broker stores it once; any other batch gets the next number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sdk import EmbeddedBroker, Message
+from sdk.outgoing import MessageBuilder
+from sdk.protocol.calls import CALLS
+from sdk.transport.http_common import REMEMBERED_BATCHES, Stamper
+from sdk.transport.models import ProducerStamp
+
+
+def _batch(builder: MessageBuilder, queue_id: int = 0, size: int = 3) -> Any:
+    return builder.build_batch([Message("orders", b"x") for _ in range(size)], queue_id)
+
+
+def test_a_batch_sent_again_keeps_its_stamp() -> None:
+    builder = MessageBuilder()
+    stamper = Stamper("app-1")
+    send = CALLS["send"]
+    first, second = _batch(builder), _batch(builder)
+    assert stamper.stamp(send, {"messages": first}) == ProducerStamp("app-1", 0)
+    assert stamper.stamp(send, {"messages": second}) == ProducerStamp("app-1", 1)
+    assert stamper.stamp(send, {"messages": first}) == ProducerStamp("app-1", 0)
+    assert stamper.stamp(send, {"messages": _batch(builder, queue_id=1)}) == ProducerStamp(
+        "app-1", 0
+    )
+
+
+def test_the_memory_of_batches_is_bounded() -> None:
+    builder = MessageBuilder()
+    stamper = Stamper("app-1")
+    send = CALLS["send"]
+    oldest = _batch(builder)
+    stamper.stamp(send, {"messages": oldest})
+    for _ in range(REMEMBERED_BATCHES):
+        stamper.stamp(send, {"messages": _batch(builder)})
+    again = stamper.stamp(send, {"messages": oldest})
+    assert again == ProducerStamp("app-1", REMEMBERED_BATCHES + 1)
+
+
+def test_a_resent_batch_is_stored_once(tmp_path: Path) -> None:
+    """The broker's side of the same rule: the stamp the transport gives again is answered
+    from the broker's window."""
+    builder = MessageBuilder()
+    stamper = Stamper("app-1")
+    batch = _batch(builder)
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
+        first = broker.service.send(batch, stamp=stamper.stamp(CALLS["send"], {"messages": batch}))
+        again = broker.service.send(batch, stamp=stamper.stamp(CALLS["send"], {"messages": batch}))
+        assert again.phys_offsets == first.phys_offsets
+        assert broker.service.max_offset("orders", 0) == 3
