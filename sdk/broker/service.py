@@ -373,16 +373,19 @@ class BrokerService:
             topic, queue_id, _sys_flag = batch_head(messages)
             return _forged_stamp(topic, queue_id)
         if stamp is None or not messages:
-            return self._send(messages)
+            return self._send(messages, _any_delayed(messages))
         topic, queue_id, _sys_flag = batch_head(messages)
+        # asked of the batch as sent: a producer's batch is plain, the stamped copy is not
+        delayed = _any_delayed(messages)
         return self.producer_windows.once(
-            stamp, topic, queue_id, lambda: self._send(stamped(messages, stamp))
+            stamp, topic, queue_id, lambda: self._send(stamped(messages, stamp), delayed)
         )
 
-    def _send(self, messages: Sequence[NewMessage]) -> SendResult:
+    def _send(self, messages: Sequence[NewMessage], delayed: bool) -> SendResult:
+        """Store ``messages``; ``delayed``: whether one asks for a delay (see send)."""
         if not messages:
             return _rejected("MESSAGE_ILLEGAL", "the batch is empty")
-        if _any_delayed(messages):
+        if delayed:
             first = messages[0]
             if len(messages) > 1:
                 return _rejected(
@@ -429,14 +432,14 @@ class BrokerService:
                 deliver_at = int(deliver_at_text)
                 now_ms = self._clock.time_ms()
                 if deliver_at <= now_ms:  # already due: deliver now
-                    return self._send([plain])
+                    return self._send([plain], delayed=False)
                 delayed = delayed_message(
                     plain, deliver_at_ms=deliver_at, levels=self._delays, now_ms=now_ms
                 )
             else:
                 level = int(level_text or "0")
                 if level <= 0:
-                    return self._send([plain])
+                    return self._send([plain], delayed=False)
                 delayed = delayed_message(plain, level=level, levels=self._delays)
         except ValueError as exc:
             return _rejected("MESSAGE_ILLEGAL", f"bad delay: {exc}", message.topic)

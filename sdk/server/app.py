@@ -140,14 +140,15 @@ class BrokerApp:
         return _json(encode_answer(operation, value))
 
     async def _send(self, request: web.Request) -> web.Response:
-        messages, stamp = decode_send_query(request.query, await request.read())
+        body = await request.read()
+        messages, stamp = decode_send_query(request.query, body)
         refuse_broker_properties(messages)
         result: SendResult = await self._run(
             self._writer, functools.partial(self.service.send, messages, stamp=stamp)
         )
         if result.stored:
             self.metrics.put_messages += len(result.phys_offsets)
-            self.metrics.put_bytes += sum(len(m.body) for m in messages)
+            self.metrics.put_bytes += len(body)
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _send_half(self, request: web.Request) -> web.Response:

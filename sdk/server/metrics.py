@@ -2,8 +2,8 @@
 
 Counters only grow, from the server's start; a rate is the scraper's ``rate()`` over them:
 
-* ``quiver_put_messages_total`` / ``quiver_put_bytes_total``: messages and body bytes stored by
-  sends (a send answered from the idempotence window counts once, when first stored);
+* ``quiver_put_messages_total`` / ``quiver_put_bytes_total``: messages stored by sends, and the
+  bytes of their produce bodies;
 * ``quiver_get_messages_total`` / ``quiver_get_bytes_total``: records and record bytes handed
   out by pulls;
 * ``quiver_requests_total{route, status}``: answered requests;
@@ -64,7 +64,7 @@ def render(metrics: ServerMetrics, gauges: Gauges) -> str:
 
     family("quiver_put_messages_total", "counter", "Messages stored by sends.")
     lines.append(f"quiver_put_messages_total {metrics.put_messages}")
-    family("quiver_put_bytes_total", "counter", "Body bytes of the messages stored by sends.")
+    family("quiver_put_bytes_total", "counter", "Produce body bytes of the stored sends.")
     lines.append(f"quiver_put_bytes_total {metrics.put_bytes}")
     family("quiver_get_messages_total", "counter", "Records handed out by pulls.")
     lines.append(f"quiver_get_messages_total {metrics.get_messages}")

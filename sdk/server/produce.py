@@ -8,7 +8,8 @@ A client sets its messages' properties, system ones included: ``TAGS``, ``KEYS``
 ``REAL_QID``), a half message's bookkeeping, an idempotent batch's stamp. A message sent with
 one of them would pass for what the broker wrote, so a produce body that carries one is refused,
 naming it. The check is one regular-expression search over the batch's properties texts
-(``name\\x01value\\x02`` pairs), not a parse of each message.
+(``name\\x01value\\x02`` pairs), not a parse of each message; a batch the decoder found
+``plain`` (its messages hold the indexed properties alone) needs none.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def refuse_broker_properties(messages: Sequence[NewMessage]) -> None:
     """Raise :class:`InvalidMessageError` when a message of ``messages`` (a decoded produce
     body) carries a property only the broker may write."""
     if isinstance(messages, UniformBatch):
+        if messages.plain:  # its texts hold the indexed properties alone
+            return
         texts: Sequence[bytes] = messages.properties
     else:
         texts = [encode_properties(m.properties).encode() for m in messages]
