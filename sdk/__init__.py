@@ -7,7 +7,8 @@
             producer.send(Message("orders", b"...", tags="paid", keys=["order-42"]))
 
 Every client takes a broker URL in place of the embedded broker to reach a running broker over
-HTTP (``Producer("http://host:8080")``); httpx and aiohttp are imported only then.
+HTTP (``Producer("http://host:8080")``, or :class:`RemoteBroker` for timeouts and retries);
+httpx and aiohttp are imported only then.
 Importing ``sdk`` never imports the CLI, aiohttp's server side or pyspark, nor the store engine
 (nothing of ``localstore`` beyond its record format): :class:`EmbeddedBroker` and
 :class:`BrokerOptions` load it on first use, so a client of a remote broker never pays for it.
@@ -46,6 +47,7 @@ from sdk.transaction import (
     TransactionReceipt,
     TransactionState,
 )
+from sdk.transport.remote_broker import RemoteBroker
 
 if TYPE_CHECKING:
     from localstore.errors import StoreDirectoryError, StoreLockedError
@@ -105,6 +107,7 @@ __all__ = [
     "QuiverError",
     "RebalanceListener",
     "ReceivedMessage",
+    "RemoteBroker",
     "SendReceipt",
     "SendReceipts",
     "SendRejectedError",

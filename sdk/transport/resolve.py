@@ -1,9 +1,10 @@
 """Turn what a user hands a client (a broker URL, an embedded broker, or a transport) into a
 transport.
 
-A URL (``"http://host:8080"``) gives a new HTTP transport that the client owns: the client
-closes it in its own ``close()`` (:func:`owns_transport`). An embedded broker's transports and a
-transport given outright belong to whoever made them. The HTTP libraries are imported only when
+A URL (``"http://host:8080"``, or a :class:`~sdk.transport.remote_broker.RemoteBroker` with
+options) gives a new HTTP transport that the client owns: the client closes it in its own
+``close()`` (:func:`owns_transport`), as it closes an embedded broker's (which holds nothing).
+A transport given outright belongs to whoever made it. The HTTP libraries are imported only when
 a URL is resolved, so ``import sdk`` and the CLI stay light.
 """
 
@@ -26,16 +27,18 @@ class _TransportFactory(Protocol):
 
 
 BrokerTarget = str | _TransportFactory | BrokerTransport
-"""A broker URL (``http://host:port``), an :class:`sdk.EmbeddedBroker` (anything with
-``transport()``/``async_transport()``) or a transport."""
+"""A broker URL (``http://host:port``), a :class:`~sdk.transport.remote_broker.RemoteBroker`
+or an :class:`sdk.EmbeddedBroker` (anything with ``transport()``/``async_transport()``), or a
+transport."""
 
 _GIVE = "give a broker URL (http://host:port) or an EmbeddedBroker"
 
 
 def owns_transport(target: object) -> bool:
-    """Whether a client given ``target`` owns the transport it resolves to (a URL: the client
-    made it, so it closes it)."""
-    return isinstance(target, str)
+    """Whether a client given ``target`` owns the transport it resolves to: one made for it
+    from a URL or by a broker's ``transport()`` (a new transport per client), which it closes.
+    (An embedded broker's transports hold nothing: closing one does nothing.)"""
+    return isinstance(target, (str, _TransportFactory))
 
 
 def resolve(target: object) -> BrokerTransport:

@@ -32,7 +32,7 @@ from sdk.server.run import ServerOptions, serve
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 options = ServerOptions(
     data={data!r},
-    port=0,
+    port={port!r},
     broker=BrokerOptions(broker_name={name!r}, **{broker!r}),
     geometry={geometry!r},
     max_request_bytes={max_request_bytes!r},
@@ -57,6 +57,7 @@ class BrokerProcess:
         data: Path,
         *,
         name: str = "broker-a",
+        port: int = 0,
         geometry: dict[str, Any] | None = None,
         max_request_bytes: int | None = None,
         **broker: Any,
@@ -65,6 +66,7 @@ class BrokerProcess:
         source = _CHILD.format(
             data=str(data),
             name=name,
+            port=port,
             broker=broker,
             geometry=SMALL_GEOMETRY if geometry is None else geometry,
             max_request_bytes=max_request_bytes,
@@ -85,6 +87,7 @@ class BrokerProcess:
             self.process.wait()
             raise RuntimeError(f"the broker did not start: {self.log()}")
         self.url = line
+        self.port = int(line.rsplit(":", 1)[1])
 
     def log(self) -> str:
         if not self._stderr.closed:
