@@ -8,6 +8,8 @@
             print(topic.name, topic.read_queue_nums, topic.perm)
         print(admin.lag("billing"))
         admin.reset_offsets("billing", "orders", to="earliest")
+        for message in admin.query_by_key("orders", "order-42"):
+            print(message.queue_id, message.queue_offset, message.body)
 
 :class:`Admin` blocks, :class:`AsyncAdmin` awaits; both take a broker URL
 (``Admin("http://host:8080")``), an :class:`sdk.EmbeddedBroker` or a transport and reach it
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from sdk.errors import ClientClosedError, InvalidArgumentError
 from sdk.lifecycle import WarnsUnclosed
@@ -38,7 +40,11 @@ from sdk.transport.admin_models import (
     TopicInfo,
 )
 from sdk.transport.base import AsyncBrokerTransport, BrokerTransport
+from sdk.transport.models import MAX_QUERY_COUNT, NO_END_MS
 from sdk.transport.resolve import owns_transport, resolve, resolve_async
+
+if TYPE_CHECKING:
+    from localstore.record.codec import StoredMessage
 
 __all__ = [
     "PERM_READ",
@@ -85,6 +91,20 @@ def reset_request(
     return ResetRequest(to, timestamp_ms, pairs)
 
 
+def query_bounds(begin_ms: int, end_ms: int | None, max_count: int) -> tuple[int, int]:
+    """A query by key's checked ``(end_ms, max_count)``: no end is no bound, and the count is
+    capped at :data:`~sdk.transport.models.MAX_QUERY_COUNT`."""
+    end = NO_END_MS if end_ms is None else end_ms
+    for name, value in (("begin_ms", begin_ms), ("end_ms", end), ("max_count", max_count)):
+        if _not_int(value) or value < 0:
+            raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}")
+    if max_count < 1:
+        raise InvalidArgumentError(f"max_count must be at least 1, not {max_count}")
+    if begin_ms > end:
+        raise InvalidArgumentError(f"begin_ms {begin_ms} is after end_ms {end}")
+    return end, min(max_count, MAX_QUERY_COUNT)
+
+
 def _not_int(value: object) -> bool:
     return not isinstance(value, int) or isinstance(value, bool)
 
@@ -112,9 +132,10 @@ class Admin(_AdminBase):
 
     Topics: :meth:`list_topics`, :meth:`create_topic`, :meth:`update_topic`,
     :meth:`delete_topic`. Groups: :meth:`list_groups`, :meth:`describe_group`, :meth:`lag`,
-    :meth:`reset_offsets`. Refusals raise :class:`sdk.errors.UnknownTopicError`,
-    :class:`sdk.errors.UnknownGroupError`, :class:`sdk.errors.InvalidArgumentError` or
-    :class:`sdk.errors.IllegalStateError`, each naming what was refused and why.
+    :meth:`reset_offsets`. Stored messages: :meth:`query_by_key`, :meth:`view_message`.
+    Refusals raise :class:`sdk.errors.UnknownTopicError`, :class:`sdk.errors.UnknownGroupError`,
+    :class:`sdk.errors.InvalidArgumentError` or :class:`sdk.errors.IllegalStateError`, each
+    naming what was refused and why.
     """
 
     def __init__(self, broker: object) -> None:
@@ -192,6 +213,36 @@ class Admin(_AdminBase):
         request = reset_request(to, timestamp_ms, offsets)
         self._check_open()
         return self.transport.reset_offsets(group, topic, request, create=create)
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_count: int = 32,
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose KEYS hold ``key`` (or whose UNIQ_KEY is ``key``), stored
+        within [``begin_ms``, ``end_ms``] (ms since the epoch; None: no end), newest first: at
+        most ``max_count`` (capped at 64), found through the broker's key index. Each is the
+        stored record, decoded: every property (the broker's own too), where it is stored and
+        when. Raises :class:`sdk.errors.IllegalStateError` for a broker kept without a key
+        index."""
+        end, count = query_bounds(begin_ms, end_ms, max_count)
+        self._check_open()
+        found = self.transport.query_by_key(
+            topic, key, begin_ms=begin_ms, end_ms=end, max_count=count
+        )
+        return found.messages()
+
+    def view_message(self, message_id: str) -> list[StoredMessage]:
+        """The stored message whose offsetMsgId is ``message_id`` (host, port and commitlog
+        offset, as a send result gives it), or the messages of any topic whose UNIQ_KEY (the
+        id producers show) is ``message_id``: several when it was stored more than once (a
+        retry copy, a transaction's committed message). Empty when no message has the id."""
+        self._check_open()
+        return self.transport.query_by_id(message_id).messages()
 
     def close(self) -> None:
         """Release a transport made from a URL (not the broker). Idempotent."""
@@ -277,6 +328,28 @@ class AsyncAdmin(_AdminBase):
         request = reset_request(to, timestamp_ms, offsets)
         self._check_open()
         return await self.transport.reset_offsets(group, topic, request, create=create)
+
+    async def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_count: int = 32,
+    ) -> list[StoredMessage]:
+        """As :meth:`Admin.query_by_key`."""
+        end, count = query_bounds(begin_ms, end_ms, max_count)
+        self._check_open()
+        found = await self.transport.query_by_key(
+            topic, key, begin_ms=begin_ms, end_ms=end, max_count=count
+        )
+        return found.messages()
+
+    async def view_message(self, message_id: str) -> list[StoredMessage]:
+        """As :meth:`Admin.view_message`."""
+        self._check_open()
+        return (await self.transport.query_by_id(message_id)).messages()
 
     async def close(self) -> None:
         """As :meth:`Admin.close`."""

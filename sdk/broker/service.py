@@ -64,6 +64,7 @@ from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
+from sdk.broker import queries
 from sdk.broker.administration import BrokerAdministration
 from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
@@ -102,6 +103,7 @@ from sdk.transport.models import (
     QueuePull,
     QueuePullResult,
     SendResult,
+    StoredRecords,
 )
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
@@ -653,6 +655,20 @@ class BrokerService:
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.store.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
+    # -- queries (sdk.broker.queries) ----------------------------------------------------------
+    def query_by_key(
+        self, topic: str, key: str, *, begin_ms: int, end_ms: int, max_count: int
+    ) -> StoredRecords:
+        """Messages of ``topic`` with ``key`` (KEYS or UNIQ_KEY) stored within
+        [``begin_ms``, ``end_ms``], newest first, at most ``max_count`` (capped at 64)."""
+        return queries.query_by_key(
+            self.store, topic, key, begin_ms=begin_ms, end_ms=end_ms, max_count=max_count
+        )
+
+    def query_by_id(self, message_id: str) -> StoredRecords:
+        """The message with offsetMsgId ``message_id``, or those whose UNIQ_KEY it is."""
+        return queries.query_by_id(self.store, message_id)
 
     # -- committed offsets ---------------------------------------------------------------------
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -7,7 +7,9 @@ Conventions (the ``perf`` group follows them too); a new command that keeps them
   sets ``func`` on each leaf with ``parser.set_defaults(func=handler)``;
 * every leaf takes the store directory as ``--data DIR``: call :func:`add_data_option` (the
   ``store`` commands pass ``positional_alias=True``, which also accepts ``quiver store info DIR``;
-  giving both or neither is a usage error), and reads it as ``args.data``;
+  giving both or neither is a usage error), and reads it as ``args.data``. A command that works
+  on a running broker too (produce, read, query, offsets, group, topic) calls
+  :func:`add_target_options` instead: ``--data DIR`` or ``--broker URL``, exactly one;
 * every leaf calls :func:`add_json_option`: ``--json`` puts one JSON object per line on stdout
   (:func:`emit_json`) and ``--quiet`` (implied by ``--json``) hides the progress line;
 * ``handler(args: argparse.Namespace) -> int`` returns the exit status (0 ok, 1 a failed check or
@@ -35,6 +37,7 @@ from sdk.errors import QuiverError
 if TYPE_CHECKING:
     from localstore.read_only import ReadOnlyStore
     from localstore.store import MessageStore
+    from sdk.transport.remote_broker import RemoteBroker
 
     # What the reading commands read: the store, or a read-only view of one another process holds.
     ReadableStore: TypeAlias = MessageStore | ReadOnlyStore
@@ -90,6 +93,54 @@ def add_data_option(parser: argparse.ArgumentParser, *, positional_alias: bool =
     )
     parser.add_argument("--data", metavar="DIR", help="the store directory (or DIR)")
     parser.set_defaults(**{_DATA_ALIAS_PROG: parser.prog})
+
+
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    """``--data DIR`` (the store directory, opened for the command's run) or ``--broker URL``
+    (a running broker, reached over HTTP): exactly one, read as ``args.data`` / ``args.broker``
+    (the other is None). Both or neither is a usage error naming both options."""
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--data", metavar="DIR", help="the store directory (or --broker URL)")
+    target.add_argument(
+        "--broker",
+        type=broker_url,
+        metavar="URL",
+        help="a running broker, e.g. http://127.0.0.1:8080 (or --data DIR)",
+    )
+
+
+CLI_RETRY_DEADLINE_S = 5.0
+"""How long a command keeps retrying a broker that does not answer (a shell user waits)."""
+
+
+def remote_broker(url: str) -> RemoteBroker:
+    """The broker at ``url`` as the CLI reaches it: calls give up after
+    :data:`CLI_RETRY_DEADLINE_S`."""
+    from sdk.transport.remote_broker import RemoteBroker
+
+    return RemoteBroker(url, retry_deadline_s=CLI_RETRY_DEADLINE_S)
+
+
+def broker_url(text: str) -> str:
+    """An ``http://`` or ``https://`` URL naming a host, for argparse (trailing ``/`` dropped)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  # raises ValueError for a port that is no number
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a broker URL: {text!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"not a broker URL: {text!r} (want http://HOST:PORT, e.g. http://127.0.0.1:8080)"
+        )
+    return text.rstrip("/")
+
+
+def target_name(args: argparse.Namespace) -> str:
+    """What a command acts on, for its messages: ``store DIR`` or ``the broker at URL``."""
+    broker = getattr(args, "broker", None)
+    return f"the broker at {broker}" if broker is not None else f"store {args.data}"
 
 
 def resolve_data_alias(args: argparse.Namespace) -> None:

@@ -1,9 +1,10 @@
 """``quiver group show``: a consumer group's members, the queues each owns, offsets and lag.
 
-quiver group show --data DIR --group G [--json]
+quiver group show (--data DIR | --broker URL) --group G [--json]
 
-Asks :meth:`sdk.Admin.describe_group` of the store opened as a broker for the run (no other
-process may be serving it: the store's lock refuses a second opener): committed offsets from
+Asks :meth:`sdk.Admin.describe_group` of the running broker at URL (its live members), or of
+the store opened as a broker for the run (no other process may be serving it: the store's lock
+refuses a second opener): committed offsets from
 ``config/consumerOffset.json``, queue bounds from the store, and the members and queue owners
 the serving broker last recorded in ``config/quiverConsumerGroups.json`` (see
 :mod:`sdk.broker.group_report`). A broker that closed cleanly after its consumers records no
@@ -15,14 +16,15 @@ from __future__ import annotations
 import argparse
 import time
 
-from sdk.cli.admin_access import check_name, open_admin
+from sdk.cli.admin_access import admin_for, check_name
 from sdk.cli.common import (
     EXIT_OK,
     CliError,
     Subparsers,
-    add_data_option,
     add_json_option,
+    add_target_options,
     emit_json,
+    target_name,
 )
 
 
@@ -31,7 +33,7 @@ def add_parser(subparsers: Subparsers) -> None:
     group = subparsers.add_parser(
         "group",
         help="consumer groups: members, queues, offsets and lag",
-        description="Consumer groups of a store's broker.",
+        description="Consumer groups of a store's broker or of a running broker.",
     )
     actions = group.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = actions.add_parser(
@@ -40,7 +42,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="The group's members (as last recorded by the broker), the queues each "
         "owns, and per queue the committed offset, min, max and lag.",
     )
-    add_data_option(show)
+    add_target_options(show)
     show.add_argument("--group", required=True, metavar="G")
     add_json_option(show)
     show.set_defaults(func=run_show)
@@ -51,11 +53,11 @@ def run_show(args: argparse.Namespace) -> int:
     check_name("group", args.group)
     from offsetstore.base import OffsetStoreError
 
-    with open_admin(args.data) as admin:
+    with admin_for(args) as admin:
         try:
             report = admin.describe_group(args.group)
         except OffsetStoreError as exc:  # the recorded group snapshot and its backup are damaged
-            raise CliError(f"cannot read the group records of {args.data}: {exc}") from exc
+            raise CliError(f"cannot read the group records of {target_name(args)}: {exc}") from exc
     if args.json:
         emit_json(report.to_json())
         return EXIT_OK

@@ -1,12 +1,13 @@
 """``quiver offsets``: a consumer group's committed offsets, lag, and resets.
 
-quiver offsets show --data DIR --group G [--topic T]
-quiver offsets reset --data DIR --group G --topic T --to earliest|latest|TIMESTAMP_MS [--create]
-quiver offsets reset --data DIR --group G --topic T --queue-offset Q=OFFSET ... [--create]
+quiver offsets show (--data DIR | --broker URL) --group G [--topic T]
+quiver offsets reset (--data DIR | --broker URL) --group G --topic T
+    (--to earliest|latest|TIMESTAMP_MS | --queue-offset Q=OFFSET ...) [--create]
 
 The offsets are the broker's table, ``DIR/config/consumerOffset.json`` (RocketMQ's file and
 format; see :mod:`offsetstore.broker_table`), read and changed through :class:`sdk.Admin` on the
-store opened as a broker for the run (:mod:`sdk.cli.admin_access`). ``show`` prints per queue
+store opened as a broker for the run, or on the running broker at URL
+(:mod:`sdk.cli.admin_access`). ``show`` prints per queue
 the committed offset (``-`` / null when none), the queue's min and max offsets and the lag
 (max - committed); on a store another process holds it reads a read-only view of it and the
 table's file as last written (no lock, no write; see
@@ -21,16 +22,17 @@ import argparse
 from typing import TYPE_CHECKING
 
 from localstore.errors import StoreLockedError
-from sdk.cli.admin_access import check_name, open_admin
+from sdk.cli.admin_access import admin_for, check_name
 from sdk.cli.common import (
     EXIT_OK,
     CliError,
     Subparsers,
-    add_data_option,
     add_json_option,
+    add_target_options,
     emit_json,
     existing_queues,
     open_store_for_reading,
+    target_name,
 )
 from sdk.errors import UnknownGroupError
 from sdk.transport.admin_models import QueueLag
@@ -53,7 +55,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="committed offset, min, max and lag per queue",
         description="Per queue of the group's topics: committed offset, min, max and lag.",
     )
-    add_data_option(show)
+    add_target_options(show)
     show.add_argument("--group", required=True, metavar="G")
     show.add_argument("--topic", metavar="T", help="only this topic (default: every topic)")
     add_json_option(show)
@@ -66,7 +68,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "latest offset, or to the first offset stored at or after TIMESTAMP_MS; or set given "
         "queues' offsets (--queue-offset). Refused while the group's consumers run.",
     )
-    add_data_option(reset)
+    add_target_options(reset)
     reset.add_argument("--group", required=True, metavar="G")
     reset.add_argument("--topic", required=True, metavar="T")
     target = reset.add_mutually_exclusive_group(required=True)
@@ -117,7 +119,7 @@ def run_show(args: argparse.Namespace) -> int:
         check_name("topic", args.topic)
     read_only = False
     try:
-        with open_admin(args.data) as admin:
+        with admin_for(args) as admin:
             rows = admin.lag(args.group, args.topic)
     except StoreLockedError:  # a running application holds it: read what it has written
         rows, read_only = _lag_of_held_store(args), True
@@ -176,7 +178,7 @@ def run_reset(args: argparse.Namespace) -> int:
     check_name("group", args.group)
     check_name("topic", args.topic)
     to: ResetTarget | None = args.to
-    with open_admin(args.data) as admin:
+    with admin_for(args) as admin:
         try:
             moved = admin.reset_offsets(
                 args.group,
@@ -188,7 +190,7 @@ def run_reset(args: argparse.Namespace) -> int:
             )
         except UnknownGroupError as exc:
             raise CliError(
-                f"group {args.group} has no offsets or members in {args.data} "
+                f"group {args.group} has no offsets or members in {target_name(args)} "
                 "(add --create to make it with these offsets)"
             ) from exc
     for row in moved:

@@ -1,8 +1,12 @@
 """``quiver produce``: store messages given on the command line, generated, or read from stdin.
 
+quiver produce (--data DIR | --broker URL) --topic T [--body TEXT | --size B --count N | stdin]
+
 Each message gets a producer-side ``UNIQ_KEY`` (its message id), ``TAGS`` from ``--tag``,
 ``KEYS`` from ``--key`` and the ``--property`` pairs. Without ``--queue`` messages go round-robin
-over the topic's write queues, starting at the one holding the fewest messages.
+over the topic's write queues: into a store (``--data``) starting at the one holding the fewest
+messages, message by message; to a running broker (``--broker``, through :class:`sdk.Producer`)
+batch by batch.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
-    add_data_option,
     add_json_option,
+    add_target_options,
     human_size,
     non_negative_int,
     open_store,
     parse_size,
     positive_int,
+    remote_broker,
 )
 from sdk.cli.progress import progress_line
 
@@ -41,7 +46,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Store messages: --body TEXT, --count N --size BYTES (generated bodies), "
         "or one message per line of stdin.",
     )
-    add_data_option(parser)
+    add_target_options(parser)
     parser.add_argument("--topic", required=True, metavar="T")
     parser.add_argument("--tag", metavar="X", help="the messages' tag (TAGS)")
     parser.add_argument(
@@ -96,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     batch = args.batch or (1 if total is None else DEFAULT_BATCH)
     if args.size:
         batch = max(1, min(batch, MAX_BATCH_BYTES // args.size))
+    if args.broker is not None:
+        return _run_on_broker(args, properties, bodies, total, batch)
     with open_store(args.data) as store:
         _check_body_size(args, store.geometry.max_message_size)  # before a body is built
         producer = Producer(
@@ -109,6 +116,33 @@ def run(args: argparse.Namespace) -> int:
                 progress.update("produced", producer.stored, total)
         if not args.json:
             print(producer.summary())
+    return EXIT_OK
+
+
+def _run_on_broker(
+    args: argparse.Namespace,
+    properties: dict[str, str],
+    bodies: Iterable[bytes],
+    total: int | None,
+    batch: int,
+) -> int:
+    """:func:`run` through :class:`sdk.Producer` on the broker at ``--broker URL`` (the
+    broker refuses a message over its maximum size)."""
+    from sdk.cli.admin_access import reaching
+    from sdk.cli.broker_produce import BrokerProducer
+    from sdk.producer import Producer
+
+    with reaching(args.broker), Producer(remote_broker(args.broker)) as client:
+        producer = BrokerProducer(
+            client, args.topic, properties, args.queue, args.json, verbose=args.size is None
+        )
+        chunk_size = 1 if total is None and args.batch is None else batch
+        with progress_line(args, results_on_stdout=args.size is None) as progress:
+            for chunk in _chunks(bodies, chunk_size):
+                producer.send(chunk, batch)
+                progress.update("produced", producer.stored, total)
+    if not args.json:
+        print(producer.summary())
     return EXIT_OK
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdk.cli.common import EXIT_FAILED, CliError, json_line
@@ -110,32 +111,69 @@ class Producer:
         ]
 
     def _line(self, msg_id: str, result: PutResult, position: int, offset_msg_id: str) -> str:
-        queue_offset = result.queue_offset + position
-        phys = result.phys_offsets[position]
-        if not self.as_json:
-            return (
-                f"{result.status.value} {self.topic}/{result.queue_id}@{queue_offset} "
-                f"msgId={msg_id} offsetMsgId={offset_msg_id} phys={phys}"
-            )
-        return json_line(
-            {
-                "msg_id": msg_id,
-                "offset_msg_id": offset_msg_id,
-                "topic": self.topic,
-                "queue_id": result.queue_id,
-                "queue_offset": queue_offset,
-                "phys_offset": phys,
-                "status": result.status.value,
-                "store_timestamp": result.store_timestamp,
-            }
+        return stored_line(
+            StoredLine(
+                msg_id,
+                offset_msg_id,
+                self.topic,
+                result.queue_id,
+                result.queue_offset + position,
+                result.phys_offsets[position],
+                result.status.value,
+                result.store_timestamp,
+            ),
+            self.as_json,
         )
 
     def summary(self) -> str:
         """One line: how many messages went where, how fast."""
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        queues = ", ".join(f"{q}: {n}" for q, n in sorted(self.per_queue.items()))
+        return summary_line(self.topic, self.stored, self.bytes, self.per_queue, self.started)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLine:
+    """Where one produced message was stored, as ``quiver produce`` prints it."""
+
+    msg_id: str
+    offset_msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    status: str
+    store_timestamp: int
+
+
+def stored_line(stored: StoredLine, as_json: bool) -> str:
+    """One produced message's output line: human-readable, or a JSON object."""
+    if not as_json:
         return (
-            f"produced {self.stored} message(s), {self.bytes} body bytes, to {self.topic} "
-            f"(queues {queues or 'none'}) in {elapsed:.2f} s: {self.stored / elapsed:,.0f} "
-            f"msg/s, {self.bytes / elapsed / 1e6:,.1f} MB/s"
+            f"{stored.status} {stored.topic}/{stored.queue_id}@{stored.queue_offset} "
+            f"msgId={stored.msg_id} offsetMsgId={stored.offset_msg_id} phys={stored.phys_offset}"
         )
+    return json_line(
+        {
+            "msg_id": stored.msg_id,
+            "offset_msg_id": stored.offset_msg_id,
+            "topic": stored.topic,
+            "queue_id": stored.queue_id,
+            "queue_offset": stored.queue_offset,
+            "phys_offset": stored.phys_offset,
+            "status": stored.status,
+            "store_timestamp": stored.store_timestamp,
+        }
+    )
+
+
+def summary_line(
+    topic: str, stored: int, body_bytes: int, per_queue: dict[int, int], started: float
+) -> str:
+    """One line: how many messages went where (``per_queue``), how fast since ``started``
+    (a ``time.monotonic()``)."""
+    elapsed = max(time.monotonic() - started, 1e-9)
+    queues = ", ".join(f"{q}: {n}" for q, n in sorted(per_queue.items()))
+    return (
+        f"produced {stored} message(s), {body_bytes} body bytes, to {topic} "
+        f"(queues {queues or 'none'}) in {elapsed:.2f} s: {stored / elapsed:,.0f} "
+        f"msg/s, {body_bytes / elapsed / 1e6:,.1f} MB/s"
+    )

@@ -1,22 +1,28 @@
 """``quiver query``: find messages by key, by id, and queue offsets by time.
 
-quiver query key --data DIR --topic T --key K [--begin MS --end MS] [--max N]
-quiver query id --data DIR ID              (an offsetMsgId or a UNIQ_KEY)
-quiver query time --data DIR --topic T --queue N --timestamp MS
+quiver query key (--data DIR | --broker URL) --topic T --key K [--begin MS --end MS] [--max N]
+quiver query id (--data DIR | --broker URL) ID      (an offsetMsgId or a UNIQ_KEY)
+quiver query time (--data DIR | --broker URL) --topic T --queue N --timestamp MS
+
+On a store (read-only view when another process holds it), or through a running broker's
+queries (:meth:`sdk.Admin.query_by_key`, :meth:`sdk.Admin.view_message`, and the transport's
+queue offsets by time); the output is the same.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
+from sdk.cli.admin_access import admin_for
 from sdk.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
     Subparsers,
-    add_data_option,
     add_json_option,
+    add_target_options,
     emit_json,
     existing_queues,
     is_read_only,
@@ -27,6 +33,9 @@ from sdk.cli.common import (
 )
 from sdk.cli.progress import progress_line
 from sdk.cli.read_cmd import print_message
+
+if TYPE_CHECKING:
+    from localstore.record.codec import StoredMessage
 
 MAX_QUERY_RESULTS = 64
 
@@ -46,7 +55,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="messages whose KEYS hold K (or whose UNIQ_KEY is K), newest first",
         description="Messages of a topic with a key, newest first (at most 64).",
     )
-    add_data_option(key)
+    add_target_options(key)
     key.add_argument("--topic", required=True, metavar="T")
     key.add_argument("--key", required=True, metavar="K")
     key.add_argument(
@@ -79,7 +88,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Look a message up by its offsetMsgId (host, port, commitlog offset) or "
         "its UNIQ_KEY (the id producers show).",
     )
-    add_data_option(by_id)
+    add_target_options(by_id)
     by_id.add_argument("id", metavar="ID")
     add_json_option(by_id)
     by_id.set_defaults(func=run_id)
@@ -90,7 +99,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="The first queue offset whose store time is >= TIMESTAMP (clamped to the "
         "queue's min and max offsets).",
     )
-    add_data_option(by_time)
+    add_target_options(by_time)
     by_time.add_argument("--topic", required=True, metavar="T")
     by_time.add_argument("--queue", required=True, type=non_negative_int, metavar="N")
     by_time.add_argument("--timestamp", required=True, type=non_negative_int, metavar="MS")
@@ -102,13 +111,15 @@ def run_key(args: argparse.Namespace) -> int:
     """Print the messages found by key; exit 1 when there is none."""
     if args.begin > args.end:
         raise CliError("--begin is after --end", EXIT_USAGE)
-    with open_store_for_reading(args.data) as store:
-        found = store.query_by_key(
-            args.topic, args.key, max_count=args.max, begin_ms=args.begin, end_ms=args.end
-        )
-        read_only = is_read_only(store)
+    if args.broker is not None:
+        with admin_for(args) as admin:
+            found = admin.query_by_key(
+                args.topic, args.key, begin_ms=args.begin, end_ms=args.end, max_count=args.max
+            )
         for message in found:
-            print_message(message, args.json, read_only=read_only)
+            print_message(message, args.json)
+    else:
+        found = _key_in_store(args)
     if not args.json:
         print(f"found {len(found)} message(s) of {args.topic} with key {args.key}")
     elif not found:
@@ -116,13 +127,31 @@ def run_key(args: argparse.Namespace) -> int:
     return EXIT_OK if found else EXIT_FAILED
 
 
-def run_id(args: argparse.Namespace) -> int:
-    """Print the message with this id; exit 1 when there is none."""
+def _key_in_store(args: argparse.Namespace) -> list[StoredMessage]:
+    """The messages found by key in the store, printed."""
     with open_store_for_reading(args.data) as store:
-        found = store.query_by_id(args.id)
+        found = store.query_by_key(
+            args.topic, args.key, max_count=args.max, begin_ms=args.begin, end_ms=args.end
+        )
         read_only = is_read_only(store)
         for message in found:
             print_message(message, args.json, read_only=read_only)
+    return found
+
+
+def run_id(args: argparse.Namespace) -> int:
+    """Print the message with this id; exit 1 when there is none."""
+    if args.broker is not None:
+        with admin_for(args) as admin:
+            found = admin.view_message(args.id)
+        for message in found:
+            print_message(message, args.json)
+    else:
+        with open_store_for_reading(args.data) as store:
+            found = store.query_by_id(args.id)
+            read_only = is_read_only(store)
+            for message in found:
+                print_message(message, args.json, read_only=read_only)
     if not found:
         if args.json:
             warn(f"no message has the id {args.id}")  # stdout stays JSON
@@ -133,15 +162,20 @@ def run_id(args: argparse.Namespace) -> int:
 
 def run_time(args: argparse.Namespace) -> int:
     """Print the queue offset for the timestamp."""
+    read_only = False
     with progress_line(args) as progress:
-        progress.status(f"opening store {args.data}")
-        with open_store_for_reading(args.data) as store:
-            read_only = is_read_only(store)
-            existing_queues(store, args.topic, args.queue)
-            progress.status(f"searching {args.topic}/{args.queue} for {args.timestamp}")
-            queue_offset = store.offset_for_timestamp(args.topic, args.queue, args.timestamp)
-            min_offset = store.min_offset(args.topic, args.queue)
-            max_offset = store.max_offset(args.topic, args.queue)
+        if args.broker is not None:
+            progress.status(f"asking the broker at {args.broker}")
+            queue_offset, min_offset, max_offset = _time_on_broker(args)
+        else:
+            progress.status(f"opening store {args.data}")
+            with open_store_for_reading(args.data) as store:
+                read_only = is_read_only(store)
+                existing_queues(store, args.topic, args.queue)
+                progress.status(f"searching {args.topic}/{args.queue} for {args.timestamp}")
+                queue_offset = store.offset_for_timestamp(args.topic, args.queue, args.timestamp)
+                min_offset = store.min_offset(args.topic, args.queue)
+                max_offset = store.max_offset(args.topic, args.queue)
     document = {
         "topic": args.topic,
         "queue_id": args.queue,
@@ -160,3 +194,17 @@ def run_time(args: argparse.Namespace) -> int:
             f"after {args.timestamp} (queue holds [{min_offset}, {max_offset}))"
         )
     return EXIT_OK
+
+
+def _time_on_broker(args: argparse.Namespace) -> tuple[int, int, int]:
+    """The queue offset for the timestamp, and the queue's min and max, from the broker."""
+    from sdk.cli.broker_read import broker_queue_ids
+
+    with admin_for(args) as admin:
+        broker_queue_ids(admin, args.broker, args.topic, args.queue)
+        transport = admin.transport
+        return (
+            transport.offset_for_timestamp(args.topic, args.queue, args.timestamp),
+            transport.min_offset(args.topic, args.queue),
+            transport.max_offset(args.topic, args.queue),
+        )

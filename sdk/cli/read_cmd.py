@@ -1,4 +1,11 @@
-"""``quiver read``: messages of a topic (one queue or all), optionally filtered by tags."""
+"""``quiver read``: messages of a topic (one queue or all), optionally filtered by tags.
+
+quiver read (--data DIR | --broker URL) --topic T [--queue N] [--from-offset N] [--max N]
+            [--tags EXPR] [--json]
+
+From a store (read-only view when another process holds it), or pulled from a running broker
+(:mod:`sdk.cli.broker_read`: no group offset is created or moved). The output is the same.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +18,8 @@ from sdk.cli.common import (
     EXIT_USAGE,
     CliError,
     Subparsers,
-    add_data_option,
     add_json_option,
+    add_target_options,
     emit_json,
     existing_queues,
     is_read_only,
@@ -41,7 +48,7 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Read messages of a topic, queue by queue, from each queue's min offset "
         "(or --from-offset).",
     )
-    add_data_option(parser)
+    add_target_options(parser)
     parser.add_argument("--topic", required=True, metavar="T")
     parser.add_argument(
         "--queue",
@@ -74,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         tag_filter = TagFilter.parse(args.tags)
     except ValueError as exc:
         raise CliError(f"--tags: {exc}", EXIT_USAGE) from exc
+    if args.broker is not None:
+        return _run_on_broker(args)
     remaining = args.max if args.max is not None else -1
     total = 0
     with progress_line(args, results_on_stdout=True) as progress:
@@ -90,10 +99,71 @@ def run(args: argparse.Namespace) -> int:
                     remaining -= count
                     if remaining == 0:
                         break
+    _summary(args, total, queue_ids)
+    return EXIT_OK
+
+
+def _summary(args: argparse.Namespace, total: int, queue_ids: list[int]) -> None:
     if not args.json:
         queues = ", ".join(map(str, queue_ids)) or "none"
         print(f"read {total} message(s) from {args.topic} (queues {queues})")
+
+
+def _run_on_broker(args: argparse.Namespace) -> int:
+    """:func:`run` on the broker at ``--broker URL``: each queue pulled from its min offset
+    (or ``--from-offset``), committing nothing."""
+    from sdk.cli.admin_access import admin_for
+    from sdk.cli.broker_read import broker_queue_ids, read_broker_queue
+
+    remaining = args.max if args.max is not None else -1
+    total = 0
+    with progress_line(args, results_on_stdout=True) as progress, admin_for(args) as admin:
+        progress.status(f"asking the broker at {args.broker}")
+        transport = admin.transport
+        queue_ids = broker_queue_ids(admin, args.broker, args.topic, args.queue)
+        starts = {q: _start(args, q, transport.min_offset(args.topic, q)) for q in queue_ids}
+        expected = None
+        if args.tags is None:
+            expected = sum(
+                max(transport.max_offset(args.topic, q) - start, 0) for q, start in starts.items()
+            )
+            expected = expected if args.max is None else min(expected, args.max)
+        reading = _Reading(progress, expected, read_only=False)
+
+        def show(messages: list[StoredMessage]) -> None:
+            for message in messages:
+                print_message(message, args.json)
+            reading.add(len(messages))
+
+        for queue_id, start in starts.items():
+            count = read_broker_queue(
+                transport,
+                args.topic,
+                queue_id,
+                start,
+                tags=args.tags,
+                remaining=remaining,
+                batch=GET_BATCH,
+                show=show,
+            )
+            total += count
+            if remaining > 0:
+                remaining -= count
+                if remaining == 0:
+                    break
+    _summary(args, total, queue_ids)
     return EXIT_OK
+
+
+def _start(args: argparse.Namespace, queue_id: int, low: int) -> int:
+    """Where to read ``queue_id`` from: ``--from-offset``, raised to the queue's min offset
+    ``low`` (said on stderr), or ``low``."""
+    if args.from_offset is None:
+        return low
+    if args.from_offset < low:
+        warn(f"{args.topic}/{queue_id} starts at offset {low}; reading from there")
+        return low
+    return int(args.from_offset)
 
 
 class _Reading:

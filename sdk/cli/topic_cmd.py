@@ -1,12 +1,12 @@
 """``quiver topic``: a store's topics: list, create, update, delete.
 
-quiver topic list --data DIR [--all] [--json]
-quiver topic create --data DIR --topic T [--queues N] [--perm 6|4|2] [--json]
-quiver topic update --data DIR --topic T [--queues N] [--perm 6|4|2] [--json]
-quiver topic delete --data DIR --topic T [--json]
+quiver topic list (--data DIR | --broker URL) [--all] [--json]
+quiver topic create (--data DIR | --broker URL) --topic T [--queues N] [--perm 6|4|2] [--json]
+quiver topic update (--data DIR | --broker URL) --topic T [--queues N] [--perm 6|4|2] [--json]
+quiver topic delete (--data DIR | --broker URL) --topic T [--json]
 
-Through :class:`sdk.Admin` on the store opened as a broker for the run
-(:mod:`sdk.cli.admin_access`); the configs are ``DIR/config/topics.json`` (RocketMQ's
+Through :class:`sdk.Admin` on the store opened as a broker for the run, or on the running
+broker at URL (:mod:`sdk.cli.admin_access`); the configs are ``DIR/config/topics.json`` (RocketMQ's
 ``readQueueNums``/``writeQueueNums``/``perm``). The rules are the broker's
 (:mod:`sdk.broker.administration`): one queue count per topic; fewer queues are refused while a
 queue that would go holds unconsumed messages; delete removes the topic's config, queues and
@@ -18,14 +18,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from sdk.cli.admin_access import check_name, open_admin
+from sdk.cli.admin_access import admin_for, check_name
 from sdk.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
     Subparsers,
-    add_data_option,
     add_json_option,
+    add_target_options,
     emit_json,
     positive_int,
 )
@@ -41,7 +41,7 @@ def add_parser(subparsers: Subparsers) -> None:
     topic = subparsers.add_parser(
         "topic",
         help="topics: list, create, update, delete",
-        description="The topics of a store (DIR/config/topics.json).",
+        description="The topics of a store (DIR/config/topics.json) or of a running broker.",
     )
     actions = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -83,7 +83,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def _add_data(parser: argparse.ArgumentParser) -> None:
-    add_data_option(parser)
+    add_target_options(parser)
     add_json_option(parser)
 
 
@@ -111,7 +111,7 @@ def _show(topic: TopicInfo, as_json: bool) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print every topic, one a line."""
-    with open_admin(args.data) as admin:
+    with admin_for(args) as admin:
         topics = admin.list_topics(include_system=args.all)
     for topic in topics:
         _show(topic, args.json)
@@ -123,7 +123,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_create(args: argparse.Namespace) -> int:
     """Create the topic and print it."""
     check_name("topic", args.topic)
-    with open_admin(args.data) as admin:
+    with admin_for(args) as admin:
         _show(admin.create_topic(args.topic, args.queues, perm=args.perm), args.json)
     return EXIT_OK
 
@@ -133,7 +133,7 @@ def run_update(args: argparse.Namespace) -> int:
     check_name("topic", args.topic)
     if args.queues is None and args.perm is None:
         raise CliError("nothing to change: give --queues and/or --perm", EXIT_USAGE)
-    with open_admin(args.data) as admin:
+    with admin_for(args) as admin:
         _show(admin.update_topic(args.topic, queue_count=args.queues, perm=args.perm), args.json)
     return EXIT_OK
 
@@ -141,7 +141,7 @@ def run_update(args: argparse.Namespace) -> int:
 def run_delete(args: argparse.Namespace) -> int:
     """Delete the topic and say what went."""
     check_name("topic", args.topic)
-    with open_admin(args.data) as admin:
+    with admin_for(args) as admin:
         queue_ids = admin.delete_topic(args.topic)
     if args.json:
         emit_json({"topic": args.topic, "deleted": True, "queue_ids": queue_ids})

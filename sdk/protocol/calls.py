@@ -27,15 +27,18 @@ import orjson
 from sdk.errors import InvalidArgumentError
 from sdk.protocol.data_plane import (
     decode_checks_answer,
+    decode_records_answer,
     encode_checks_request,
     encode_pull_request,
+    encode_query_by_id_request,
+    encode_query_by_key_request,
     send_query,
 )
 from sdk.protocol.operations import CONTROL_OPERATIONS, Operation, decode_answer, encode_request
 from sdk.protocol.produce_body import encode_produce_body
 from sdk.protocol.pull_body import decode_pull_answer
 from sdk.protocol.shapes import SEND_RESULT
-from sdk.transport.models import ProducerStamp
+from sdk.transport.models import NO_END_MS, ProducerStamp
 
 __all__ = ["CALLS", "NOT_IDEMPOTENT", "WireCall", "WireRequest"]
 
@@ -123,6 +126,32 @@ def _checks_request(
     return WireRequest("/v1/fetch-transaction-checks", body, hold_ms=wait_ms)
 
 
+def _query_by_key_request(
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+) -> WireRequest:
+    topic, key = _bound(("topic", "key"), args, _without(kwargs, _QUERY_OPTIONS))
+    options = {**_QUERY_OPTIONS, **{k: v for k, v in kwargs.items() if k in _QUERY_OPTIONS}}
+    body = encode_query_by_key_request(
+        topic, key, options["begin_ms"], options["end_ms"], options["max_count"]
+    )
+    return WireRequest("/v1/query-by-key", body)
+
+
+_QUERY_OPTIONS: Mapping[str, int] = {"begin_ms": 0, "end_ms": NO_END_MS, "max_count": 32}
+"""The keyword arguments of ``query_by_key`` and their defaults."""
+
+
+def _query_by_id_request(
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+) -> WireRequest:
+    (message_id,) = _bound(("message_id",), args, kwargs)
+    return WireRequest("/v1/query-by-id", encode_query_by_id_request(message_id))
+
+
+def _without(kwargs: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k not in names}
+
+
 def _bound(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
     """``args``/``kwargs`` bound to ``names`` (all required, positional or by name)."""
     if len(args) > len(names):
@@ -155,6 +184,12 @@ CALLS: Mapping[str, WireCall] = {
     "pull": WireCall("pull", _pull_request, decode_pull_answer, idempotent=True),
     "fetch_transaction_checks": WireCall(
         "fetch_transaction_checks", _checks_request, decode_checks_answer, idempotent=True
+    ),
+    "query_by_key": WireCall(
+        "query_by_key", _query_by_key_request, decode_records_answer, idempotent=True
+    ),
+    "query_by_id": WireCall(
+        "query_by_id", _query_by_id_request, decode_records_answer, idempotent=True
     ),
 }
 """Every operation of :class:`~sdk.transport.base.BrokerTransport` but ``close`` (which is the

@@ -1,6 +1,7 @@
-"""The operations that move messages, as HTTP requests: produce, half messages, pull, and
-transaction checks. Their bodies are binary (:mod:`sdk.protocol.produce_body`,
-:mod:`sdk.protocol.pull_body`); what travels beside a body is in the query string.
+"""The operations that move messages, as HTTP requests: produce, half messages, pull,
+transaction checks, and the queries by key and by id. Their bodies are binary
+(:mod:`sdk.protocol.produce_body`, :mod:`sdk.protocol.pull_body`, and stored records for the
+answers of checks and queries); what travels beside a body is in the query string.
 
 ``POST /v1/send?topic=T&queue_id=Q&count=N&born_timestamp=MS&born_host=HEX``
     (and ``&producer=ID&sequence=S`` for an idempotent send).
@@ -18,6 +19,12 @@ transaction checks. Their bodies are binary (:mod:`sdk.protocol.produce_body`,
 ``POST /v1/fetch-transaction-checks``
     Body: ``{"group", "client_id", "wait_ms"}``. Answer: ``COUNT`` (big-endian int32) then the
     half messages' stored records end to end.
+``POST /v1/query-by-key``
+    Body: ``{"topic", "key", "begin_ms", "end_ms", "max_count"}`` (the last three optional).
+    Answer: ``COUNT`` (big-endian int32) then the found messages' stored records end to end
+    (:class:`~sdk.transport.models.StoredRecords`).
+``POST /v1/query-by-id``
+    Body: ``{"message_id"}`` (an offsetMsgId or a UNIQ_KEY). Answer: as a query by key's.
 
 Messages of one request share their topic, queue, born time and host, as a producer's batch
 does; :func:`send_query` takes them from the first message. A body or a query that does not
@@ -39,7 +46,7 @@ from localstore.record.uniform_batch import UniformBatch
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 from sdk.protocol.produce_body import decode_produce_body
 from sdk.protocol.shapes import INT32_MAX, INT64_MAX
-from sdk.transport.models import ProducerStamp, PullBatch, QueuePull
+from sdk.transport.models import NO_END_MS, ProducerStamp, PullBatch, QueuePull, StoredRecords
 from sdk.transport.transaction_models import TransactionChecks
 
 __all__ = [
@@ -47,10 +54,16 @@ __all__ = [
     "decode_checks_answer",
     "decode_checks_request",
     "decode_pull_request",
+    "decode_query_by_id_request",
+    "decode_query_by_key_request",
+    "decode_records_answer",
     "decode_send_query",
     "encode_checks_answer",
     "encode_checks_request",
     "encode_pull_request",
+    "encode_query_by_id_request",
+    "encode_query_by_key_request",
+    "encode_records_answer",
     "send_query",
 ]
 
@@ -233,17 +246,71 @@ def decode_checks_request(body: bytes) -> tuple[str, str, int]:
 
 def encode_checks_answer(checks: TransactionChecks) -> bytes:
     """The binary answer of a transaction-check fetch."""
-    return _COUNT.pack(checks.count) + bytes(checks.raw)
+    return _counted(checks.count, checks.raw)
 
 
 def decode_checks_answer(body: bytes) -> TransactionChecks:
     """:func:`encode_checks_answer`'s body back into :class:`TransactionChecks`."""
+    raw, count = _uncounted(body, "a transaction-check answer")
+    return TransactionChecks(raw, count)
+
+
+# -- queries by key and by id -----------------------------------------------------------------
+def encode_query_by_key_request(
+    topic: str, key: str, begin_ms: int, end_ms: int, max_count: int
+) -> bytes:
+    """The JSON body of a query by key."""
+    return orjson.dumps(
+        {"topic": topic, "key": key, "begin_ms": begin_ms, "end_ms": end_ms, "max_count": max_count}
+    )
+
+
+def decode_query_by_key_request(body: bytes) -> tuple[str, str, int, int, int]:
+    """A query by key's ``(topic, key, begin_ms, end_ms, max_count)``, checked."""
+    fields = _json_object(body, "query_by_key")
+    return (
+        _json_str(fields.get("topic"), "topic"),
+        _json_str(fields.get("key"), "key"),
+        _json_int(fields.get("begin_ms", 0), "begin_ms", 0, INT64_MAX),
+        _json_int(fields.get("end_ms", NO_END_MS), "end_ms", 0, INT64_MAX),
+        _json_int(fields.get("max_count", 32), "max_count", 1, INT32_MAX),
+    )
+
+
+def encode_query_by_id_request(message_id: str) -> bytes:
+    """The JSON body of a query by id."""
+    return orjson.dumps({"message_id": message_id})
+
+
+def decode_query_by_id_request(body: bytes) -> str:
+    """A query by id's ``message_id``, checked."""
+    return _json_str(_json_object(body, "query_by_id").get("message_id"), "message_id")
+
+
+def encode_records_answer(records: StoredRecords) -> bytes:
+    """The binary answer of a query (by key or by id)."""
+    return _counted(records.count, records.raw)
+
+
+def decode_records_answer(body: bytes) -> StoredRecords:
+    """:func:`encode_records_answer`'s body back into :class:`StoredRecords`."""
+    raw, count = _uncounted(body, "a query answer")
+    return StoredRecords(raw, count)
+
+
+def _counted(count: int, raw: bytes) -> bytes:
+    """``COUNT`` (big-endian int32), then ``raw``: ``count`` stored records end to end."""
+    return _COUNT.pack(count) + bytes(raw)
+
+
+def _uncounted(body: bytes, what: str) -> tuple[bytes, int]:
+    """:func:`_counted`'s records and count, the count checked against the bytes."""
     if len(body) < _COUNT.size:
-        raise MalformedBodyError(len(body), "a transaction-check answer starts with its count")
+        raise MalformedBodyError(len(body), f"{what} starts with its count")
     (count,) = _COUNT.unpack_from(body)
     if count < 0 or (count == 0) != (len(body) == _COUNT.size):
         raise MalformedBodyError(0, f"count {count} does not fit {len(body) - 4} record bytes")
-    return TransactionChecks(body[_COUNT.size :], count)
+    return bytes(body[_COUNT.size :]), count
 
 
 # -- JSON fields --------------------------------------------------------------------------------

@@ -3,13 +3,15 @@
 Routes come from the protocol's tables, not written out here: every control operation
 (:data:`sdk.protocol.operations.CONTROL_OPERATIONS`) is ``POST /v1/<name>`` answered by the
 in-process transport's method of the same name; the data plane (send, send-half, pull,
-transaction checks: :mod:`sdk.protocol.data_plane`) has a handler each. Besides:
+transaction checks, queries by key and by id: :mod:`sdk.protocol.data_plane`) has a handler
+each. Besides:
 ``GET /health``, ``GET /metrics`` (:mod:`sdk.server.metrics`) and ``GET /openapi.json``
 (:mod:`sdk.server.openapi`).
 
 The event loop never waits on the disk. Every call that appends (sends, send-backs, half
 messages, transaction ends, topic changes, offset resets) runs on one writer thread, in the
-order the requests came; reads of the log (pulls, queries by time, the admin's reports) run on
+order the requests came; reads of the log (pulls, queries by time, key and id, the admin's
+reports) run on
 a small reader pool; the calls that only touch memory (membership, leases, offsets, queue
 bounds) run on the loop. A pull with nothing new parks a future (long polling) and is woken
 by the arrival of a message.
@@ -39,8 +41,11 @@ from sdk.errors import BrokerUnavailableError, InvalidArgumentError
 from sdk.protocol.data_plane import (
     decode_checks_request,
     decode_pull_request,
+    decode_query_by_id_request,
+    decode_query_by_key_request,
     decode_send_query,
     encode_checks_answer,
+    encode_records_answer,
 )
 from sdk.protocol.errors import error_answer
 from sdk.protocol.operations import CONTROL_OPERATIONS, Operation, decode_request, encode_answer
@@ -125,6 +130,8 @@ class BrokerApp:
         router.add_post("/v1/send-half", self._send_half)
         router.add_post("/v1/pull", self._pull)
         router.add_post("/v1/fetch-transaction-checks", self._fetch_checks)
+        router.add_post("/v1/query-by-key", self._query_by_key)
+        router.add_post("/v1/query-by-id", self._query_by_id)
         router.add_get("/health", self._health)
         router.add_get("/metrics", self._metrics)
         router.add_get("/openapi.json", self._openapi)
@@ -185,6 +192,25 @@ class BrokerApp:
         except StoreClosedError as exc:
             raise BrokerUnavailableError(f"the broker is closing: {exc}") from exc
         return web.Response(body=encode_checks_answer(checks), content_type=_BINARY)
+
+    async def _query_by_key(self, request: web.Request) -> web.Response:
+        topic, key, begin_ms, end_ms, max_count = decode_query_by_key_request(await request.read())
+        call = functools.partial(
+            self.transport.query_by_key,
+            topic,
+            key,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            max_count=max_count,
+        )
+        records = await self._run(self._readers, call)
+        return web.Response(body=encode_records_answer(records), content_type=_BINARY)
+
+    async def _query_by_id(self, request: web.Request) -> web.Response:
+        message_id = decode_query_by_id_request(await request.read())
+        call = functools.partial(self.transport.query_by_id, message_id)
+        records = await self._run(self._readers, call)
+        return web.Response(body=encode_records_answer(records), content_type=_BINARY)
 
     async def _health(self, _request: web.Request) -> web.Response:
         serving = not (self.stopping or self.service.closed)

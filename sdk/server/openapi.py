@@ -12,6 +12,7 @@ from sdk._version import __version__
 from sdk.protocol.data_plane import MAX_PULL_QUEUES
 from sdk.protocol.operations import CONTROL_OPERATIONS, Operation
 from sdk.protocol.shapes import INT32_MAX, INT64_MAX, SEND_RESULT
+from sdk.transport.models import MAX_QUERY_COUNT
 
 __all__ = ["openapi_document"]
 
@@ -117,6 +118,39 @@ _CHECKS_REQUEST = {
     },
 }
 
+_QUERY_BY_KEY_REQUEST = {
+    "type": "object",
+    "required": ["topic", "key"],
+    "properties": {
+        "topic": {"type": "string"},
+        "key": {"type": "string"},
+        "begin_ms": _INT,
+        "end_ms": _INT,
+        "max_count": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": INT32_MAX,
+            "description": f"at most this many messages (capped at {MAX_QUERY_COUNT})",
+        },
+    },
+}
+_QUERY_BY_ID_REQUEST = {
+    "type": "object",
+    "required": ["message_id"],
+    "properties": {"message_id": {"type": "string", "description": "an offsetMsgId or a UNIQ_KEY"}},
+}
+_RECORDS_ANSWER = "COUNT (int32) then the found messages' stored records"
+
+
+def _query_route(operation_id: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation_id,
+            "requestBody": _json_body(schema),
+            "responses": _answer(_RECORDS_ANSWER, _BINARY),
+        }
+    }
+
 
 def _data_plane() -> dict[str, Any]:
     return {
@@ -152,6 +186,8 @@ def _data_plane() -> dict[str, Any]:
                 "responses": _answer("COUNT (int32) then the half messages' records", _BINARY),
             }
         },
+        "/v1/query-by-key": _query_route("query_by_key", _QUERY_BY_KEY_REQUEST),
+        "/v1/query-by-id": _query_route("query_by_id", _QUERY_BY_ID_REQUEST),
     }
 
 

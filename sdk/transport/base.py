@@ -28,7 +28,14 @@ from sdk.transport.admin_models import (
     ResetRequest,
     TopicInfo,
 )
-from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
+from sdk.transport.models import (
+    NO_END_MS,
+    GroupView,
+    PullBatch,
+    PullBatchResult,
+    SendResult,
+    StoredRecords,
+)
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 __all__ = ["AsyncBrokerTransport", "BrokerTransport"]
@@ -71,6 +78,24 @@ class BrokerTransport(Protocol):
     def max_offset(self, topic: str, queue_id: int) -> int: ...
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int = NO_END_MS,
+        max_count: int = 32,
+    ) -> StoredRecords:
+        """Messages of ``topic`` whose KEYS hold ``key`` (or whose UNIQ_KEY is ``key``), stored
+        within [``begin_ms``, ``end_ms``], newest first; at most ``max_count`` (capped at 64)."""
+        ...
+
+    def query_by_id(self, message_id: str) -> StoredRecords:
+        """The message whose offsetMsgId is ``message_id``, or those (of any topic) whose
+        UNIQ_KEY is ``message_id``; none when no message has that id."""
+        ...
 
     def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset of a queue, or None."""
@@ -194,6 +219,18 @@ class AsyncBrokerTransport(Protocol):
     async def max_offset(self, topic: str, queue_id: int) -> int: ...
 
     async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    async def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int = NO_END_MS,
+        max_count: int = 32,
+    ) -> StoredRecords: ...
+
+    async def query_by_id(self, message_id: str) -> StoredRecords: ...
 
     async def query_offset(
         self, broker_name: str, group: str, topic: str, queue_id: int

@@ -242,19 +242,32 @@ class RetryPolicy:
         return {"stop": stop, "wait": wait, "retry": retry, "reraise": True}
 
     def run(self, attempt: Callable[[], T], idempotent: bool) -> T:
-        """``attempt()``, retried as the policy says; the last failure is raised."""
-        for state in Retrying(sleep=self.sleep, **self.tenacity_arguments(idempotent)):
-            with state:
-                return attempt()
+        """``attempt()``, retried as the policy says; the last failure is raised (one the
+        broker did not serve as a plain :class:`BrokerUnavailableError`)."""
+        try:
+            for state in Retrying(sleep=self.sleep, **self.tenacity_arguments(idempotent)):
+                with state:
+                    return attempt()
+        except RequestNotServedError as exc:
+            raise _unavailable(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def run_async(self, attempt: Callable[[], Awaitable[T]], idempotent: bool) -> T:
         """:meth:`run` for a coroutine ``attempt``."""
         retrying = AsyncRetrying(sleep=self.async_sleep, **self.tenacity_arguments(idempotent))
-        async for state in retrying:
-            with state:
-                return await attempt()
+        try:
+            async for state in retrying:
+                with state:
+                    return await attempt()
+        except RequestNotServedError as exc:
+            raise _unavailable(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unavailable(exc: RequestNotServedError) -> BrokerUnavailableError:
+    """What a caller sees of a call the broker never served: the SDK's public error (the
+    subclass only tells the retry policy that resending is safe)."""
+    return BrokerUnavailableError(str(exc))
 
 
 def bind_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,14 @@ from sdk.transport.admin_models import (
     ResetRequest,
     TopicInfo,
 )
-from sdk.transport.models import GroupView, PullBatch, PullBatchResult, SendResult
+from sdk.transport.models import (
+    NO_END_MS,
+    GroupView,
+    PullBatch,
+    PullBatchResult,
+    SendResult,
+    StoredRecords,
+)
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 if TYPE_CHECKING:
@@ -111,6 +118,26 @@ class InProcessTransport:
     @_translated
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.service.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
+    @_translated
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int = NO_END_MS,
+        max_count: int = 32,
+    ) -> StoredRecords:
+        self._check_open()
+        return self.service.query_by_key(
+            topic, key, begin_ms=begin_ms, end_ms=end_ms, max_count=max_count
+        )
+
+    @_translated
+    def query_by_id(self, message_id: str) -> StoredRecords:
+        self._check_open()
+        return self.service.query_by_id(message_id)
 
     def query_offset(self, broker_name: str, group: str, topic: str, queue_id: int) -> int | None:
         self._check_broker(broker_name)
@@ -287,6 +314,22 @@ class AsyncInProcessTransport:
 
     async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self._blocking.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
+    async def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int = NO_END_MS,
+        max_count: int = 32,
+    ) -> StoredRecords:
+        return self._blocking.query_by_key(
+            topic, key, begin_ms=begin_ms, end_ms=end_ms, max_count=max_count
+        )
+
+    async def query_by_id(self, message_id: str) -> StoredRecords:
+        return self._blocking.query_by_id(message_id)
 
     async def query_offset(
         self, broker_name: str, group: str, topic: str, queue_id: int

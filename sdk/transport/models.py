@@ -30,6 +30,8 @@ from offsetstore import MessageQueue
 __all__ = [
     "BROADCASTING",
     "CLUSTERING",
+    "MAX_QUERY_COUNT",
+    "NO_END_MS",
     "RECORD_DAMAGED",
     "DamagedRecord",
     "GroupView",
@@ -39,9 +41,15 @@ __all__ = [
     "QueuePull",
     "QueuePullResult",
     "SendResult",
+    "StoredRecords",
     "decode_records",
     "decode_records_before_damage",
 ]
+
+NO_END_MS = 2**63 - 1
+"""A query by key's default ``end_ms``: no bound on the store time."""
+MAX_QUERY_COUNT = 64
+"""The most messages one query by key answers (the store's cap, as RocketMQ's)."""
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
@@ -180,6 +188,19 @@ class PullBatchResult:
 
     results: list[QueuePullResult]
     generation: int = 0
+
+
+@dataclass(slots=True)
+class StoredRecords:
+    """Messages found by a query (by key or by id): their stored records laid end to end, as
+    they lie in the commitlog, ``count`` of them (decode with :func:`decode_records`)."""
+
+    raw: bytes = b""
+    count: int = 0
+
+    def messages(self) -> list[StoredMessage]:
+        """The records, decoded."""
+        return decode_records(self.raw)
 
 
 @dataclass(frozen=True, slots=True)

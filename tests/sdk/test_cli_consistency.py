@@ -1,4 +1,5 @@
-"""Every ``quiver`` command behaves alike: ``--data DIR``, ``--json`` errors, a progress line.
+"""Every ``quiver`` command behaves alike: ``--data DIR`` (or, for the commands that work on a
+running broker, ``--broker URL``: exactly one), ``--json`` errors, a progress line.
 
 The command list is walked from the parser itself, so a command added later is covered without
 touching this file. Parsing and error reporting run in-process through ``main`` (the code path
@@ -45,6 +46,10 @@ def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -
 
 LEAVES = dict(leaf_commands(build_parser("perf")))
 STORE_LEAVES = [path for path in LEAVES if path[0] == "store"]
+BROKER_GROUPS = {"produce", "read", "query", "offsets", "group", "topic"}
+"""The commands that take ``--broker URL`` in place of ``--data DIR``."""
+BROKER_LEAVES = [path for path in LEAVES if path[0] in BROKER_GROUPS]
+URL = "http://127.0.0.1:9"
 
 
 def test_the_walk_finds_the_commands():
@@ -139,6 +144,50 @@ def test_store_commands_take_dir_as_positional_or_data_not_both_nor_neither(path
     assert main([*path]) == EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"quiver {' '.join(path)}: error: the store directory")
+
+
+def options_of(path: tuple[str, ...]) -> set[str]:
+    return {option for action in LEAVES[path]._actions for option in action.option_strings}
+
+
+def test_exactly_the_commands_that_work_on_a_running_broker_take_broker():
+    assert {path[0] for path in BROKER_LEAVES} == BROKER_GROUPS
+    for path in LEAVES:
+        if path[0] == "perf":  # a benchmark's --broker names what it measures, not a store
+            continue
+        assert ("--broker" in options_of(path)) == (path in BROKER_LEAVES), path
+    assert ("store", "verify") in LEAVES and "--broker" not in options_of(("store", "verify"))
+
+
+@pytest.mark.parametrize("path", BROKER_LEAVES, ids=" ".join)
+def test_broker_is_read_as_a_url_in_place_of_data(path):
+    try:
+        args = build_parser(path[0]).parse_args([*path, "--broker", URL + "/", "--json"])
+    except UsageError as exc:  # another required argument is missing, never the target
+        assert "--data" not in exc.message and "--broker" not in exc.message, exc.message
+    else:
+        assert (args.broker, args.data) == (URL, None)
+
+
+@pytest.mark.parametrize("path", BROKER_LEAVES, ids=" ".join)
+def test_data_and_broker_both_or_neither_is_a_usage_error_naming_both(path, tmp_path, capsys):
+    both = [*path, "--data", str(tmp_path), "--broker", URL, "--json"]
+    for argv in (both, [*path, "--json"]):
+        document = error_of(capsys, argv, EXIT_USAGE)
+        assert document["error"] == "usage"
+        if "--data" in document["detail"]:  # else another required argument was named first
+            assert "--broker" in document["detail"], document
+
+
+def test_neither_data_nor_broker_names_both(capsys):
+    document = error_of(capsys, ["topic", "list", "--json"], EXIT_USAGE)
+    assert "one of the arguments --data --broker is required" in document["detail"]
+
+
+def test_a_broker_that_is_no_http_url_is_a_usage_error(capsys):
+    for bad in ("127.0.0.1:8080", "ftp://host", "http://", "http://host:port"):
+        document = error_of(capsys, ["topic", "list", "--broker", bad, "--json"], EXIT_USAGE)
+        assert "not a broker URL" in document["detail"], document
 
 
 def run_on_a_terminal(*args: str, tmp_path: Path) -> tuple[int, str]:

@@ -36,7 +36,10 @@ from sdk.transport.base import BrokerTransport
 from sdk.transport.in_process import InProcessTransport
 
 # Transport methods that move message bytes (binary bodies) or manage the transport itself.
-NOT_CONTROL = {"send", "send_half", "pull", "fetch_transaction_checks", "close", "broker_name"}
+NOT_CONTROL = {
+    "send", "send_half", "pull", "fetch_transaction_checks", "query_by_key", "query_by_id",
+    "close", "broker_name",
+}  # fmt: skip
 
 
 def transport_methods() -> dict[str, inspect.Signature]:

@@ -15,7 +15,6 @@ import pytest
 
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError, UnknownTopicError
 from sdk.transport.http_async import AsyncHttpTransport
-from sdk.transport.http_common import RequestNotServedError
 from tests.sdk.remote.fakes import FakeTime, error_body, message, send_result_body
 from tests.sdk.remote.scripted_server import (
     RESET,
@@ -134,8 +133,10 @@ def test_a_refused_connection_is_retried_until_the_deadline_even_for_send_back()
             url, retry_deadline_s=3.0, clock=time_.clock, async_sleep=time_.async_sleep
         ) as transport:
             expected = re.escape(f"cannot reach broker {url}")
-            with pytest.raises(RequestNotServedError, match=expected):
+            with pytest.raises(BrokerUnavailableError, match=expected) as raised:
                 await transport.send_back("billing", 4096)
+            assert type(raised.value) is BrokerUnavailableError  # the public error, retriable
+            assert raised.value.retriable
         assert len(time_.sleeps_s) >= 2
         assert sum(time_.sleeps_s) == pytest.approx(3.0)
 

@@ -21,7 +21,6 @@ from sdk.errors import (
     QuiverError,
     UnknownTopicError,
 )
-from sdk.transport.http_common import RequestNotServedError
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import PullBatch, QueuePull
 from tests.sdk.remote.fakes import FakeTime, error_body, message, send_result_body
@@ -217,8 +216,9 @@ def test_send_back_is_resent_when_the_broker_certainly_did_not_act(
 def test_the_deadline_bounds_the_retries(router, transport, time_) -> None:
     route = router.post("/v1/queue-count").mock(side_effect=httpx.ConnectError("refused"))
     started_s = time_.now_s
-    with pytest.raises(RequestNotServedError, match=f"cannot reach broker {URL}") as raised:
+    with pytest.raises(BrokerUnavailableError, match=f"cannot reach broker {URL}") as raised:
         transport.queue_count("Orders")
+    assert type(raised.value) is BrokerUnavailableError  # the public error, not the marker
     assert raised.value.retriable
     assert route.call_count == len(time_.sleeps_s) + 1 > 2
     assert time_.now_s - started_s == pytest.approx(5.0)  # the last pause ends at the deadline
