@@ -3,14 +3,17 @@
 Every test here talks to a real broker through the public client API (:class:`sdk.Producer`,
 :class:`sdk.PushConsumer` and their asyncio twins) and looks at the broker's service only to
 inspect outcomes (committed offsets, dead-letter queues). The broker comes from the ``harness``
-fixture, parametrized over transports; today that is ``"in-process"`` (an
-:class:`sdk.EmbeddedBroker`), remote mode adds its HTTP transports as more params of the same
-fixture and the whole suite runs again.
+fixture, parametrized over transports: ``"in-process"`` (an :class:`sdk.EmbeddedBroker`) and
+``"http"`` (a real broker server process on a loopback port, reached by every client over HTTP:
+the blocking clients through httpx, the asyncio ones through aiohttp), so the whole suite runs
+against both.
 
 A harness offers:
 
 * ``broker_target``: what a client is given (``Producer(harness.broker_target)``);
-* ``service``: the :class:`sdk.broker.service.BrokerService` behind it, for inspection;
+* ``service``: the :class:`sdk.broker.service.BrokerService` behind it, for inspection (over
+  HTTP: a view that asks the broker the same questions, and reads its store directory
+  read-only);
 * ``stop()``: the broker goes away (clients then see :class:`sdk.BrokerUnavailableError`);
 * ``restart()``: stop, then serve the same directory again (committed state survives);
 * ``hand_over()``: a context manager for tests with a child process; it yields the Python
@@ -42,11 +45,12 @@ from sdk import (
     EmbeddedBroker,
     Producer,
     PushConsumer,
+    RemoteBroker,
 )
 from sdk.broker.service import BrokerService
 from sdk.message import ReceivedMessage
 
-TRANSPORTS = ["in-process"]
+TRANSPORTS = ["in-process", "http"]
 
 GEOMETRY: dict[str, Any] = {
     "commitlog_file_size": 1 << 20,
@@ -238,6 +242,134 @@ def open_broker():
 """
 
 
+class RemoteStoreView:
+    """What tests read of a remote broker's store: its records (read-only, from the directory
+    the broker process holds) and its topic configs (asked of the broker)."""
+
+    def __init__(self, root: Path, transport: Any) -> None:
+        self.root = root
+        self._transport = transport
+
+    def get_messages(self, *args: Any, **kwargs: Any) -> Any:
+        from localstore import ReadOnlyStore
+
+        with ReadOnlyStore(self.root) as store:
+            return store.get_messages(*args, **kwargs)
+
+    @property
+    def topics(self) -> dict[str, Any]:
+        return {info.name: info for info in self._transport.list_topics()}
+
+
+class RemoteScheduleView:
+    """A remote broker's delay schedule as tests read it: its delay table, and its progress
+    from ``config/delayOffset.json`` (written after every round that delivered something)."""
+
+    def __init__(self, root: Path, delays: tuple[int, ...]) -> None:
+        self.root = root
+        self.delays = delays
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        from sdk.broker.schedule import DELAY_OFFSET_FILE, parse_delay_offsets
+
+        try:
+            return parse_delay_offsets((self.root / DELAY_OFFSET_FILE).read_bytes())[0]
+        except FileNotFoundError:
+            return {}
+
+
+class RemoteServiceView:
+    """The questions tests ask a broker service, asked of a broker process over HTTP."""
+
+    def __init__(self, root: Path, transport: Any, delays: tuple[int, ...]) -> None:
+        self._transport = transport
+        self.store = RemoteStoreView(root, transport)
+        self.schedule = RemoteScheduleView(root, delays)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        transport = self._transport
+        return transport.query_offset(transport.broker_name, group, topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._transport.max_offset(topic, queue_id)
+
+    def queue_count(self, topic: str) -> int:
+        return self._transport.queue_count(topic)
+
+    def group_view(self, group: str) -> Any:
+        return self._transport.group_view(group)
+
+
+class HttpHarness:
+    """A broker server process over ``root`` on a loopback port; clients get a
+    :class:`sdk.RemoteBroker` whose calls give up 2 s after the broker went away (not the
+    default 30 s), so the tests of a stopped broker stay short."""
+
+    name = "http"
+
+    def __init__(self, root: Path, delay_levels_ms: tuple[int, ...]) -> None:
+        from tests.sdk.remote.broker_process import BrokerProcess
+
+        self.root = root
+        self.delay_levels_ms = tuple(delay_levels_ms)
+        self._make = BrokerProcess
+        self._process: Any = None
+        self._port = 0
+        self._open()
+        self._view = RemoteServiceView(
+            root, RemoteBroker(self._process.url).transport(), self.delay_levels_ms
+        )
+
+    def _open(self) -> None:
+        self._process = self._make(
+            self.root,
+            port=self._port,
+            geometry=GEOMETRY,
+            delay_levels=list(self.delay_levels_ms),
+        )
+        self._port = self._process.port
+
+    @property
+    def broker_target(self) -> object:
+        return RemoteBroker(self._process.url, retry_deadline_s=2.0)
+
+    @property
+    def service(self) -> Any:
+        return self._view
+
+    def stop(self) -> None:
+        """SIGTERM: a clean stop; clients then find nothing listening."""
+        if self._process is not None:
+            assert self._process.stop() == 0, self._process.log()
+
+    def restart(self) -> None:
+        self.stop()
+        self._open()  # the same port: clients made before reach it again
+
+    @contextlib.contextmanager
+    def hand_over(self) -> Iterator[ChildBroker]:
+        """The child reaches the same broker by URL; afterwards the broker is restarted, as
+        the in-process harness reopens its own, so that a member the child left behind (a
+        killed consumer) does not hold queues until it expires."""
+        try:
+            yield ChildBroker(REMOTE_CHILD_SOURCE.format(url=self._process.url))
+        finally:
+            self.restart()
+
+    def close(self) -> None:
+        if self._process is not None:
+            self.stop()
+            self._process = None
+        self._view._transport.close()
+
+
+REMOTE_CHILD_SOURCE = """
+def open_broker():
+    return {url!r}, lambda: None, lambda: None
+"""
+
+
 @pytest.fixture
 def delay_levels_ms() -> tuple[int, ...]:
     return DELAY_LEVELS_MS
@@ -247,9 +379,11 @@ def delay_levels_ms() -> tuple[int, ...]:
 def harness(
     request: pytest.FixtureRequest, tmp_path: Path, delay_levels_ms: tuple[int, ...]
 ) -> Iterator[Harness]:
-    if request.param != "in-process":  # pragma: no cover - remote mode adds its transports here
-        raise NotImplementedError(request.param)
-    built = InProcessHarness(tmp_path / "broker", delay_levels_ms)
+    built: InProcessHarness | HttpHarness
+    if request.param == "http":
+        built = HttpHarness(tmp_path / "broker", delay_levels_ms)
+    else:
+        built = InProcessHarness(tmp_path / "broker", delay_levels_ms)
     try:
         yield built
     finally:

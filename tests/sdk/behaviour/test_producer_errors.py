@@ -4,7 +4,7 @@ producer fail with their own errors."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -45,8 +45,10 @@ class CountingTransport:
 
 
 @pytest.fixture
-def counted(harness: Harness) -> CountingTransport:
-    return CountingTransport(resolve(harness.broker_target))
+def counted(harness: Harness) -> Iterator[CountingTransport]:
+    transport = resolve(harness.broker_target)
+    yield CountingTransport(transport)
+    transport.close()  # an HTTP transport holds connections
 
 
 BAD_MESSAGES: dict[str, Callable[[], Message]] = {
