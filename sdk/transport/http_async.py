@@ -23,6 +23,7 @@ import aiohttp
 from sdk.errors import BrokerUnavailableError
 from sdk.protocol.calls import WireRequest
 from sdk.transport.base import AsyncBrokerTransport
+from sdk.transport.derived import install_methods
 from sdk.transport.http_common import (
     DEFAULT_RETRY_DEADLINE_S,
     DEFAULT_TIMEOUT_S,
@@ -34,7 +35,6 @@ from sdk.transport.http_common import (
     broker_url,
     closed_error,
     decode_health,
-    install_methods,
     prepare,
     read_timeout_s,
 )

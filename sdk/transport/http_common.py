@@ -1,5 +1,6 @@
 """What the two HTTP transports share, free of any HTTP library: the broker URL, the retry
-policy, producer stamps, timeouts, and the transport methods generated from the call table.
+policy, producer stamps and timeouts (their methods are generated from the call table by
+:mod:`sdk.transport.derived`).
 
 Invariants kept here:
 
@@ -15,15 +16,11 @@ Invariants kept here:
   retry) gets its first stamp again (:class:`Stamper`).
 * The read timeout of a request is the base timeout plus what the broker may hold it
   (``hold_ms``: a long poll).
-* Each transport method is generated from :data:`~sdk.protocol.calls.CALLS`, with the
-  signature of the :class:`~sdk.transport.base.BrokerTransport` method of its name (a call the
-  method would refuse raises TypeError before any I/O).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import time
 import uuid
@@ -41,7 +38,7 @@ from sdk.errors import BrokerUnavailableError, InvalidArgumentError, QuiverError
 from sdk.protocol.calls import CALLS, WireCall
 from sdk.protocol.data_plane import PRODUCER_ID
 from sdk.protocol.errors import error_from_answer
-from sdk.transport.base import BrokerTransport
+from sdk.transport.derived import bind_arguments
 from sdk.transport.models import ProducerStamp
 
 __all__ = [
@@ -53,12 +50,9 @@ __all__ = [
     "RetryPolicy",
     "Stamper",
     "answer_failure",
-    "bind_arguments",
     "broker_url",
     "closed_error",
     "decode_health",
-    "install_methods",
-    "method_signature",
     "prepare",
     "read_timeout_s",
 ]
@@ -270,20 +264,6 @@ def _unavailable(exc: RequestNotServedError) -> BrokerUnavailableError:
     return BrokerUnavailableError(str(exc))
 
 
-def bind_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of a call to the transport method ``name``, bound as the method binds
-    them (TypeError for a call it refuses)."""
-    return dict(_SIGNATURES[name].bind(None, *args, **kwargs).arguments)
-
-
-def method_signature(name: str) -> inspect.Signature:
-    """The signature of :class:`BrokerTransport`'s method ``name`` (``self`` first)."""
-    return _SIGNATURES[name]
-
-
-_SIGNATURES = {name: inspect.signature(getattr(BrokerTransport, name)) for name in CALLS}
-
-
 def prepare(stamper: Stamper, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """``(call, request)``: the table's entry for method ``name`` and its request for these
     arguments, stamped when the call is (once: every retry resends this request)."""
@@ -297,15 +277,3 @@ def closed_error(url: str) -> BrokerUnavailableError:
     error = BrokerUnavailableError(f"the transport to broker {url} is closed")
     error.retriable = False
     return error
-
-
-def install_methods(cls: type, make: Callable[[str], Callable[..., Any]]) -> None:
-    """Give ``cls`` one method per entry of :data:`CALLS`, made by ``make(name)``, with the
-    name, signature and docstring of the protocol's method."""
-    for name in CALLS:
-        method = make(name)
-        method.__name__ = name
-        method.__qualname__ = f"{cls.__name__}.{name}"
-        method.__doc__ = getattr(BrokerTransport, name).__doc__
-        method.__signature__ = _SIGNATURES[name]  # type: ignore[attr-defined]
-        setattr(cls, name, method)

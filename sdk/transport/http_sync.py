@@ -22,6 +22,7 @@ import httpx
 from sdk.errors import BrokerUnavailableError
 from sdk.protocol.calls import WireRequest
 from sdk.transport.base import BrokerTransport
+from sdk.transport.derived import install_methods
 from sdk.transport.http_common import (
     DEFAULT_RETRY_DEADLINE_S,
     DEFAULT_TIMEOUT_S,
@@ -33,7 +34,6 @@ from sdk.transport.http_common import (
     broker_url,
     closed_error,
     decode_health,
-    install_methods,
     prepare,
     read_timeout_s,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from localstore import StoreClosedError
 from localstore.record.codec import NewMessage
@@ -26,6 +26,7 @@ from sdk.transport.admin_models import (
     ResetRequest,
     TopicInfo,
 )
+from sdk.transport.derived import install_methods
 from sdk.transport.models import (
     NO_END_MS,
     GroupView,
@@ -256,8 +257,11 @@ class AsyncInProcessTransport:
     Everything runs on the event loop: the broker's answers are in memory (membership, leases,
     offsets, queue bounds) or an append of microseconds; a waiting pull or transaction fetch
     parks a future on the broker's notifier, not a thread. The one exception is a broker under
-    sync flush: a write (send, send-back, half message, transaction end) waits for the disk,
-    and that wait runs in a worker thread so the loop goes on meanwhile.
+    sync flush: a write (:data:`WAITS_FOR_DISK`) waits for the disk, and that wait runs in a
+    worker thread so the loop goes on meanwhile.
+
+    Every operation but the two that park is derived from the blocking transport's method of
+    the same name (:mod:`sdk.transport.derived`), not written out again.
     """
 
     def __init__(self, service: BrokerService) -> None:
@@ -269,31 +273,13 @@ class AsyncInProcessTransport:
     def broker_name(self) -> str:
         return self.service.broker_name
 
-    async def _write(self, call: Callable[[], T]) -> T:
-        """A write: on the loop, or in a worker thread while it waits for a sync flush."""
-        return await asyncio.to_thread(call) if self._sync_flush else call()
-
-    async def send(self, messages: Sequence[NewMessage]) -> SendResult:
-        return await self._write(functools.partial(self._blocking.send, messages))
-
-    async def send_back(
-        self,
-        group: str,
-        phys_offset: int,
-        *,
-        delay_level: int = 0,
-        max_reconsume_times: int = -1,
-        reconsume_times: int = -1,
-    ) -> SendResult:
-        call = functools.partial(
-            self._blocking.send_back,
-            group,
-            phys_offset,
-            delay_level=delay_level,
-            max_reconsume_times=max_reconsume_times,
-            reconsume_times=reconsume_times,
-        )
-        return await self._write(call)
+    async def _call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The blocking transport's ``name``: on the loop, or in a worker thread for a write
+        that waits for a sync flush."""
+        call = functools.partial(getattr(self._blocking, name), *args, **kwargs)
+        if self._sync_flush and name in WAITS_FOR_DISK:
+            return await asyncio.to_thread(call)
+        return call()
 
     async def pull(self, batch: PullBatch) -> PullBatchResult:
         self._blocking._check_open()
@@ -301,89 +287,6 @@ class AsyncInProcessTransport:
             return await self.service.pull_async(batch)
         except StoreClosedError as exc:
             raise BrokerUnavailableError(f"the embedded broker is closed: {exc}") from exc
-
-    # -- the control plane: in-memory answers, on the loop ------------------------------------
-    async def queue_count(self, topic: str) -> int:
-        return self._blocking.queue_count(topic)
-
-    async def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._blocking.min_offset(topic, queue_id)
-
-    async def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._blocking.max_offset(topic, queue_id)
-
-    async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        return self._blocking.offset_for_timestamp(topic, queue_id, timestamp_ms)
-
-    async def query_by_key(
-        self,
-        topic: str,
-        key: str,
-        *,
-        begin_ms: int = 0,
-        end_ms: int = NO_END_MS,
-        max_count: int = 32,
-    ) -> StoredRecords:
-        return self._blocking.query_by_key(
-            topic, key, begin_ms=begin_ms, end_ms=end_ms, max_count=max_count
-        )
-
-    async def query_by_id(self, message_id: str) -> StoredRecords:
-        return self._blocking.query_by_id(message_id)
-
-    async def query_offset(
-        self, broker_name: str, group: str, topic: str, queue_id: int
-    ) -> int | None:
-        return self._blocking.query_offset(broker_name, group, topic, queue_id)
-
-    async def commit_offsets(
-        self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
-    ) -> None:
-        self._blocking.commit_offsets(broker_name, group, offsets)
-
-    async def heartbeat(
-        self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
-    ) -> int:
-        return self._blocking.heartbeat(group, client_id, subscriptions, message_model)
-
-    async def unregister(self, group: str, client_id: str) -> None:
-        self._blocking.unregister(group, client_id)
-
-    async def lock_queues(
-        self, group: str, client_id: str, queues: Sequence[MessageQueue]
-    ) -> set[MessageQueue]:
-        return self._blocking.lock_queues(group, client_id, queues)
-
-    async def unlock_queues(
-        self, group: str, client_id: str, queues: Sequence[MessageQueue]
-    ) -> None:
-        self._blocking.unlock_queues(group, client_id, queues)
-
-    async def group_view(self, group: str) -> GroupView:
-        return self._blocking.group_view(group)
-
-    # -- transactions --------------------------------------------------------------------------
-    async def send_half(self, group: str, message: NewMessage) -> SendResult:
-        return await self._write(functools.partial(self._blocking.send_half, group, message))
-
-    async def end_transaction(
-        self,
-        group: str,
-        half_phys_offset: int,
-        transaction_id: str,
-        verdict: str,
-        *,
-        from_check: bool = False,
-    ) -> EndTransactionResult:
-        call = functools.partial(
-            self._blocking.end_transaction,
-            group,
-            half_phys_offset,
-            transaction_id,
-            verdict,
-            from_check=from_check,
-        )
-        return await self._write(call)
 
     async def fetch_transaction_checks(
         self, group: str, client_id: str, wait_ms: int
@@ -397,32 +300,20 @@ class AsyncInProcessTransport:
     async def close(self) -> None:
         """Nothing to release: the broker belongs to whoever opened it."""
 
-    # -- administration: the blocking transport's calls, made on the loop (each is short: config
-    # files, offsets and queue bounds, no wait) -----------------------------------------------
-    async def list_topics(self) -> list[TopicInfo]:
-        return self._blocking.list_topics()
+    if TYPE_CHECKING:  # the derived operations (install_methods below)
 
-    async def create_topic(self, name: str, queue_count: int, perm: int) -> TopicInfo:
-        return self._blocking.create_topic(name, queue_count, perm)
+        def __getattr__(self, name: str) -> Any: ...
 
-    async def update_topic(
-        self, name: str, *, queue_count: int | None, perm: int | None
-    ) -> TopicInfo:
-        return self._blocking.update_topic(name, queue_count=queue_count, perm=perm)
 
-    async def delete_topic(self, name: str) -> list[int]:
-        return self._blocking.delete_topic(name)
+WAITS_FOR_DISK = frozenset({"send", "send_back", "send_half", "end_transaction"})
+"""The operations that append to the log: under sync flush they wait for the disk."""
 
-    async def list_groups(self) -> list[GroupInfo]:
-        return self._blocking.list_groups()
 
-    async def describe_group(self, group: str) -> GroupInfo:
-        return self._blocking.describe_group(group)
+def _derived(name: str) -> Callable[..., Any]:
+    async def method(self: AsyncInProcessTransport, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(name, args, kwargs)
 
-    async def group_lag(self, group: str, topic: str | None) -> list[QueueLag]:
-        return self._blocking.group_lag(group, topic)
+    return method
 
-    async def reset_offsets(
-        self, group: str, topic: str, request: ResetRequest, *, create: bool
-    ) -> list[OffsetReset]:
-        return self._blocking.reset_offsets(group, topic, request, create=create)
+
+install_methods(AsyncInProcessTransport, _derived, but={"pull", "fetch_transaction_checks"})
