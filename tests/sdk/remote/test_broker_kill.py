@@ -15,6 +15,7 @@ it (only a machine crash can lose what async flush had not written).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -37,21 +38,27 @@ WINDOWS_REBUILT = "rebuilt the idempotent-produce windows"
 
 
 class Load:
-    """Batches sent until :meth:`stop`, in a thread; ``acknowledged`` holds the bodies of
-    every batch the broker answered, ``failure`` what ended the load early."""
+    """Batches sent until :meth:`stop` by ``senders`` concurrent senders sharing one producer;
+    ``acknowledged`` holds the bodies of every batch the broker answered, ``failure`` what
+    ended the load early."""
 
-    def __init__(self) -> None:
+    def __init__(self, senders: int) -> None:
+        self.senders = senders
         self.acknowledged: list[str] = []
         self.failure: BaseException | None = None
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self._numbers = itertools.count()
 
     def count(self) -> int:
         with self.lock:
             return len(self.acknowledged)
 
-    def batch(self, number: int) -> list[Message]:
-        return [Message(TOPIC, f"{number}-{i}".encode()) for i in range(BATCH)]
+    def next_batch(self) -> tuple[int, list[Message]]:
+        """A batch no sender sent yet, and the queue it goes to."""
+        with self.lock:
+            number = next(self._numbers)
+        return number % QUEUES, [Message(TOPIC, f"{number}-{i}".encode()) for i in range(BATCH)]
 
     def record(self, messages: list[Message]) -> None:
         with self.lock:
@@ -62,32 +69,46 @@ class Load:
 
 
 def run_sync(url: str, load: Load) -> None:
+    """Blocking: ``load.senders`` threads share one :class:`Producer`."""
+
+    def send_until_stopped(producer: Producer) -> None:
+        try:
+            while not load.stopping.is_set():
+                queue_id, messages = load.next_batch()
+                producer.send_batch(messages, queue_id=queue_id)
+                load.record(messages)
+        except BaseException as exc:  # the test reports it
+            load.failure = exc
+
     transport = HttpTransport(url, retry_deadline_s=RETRY_DEADLINE_S)
     try:
         with Producer(transport) as producer:
-            number = 0
-            while not load.stopping.is_set():
-                messages = load.batch(number)
-                producer.send_batch(messages, queue_id=number % QUEUES)
-                load.record(messages)
-                number += 1
-    except BaseException as exc:  # the test reports it
-        load.failure = exc
+            senders = [
+                threading.Thread(target=send_until_stopped, args=(producer,))
+                for _ in range(load.senders)
+            ]
+            for sender in senders:
+                sender.start()
+            for sender in senders:
+                sender.join()
     finally:
         transport.close()
 
 
 def run_async(url: str, load: Load) -> None:
+    """asyncio: ``load.senders`` tasks share one :class:`AsyncProducer`."""
+
+    async def send_until_stopped(producer: AsyncProducer) -> None:
+        while not load.stopping.is_set():
+            queue_id, messages = load.next_batch()
+            await producer.send_batch(messages, queue_id=queue_id)
+            load.record(messages)
+
     async def main() -> None:
         transport = AsyncHttpTransport(url, retry_deadline_s=RETRY_DEADLINE_S)
         try:
             async with AsyncProducer(transport) as producer:
-                number = 0
-                while not load.stopping.is_set():
-                    messages = load.batch(number)
-                    await producer.send_batch(messages, queue_id=number % QUEUES)
-                    load.record(messages)
-                    number += 1
+                await asyncio.gather(*(send_until_stopped(producer) for _ in range(load.senders)))
         finally:
             await transport.close()
 
@@ -126,10 +147,12 @@ KILLS = [
     pytest.param(run_async, "async", "mid-send", id="asyncio-producer-async-flush-mid-send"),
     pytest.param(run_async, "sync", "mid-send", id="asyncio-producer-sync-flush-mid-send"),
     pytest.param(run_sync, "async", "outside", id="sync-producer-async-flush-any-time"),
+    pytest.param(run_async, "sync", "outside", id="asyncio-producer-sync-flush-any-time"),
 ]
 """Where the kill lands: "mid-send", the broker kills itself right after storing a batch and
 before answering it (its producer retries a batch that is stored: the case idempotence is for);
-"outside", the test kills it whenever the load reached a count."""
+"outside", the test kills it whenever the load reached a count, with several senders in
+flight."""
 SENDS_BEFORE_KILL = 20
 
 
@@ -145,7 +168,7 @@ def test_broker_killed_under_load_loses_and_doubles_nothing_acknowledged(
     )
     with Admin(first.url) as admin:
         admin.create_topic(TOPIC, QUEUES)
-    load = Load()
+    load = Load(senders=1 if kill == "mid-send" else 4)
     sender = threading.Thread(target=producer, args=(first.url, load), name="load")
     sender.start()
     brokers = [first]
