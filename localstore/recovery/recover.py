@@ -136,6 +136,8 @@ def recover(
         dispatcher.add(message)
     dispatcher.flush()
     _keep_damaged_offsets(queues, damaged, old_ends)
+    if abnormal:
+        _log_abnormal(commitlog, crashed, start, scan, dispatcher.units_added)
     return RecoveryReport(
         abnormal,
         start,
@@ -168,6 +170,24 @@ def _forget_mended(commitlog: CommitLog, damaged: DamagedRanges) -> None:
             ", ".join(map(str, mended)),
         )
         damaged.remove(mended)
+
+
+def _log_abnormal(
+    commitlog: CommitLog, crashed: bool, start: int, scan: LogScan, units_added: int
+) -> None:
+    """Say at WARNING that the store did not open from a clean close, and what that cost."""
+    log.warning(
+        "store %s: %s, so the commitlog was walked with CRC checks from offset %d to its end "
+        "%d (%d records) and %d consume-queue units were re-dispatched",
+        commitlog.directory.parent,
+        "the abort marker was present (the last run did not close cleanly)"
+        if crashed
+        else "the clean state was not sound",
+        start,
+        scan.end,
+        scan.records,
+        units_added,
+    )
 
 
 def _old_end(queues: QueueRegistry, name: str) -> tuple[int, int] | None:

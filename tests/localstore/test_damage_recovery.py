@@ -203,3 +203,18 @@ def test_an_open_after_a_damaged_open_rebuilds_nothing_again(tmp_path: Path) -> 
         with MessageStore(root) as store:
             assert store.recovery.rebuilt_queues == [] and not store.recovery.abnormal
             assert store.max_offset(TOPIC, 1) == 2
+
+
+def test_an_open_after_a_crash_says_so_at_warning_and_a_clean_one_does_not(tmp_path, caplog):
+    """A broker's log must tell an operator that the store recovered from a crash."""
+    fill(tmp_path)
+    with caplog.at_level(logging.WARNING), MessageStore(tmp_path):
+        pass
+    assert not [r for r in caplog.records if "abort marker" in r.getMessage()]
+    (tmp_path / "abort").write_text("4242")  # what a killed process leaves
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), MessageStore(tmp_path) as store:
+        assert store.recovery.abnormal
+    said = [r.getMessage() for r in caplog.records if "abort marker was present" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "records) and" in said[0] and str(store.recovery.end_offset) in said[0]

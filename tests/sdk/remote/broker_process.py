@@ -3,7 +3,7 @@
 :class:`BrokerProcess` starts ``sdk.server.run.serve`` in a new interpreter (the same code
 ``quiver broker`` runs, with test settings: a small store geometry and a short delay table),
 reads the URL it prints, and stops it with SIGTERM (a clean shutdown, whose exit status the
-test can check) or SIGKILL (a crash).
+test can check) or SIGKILL (a crash, also one it deals itself at a chosen point).
 """
 
 from __future__ import annotations
@@ -30,6 +30,23 @@ from sdk.broker.service import BrokerOptions
 from sdk.server.run import ServerOptions, serve
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+die_after_sends = {die_after_sends!r}
+if die_after_sends:
+    import os
+    from sdk.broker.service import BrokerService
+
+    stored_sends = 0
+    store_send = BrokerService.send
+
+    def send_then_die(self, *args, **kwargs):
+        global stored_sends
+        result = store_send(self, *args, **kwargs)
+        stored_sends += 1
+        if stored_sends >= die_after_sends:  # stored, never answered
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    BrokerService.send = send_then_die
 options = ServerOptions(
     data={data!r},
     port={port!r},
@@ -50,7 +67,12 @@ asyncio.run(main())
 
 
 class BrokerProcess:
-    """A broker server over ``data`` in a child process (see the module docstring)."""
+    """A broker server over ``data`` in a child process (see the module docstring).
+
+    ``port`` 0 takes a free one; a broker restarted after :meth:`kill` is given the port of
+    the one it replaces (``port=old.port``), so clients holding its URL find it again.
+    ``die_after_sends``: the broker SIGKILLs itself right after storing its n-th send, before
+    answering it (a crash at the one moment a retry could store a message twice)."""
 
     def __init__(
         self,
@@ -60,6 +82,8 @@ class BrokerProcess:
         port: int = 0,
         geometry: dict[str, Any] | None = None,
         max_request_bytes: int | None = None,
+        port: int = 0,
+        die_after_sends: int | None = None,
         **broker: Any,
     ) -> None:
         self.data = data
@@ -70,6 +94,8 @@ class BrokerProcess:
             broker=broker,
             geometry=SMALL_GEOMETRY if geometry is None else geometry,
             max_request_bytes=max_request_bytes,
+            port=port,
+            die_after_sends=die_after_sends,
         )
         self.stderr_path = data.parent / f"{data.name}-broker.log"
         self._stderr = self.stderr_path.open("ab")
