@@ -82,7 +82,6 @@ class BrokerProcess:
         port: int = 0,
         geometry: dict[str, Any] | None = None,
         max_request_bytes: int | None = None,
-        port: int = 0,
         die_after_sends: int | None = None,
         **broker: Any,
     ) -> None:
@@ -94,7 +93,6 @@ class BrokerProcess:
             broker=broker,
             geometry=SMALL_GEOMETRY if geometry is None else geometry,
             max_request_bytes=max_request_bytes,
-            port=port,
             die_after_sends=die_after_sends,
         )
         self.stderr_path = data.parent / f"{data.name}-broker.log"
