@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +38,7 @@ _DOCUMENT = openapi_document(64 * 1024)
 OPERATIONS = [(path, method) for path, item in _DOCUMENT["paths"].items() for method in item]
 POST_ROUTES = [path for path, method in OPERATIONS if method == "post"]
 TOPIC = "fuzzed"
+BROKER_NAME = "broker-a"  # BrokerProcess's default
 
 # a long poll holds its request up to wait_ms by contract (up to 24 days): not what is fuzzed
 MAX_WAIT_MS = 50
@@ -65,6 +67,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield process
         _assert_serving(process)
         assert process.stop() == 0, process.log()
+    # whatever the fuzzing stored, the broker starts again on it (its files still load)
+    with BrokerProcess(root / "data") as again:
+        _assert_serving(again)
+        assert again.stop() == 0, again.log()
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +82,15 @@ def http(broker: BrokerProcess) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def api_schema(broker: BrokerProcess) -> Any:
     return schemathesis.openapi.from_url(broker.url + "/openapi.json", timeout=30)
+
+
+def _steer(body: dict[str, Any]) -> None:
+    """Keep a generated body's long poll short, and name this broker where a body names one
+    (else every offset call stops at "queue of another broker" and never reaches the store)."""
+    if type(body.get("wait_ms")) is int:
+        body["wait_ms"] = min(body["wait_ms"], MAX_WAIT_MS)
+    if isinstance(body.get("broker_name"), str):
+        body["broker_name"] = BROKER_NAME
 
 
 def _assert_serving(broker: BrokerProcess) -> None:
@@ -121,8 +136,8 @@ def test_every_operation_answers_generated_requests_without_a_server_error(
     @FUZZ
     @given(case=operation.as_strategy(mode))
     def request(case: Any) -> None:
-        if isinstance(case.body, dict) and type(case.body.get("wait_ms")) is int:
-            case.body["wait_ms"] = min(case.body["wait_ms"], MAX_WAIT_MS)
+        if isinstance(case.body, dict):
+            _steer(case.body)
         answer = case.call(base_url=broker.url, session=session, timeout=30)
         _assert_answered(
             answer.status_code,
@@ -248,7 +263,45 @@ def test_any_json_to_any_route_is_refused_or_answered(
     # the service rather than stopping at "not an object"
     names = st.sampled_from(_field_names(route)) | st.text(max_size=8)
     document = data.draw(_JSON | st.dictionaries(names, _JSON, max_size=6))
-    if isinstance(document, dict) and type(document.get("wait_ms")) is int:
-        document["wait_ms"] = min(document["wait_ms"], MAX_WAIT_MS)
+    if isinstance(document, dict):
+        _steer(document)
     answer = http.post(route, content=orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS))
     _check(answer, f"POST {route} body={document!r:.300}")
+
+
+_NAMES = st.text(max_size=6) | st.sampled_from(["", TOPIC, "g", "@"])
+
+
+@FUZZ
+@given(
+    group=_NAMES,
+    offsets=st.lists(
+        st.tuples(_NAMES, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1)), max_size=3
+    ),
+)
+def test_offset_commits_of_any_names_are_refused_or_kept(
+    http: httpx.Client, group: str, offsets: list[tuple[str, int, int]]
+) -> None:
+    # the document cannot say [topic, broker_name, queue_id, offset] position by position
+    # (OpenAPI 3.0 has no tuples), so these well-formed commits reach the offset table here;
+    # the module's broker must start again on whatever they left in its offset file
+    body = {
+        "broker_name": BROKER_NAME,
+        "group": group,
+        "offsets": [[topic, BROKER_NAME, queue_id, offset] for topic, queue_id, offset in offsets],
+    }
+    _check(http.post("/v1/commit-offsets", json=body), f"POST /v1/commit-offsets {body!r}")
+
+
+@pytest.mark.parametrize(("group", "topic"), [("", TOPIC), ("g", "")])
+def test_an_offset_commit_with_an_empty_name_is_refused_and_the_broker_restarts(
+    tmp_path: Path, group: str, topic: str
+) -> None:
+    body = {"broker_name": BROKER_NAME, "group": group, "offsets": [[topic, BROKER_NAME, 0, 5]]}
+    with BrokerProcess(tmp_path / "data") as broker:
+        answer = httpx.post(broker.url + "/v1/commit-offsets", json=body, timeout=30.0)
+        assert answer.status_code == 400, answer.text
+        assert "must not be empty" in answer.json()["message"]
+        assert broker.stop() == 0, broker.log()
+    with BrokerProcess(tmp_path / "data") as again:  # the offset file still loads
+        _assert_serving(again)
