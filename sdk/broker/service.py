@@ -52,7 +52,7 @@ from localstore.record.codec import (
     RecordError,
     StoredMessage,
 )
-from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
+from localstore.record.validation import DLQ_PREFIX, NOT_ALLOWED_TO_SEND, RETRY_PREFIX
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
 from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
@@ -413,6 +413,9 @@ class BrokerService:
             original = self.store.message_at(phys_offset)
         except RecordError as exc:
             return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {exc}")
+        if original.topic in NOT_ALLOWED_TO_SEND:  # a half, op or scheduled record
+            why = f"the record at {phys_offset} is in the broker's own topic {original.topic}"
+            return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {why}")
         limit = self.options.max_reconsume_times
         if max_reconsume_times is not None and max_reconsume_times >= 0:
             limit = max_reconsume_times
