@@ -58,7 +58,7 @@ from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
-from sdk.broker.administration import BrokerAdministration
+from sdk.broker.administration import BrokerAdministration, check_name
 from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
@@ -76,10 +76,12 @@ from sdk.broker.transactions import (
     TransactionService,
 )
 from sdk.clock import SYSTEM_CLOCK, Clock
-from sdk.errors import CloseError
+from sdk.errors import CloseError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT, dlq_topic, retry_topic
 from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
+    BROADCASTING,
+    CLUSTERING,
     RECORD_DAMAGED,
     DamagedRecord,
     GroupView,
@@ -602,7 +604,16 @@ class BrokerService:
     def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
     ) -> int:
-        """Register or refresh a consumer; answers its group's generation."""
+        """Register or refresh a consumer; answers its group's generation. An empty group or
+        client id, a group with ``@``, or a message model other than CLUSTERING and
+        BROADCASTING is refused (InvalidArgumentError)."""
+        check_name("group", group)
+        if not client_id:
+            raise InvalidArgumentError("a consumer's client id must not be empty")
+        if message_model not in (CLUSTERING, BROADCASTING):
+            raise InvalidArgumentError(
+                f"message model must be {CLUSTERING} or {BROADCASTING}, not {message_model!r:.40}"
+            )
         before = self.groups.generation(group)
         generation = self.groups.heartbeat(group, client_id, subscriptions, message_model)
         if generation != before:

@@ -305,3 +305,21 @@ def test_an_offset_commit_with_an_empty_name_is_refused_and_the_broker_restarts(
         assert broker.stop() == 0, broker.log()
     with BrokerProcess(tmp_path / "data") as again:  # the offset file still loads
         _assert_serving(again)
+
+
+@pytest.mark.parametrize(
+    ("group", "client_id", "message_model", "problem"),
+    [
+        ("", "c", "CLUSTERING", "bad group name"),
+        ("g@x", "c", "CLUSTERING", "bad group name"),
+        ("g", "", "CLUSTERING", "client id"),
+        ("g", "c", "BOGUS", "message model"),
+    ],
+)
+def test_a_heartbeat_the_group_table_cannot_describe_is_refused(
+    http: httpx.Client, group: str, client_id: str, message_model: str, problem: str
+) -> None:
+    body = {"group": group, "client_id": client_id, "subscriptions": {}}
+    answer = http.post("/v1/heartbeat", json={**body, "message_model": message_model})
+    assert answer.status_code == 400, answer.text
+    assert problem in answer.json()["message"]
