@@ -32,7 +32,7 @@ from sdk.protocol.produce_body import encode_produce_body
 from sdk.server.openapi import openapi_document
 from tests.sdk.remote.broker_process import BrokerProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 _DOCUMENT = openapi_document(64 * 1024)
 OPERATIONS = [(path, method) for path, item in _DOCUMENT["paths"].items() for method in item]
@@ -43,7 +43,7 @@ BROKER_NAME = "broker-a"  # BrokerProcess's default
 # a long poll holds its request up to wait_ms by contract (up to 24 days): not what is fuzzed
 MAX_WAIT_MS = 50
 FUZZ = settings(
-    max_examples=30,
+    max_examples=25,
     deadline=None,
     derandomize=True,
     database=None,
