@@ -311,6 +311,9 @@ class ConsumerOffsetTable:
 
 
 def _key(topic: str, group: str) -> str:
+    """``topic@group``, refused (InvalidArgumentError) unless :func:`_table_key` can load it."""
     if "@" in topic or "@" in group:
         raise InvalidArgumentError(f"a topic or group may not contain '@': {topic!r}, {group!r}")
+    if not topic or not group:
+        raise InvalidArgumentError(f"a topic and a group must not be empty: {topic!r}, {group!r}")
     return f"{topic}@{group}"

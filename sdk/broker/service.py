@@ -58,14 +58,14 @@ from localstore.record.codec import (
     StoredMessage,
 )
 from localstore.record.uniform_batch import batch_head
-from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
+from localstore.record.validation import DLQ_PREFIX, NOT_ALLOWED_TO_SEND, RETRY_PREFIX
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
 from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker import queries
-from sdk.broker.administration import BrokerAdministration
+from sdk.broker.administration import BrokerAdministration, check_name
 from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.idempotence import (
@@ -90,10 +90,12 @@ from sdk.broker.transactions import (
     TransactionService,
 )
 from sdk.clock import SYSTEM_CLOCK, Clock
-from sdk.errors import CloseError
+from sdk.errors import CloseError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT, PROPERTY_PRODUCER_SEQ, dlq_topic, retry_topic
 from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
+    BROADCASTING,
+    CLUSTERING,
     RECORD_DAMAGED,
     DamagedRecord,
     GroupView,
@@ -476,6 +478,9 @@ class BrokerService:
             original = self.store.message_at(phys_offset)
         except RecordError as exc:
             return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {exc}")
+        if original.topic in NOT_ALLOWED_TO_SEND:  # a half, op or scheduled record
+            why = f"the record at {phys_offset} is in the broker's own topic {original.topic}"
+            return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {why}")
         limit = self.options.max_reconsume_times
         if max_reconsume_times is not None and max_reconsume_times >= 0:
             limit = max_reconsume_times
@@ -688,7 +693,16 @@ class BrokerService:
     def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
     ) -> int:
-        """Register or refresh a consumer; answers its group's generation."""
+        """Register or refresh a consumer; answers its group's generation. An empty group or
+        client id, a group with ``@``, or a message model other than CLUSTERING and
+        BROADCASTING is refused (InvalidArgumentError)."""
+        check_name("group", group)
+        if not client_id:
+            raise InvalidArgumentError("a consumer's client id must not be empty")
+        if message_model not in (CLUSTERING, BROADCASTING):
+            raise InvalidArgumentError(
+                f"message model must be {CLUSTERING} or {BROADCASTING}, not {message_model!r:.40}"
+            )
         before = self.groups.generation(group)
         generation = self.groups.heartbeat(group, client_id, subscriptions, message_model)
         if generation != before:

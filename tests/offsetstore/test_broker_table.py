@@ -177,6 +177,18 @@ def test_at_sign_is_refused(tmp_path: Path) -> None:
         ConsumerOffsetTable(tmp_path).commit("g@x", "T", 0, 1)
 
 
+@pytest.mark.parametrize(("group", "topic"), [("", "T"), ("g", ""), ("", "")])
+def test_an_empty_name_is_refused_and_the_table_still_loads(
+    tmp_path: Path, group: str, topic: str
+) -> None:
+    with ConsumerOffsetTable(tmp_path) as table:
+        table.commit("g", "T", 0, 1)
+        with pytest.raises(InvalidArgumentError, match="must not be empty"):
+            table.commit(group, topic, 0, 5)
+    with ConsumerOffsetTable(tmp_path) as reopened:  # a key "@" would not load
+        assert reopened.offsets("g", "T") == {0: 1}
+
+
 @pytest.mark.parametrize(("queue_id", "offset"), [(0, -1), (0, 2**63), (-3, 1), (2**31, 1)])
 def test_an_offset_the_file_could_not_hold_is_refused_and_the_table_still_loads(
     tmp_path: Path, queue_id: int, offset: int

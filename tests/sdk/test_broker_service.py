@@ -119,6 +119,17 @@ def test_send_back_of_an_unknown_offset_is_refused(service: BrokerService):
     assert answer.status == "MESSAGE_ILLEGAL" and "no message" in answer.detail
 
 
+def test_send_back_of_a_half_message_is_refused(service: BrokerService):
+    """A consumer cannot turn a transaction's half message (not committed, perhaps to be
+    rolled back) into a retry that its group then consumes."""
+    half = service.send_half("producers", message(body=b"not committed"))
+    assert half.topic == "RMQ_SYS_TRANS_HALF_TOPIC"
+    answer = service.send_back("g", half.phys_offsets[0])
+    assert answer.status == "MESSAGE_ILLEGAL" and "broker's own topic" in answer.detail
+    assert service.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 0  # level 3: nothing scheduled
+    assert service.max_offset(dlq_topic("g"), 0) == 0
+
+
 def test_pull_wait_times_out_with_nothing_new(service: BrokerService):
     started = time.monotonic()
     answer = service.pull_wait(PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=60))
