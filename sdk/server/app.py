@@ -25,6 +25,7 @@ the exception's text (which may name the broker's files).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -92,6 +93,11 @@ ON_LOOP = frozenset(
 """Control operations answered from memory: on the event loop. The others read the log or
 the store's files: on the reader pool."""
 
+DEFAULT_MAX_HOLD_MS = 30_000
+"""The longest the broker holds a pull or a transaction-check fetch (RocketMQ holds a pull up
+to 15 s): a longer wait asked for is answered then with nothing new, and the client asks
+again, so no request is held for days."""
+
 _JSON = "application/json"
 _BINARY = "application/octet-stream"
 _MIB = 1 << 20
@@ -99,10 +105,18 @@ _MIB = 1 << 20
 
 class BrokerApp:
     """The HTTP API of ``service`` (see the module docstring). ``max_request_bytes``: the
-    largest request body taken (default: the store's largest message plus 4 MiB)."""
+    largest request body taken (default: the store's largest message plus 4 MiB);
+    ``max_hold_ms``: the longest a pull or a transaction-check fetch is held."""
 
-    def __init__(self, service: BrokerService, *, max_request_bytes: int | None = None):
+    def __init__(
+        self,
+        service: BrokerService,
+        *,
+        max_request_bytes: int | None = None,
+        max_hold_ms: int = DEFAULT_MAX_HOLD_MS,
+    ):
         self.service = service
+        self.max_hold_ms = max_hold_ms
         self.transport = InProcessTransport(service)
         self.metrics = ServerMetrics()
         if max_request_bytes is None:
@@ -170,6 +184,8 @@ class BrokerApp:
 
     async def _pull(self, request: web.Request) -> web.Response:
         batch = decode_pull_request(await request.read())
+        if batch.wait_ms > self.max_hold_ms:
+            batch = dataclasses.replace(batch, wait_ms=self.max_hold_ms)
         self._check_serving()
         parked = batch.wait_ms > 0
         self.metrics.parked_pulls += parked
@@ -186,6 +202,7 @@ class BrokerApp:
 
     async def _fetch_checks(self, request: web.Request) -> web.Response:
         group, client_id, wait_ms = decode_checks_request(await request.read())
+        wait_ms = min(wait_ms, self.max_hold_ms)
         self._check_serving()
         try:
             checks = await self.service.fetch_transaction_checks_async(group, client_id, wait_ms)

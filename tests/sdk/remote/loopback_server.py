@@ -10,6 +10,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from aiohttp import web
 
@@ -31,8 +32,9 @@ class LoopbackServer:
 
 
 @contextmanager
-def loopback_server(broker: EmbeddedBroker) -> Iterator[LoopbackServer]:
-    """Serve ``broker`` on 127.0.0.1 (a free port) until the block ends."""
+def loopback_server(broker: EmbeddedBroker, **options: Any) -> Iterator[LoopbackServer]:
+    """Serve ``broker`` on 127.0.0.1 (a free port) until the block ends; ``options`` are
+    :class:`BrokerApp`'s."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     stop: list[asyncio.Event] = []
@@ -40,7 +42,7 @@ def loopback_server(broker: EmbeddedBroker) -> Iterator[LoopbackServer]:
     server: list[LoopbackServer] = []
 
     async def serve() -> None:
-        app = BrokerApp(broker.service)
+        app = BrokerApp(broker.service, **options)
         runner = web.AppRunner(app.app, shutdown_timeout=2.0, access_log=None)
         await runner.setup()
         try:

@@ -213,3 +213,25 @@ def test_sigterm_stops_cleanly(tmp_path: Path) -> None:
     assert answers[0].status_code in (200, 503)
     assert not (tmp_path / "data" / "abort").exists()
     assert "stopped" in process.log()
+
+
+def test_a_pull_asking_to_wait_for_days_is_held_no_longer_than_the_broker_allows(
+    tmp_path: Path,
+) -> None:
+    from sdk import EmbeddedBroker
+    from tests.sdk.remote.loopback_server import loopback_server
+
+    with (
+        EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as embedded,
+        loopback_server(embedded, max_hold_ms=200) as server,
+        httpx.Client(base_url=server.url, timeout=30.0) as http,
+    ):
+        days = PullBatch("g", (QueuePull("http-hold", 0, 0),), wait_ms=3 * 86_400_000)
+        answer = http.post("/v1/pull", content=encode_pull_request(days))  # not held for days
+        assert answer.status_code == 200
+        (queue,) = decode_pull_answer(answer.content).results
+        assert queue.count == 0
+        checks = http.post(
+            "/v1/fetch-transaction-checks", content=encode_checks_request("tx", "c", 2**31 - 1)
+        )
+        assert decode_checks_answer(checks.content).count == 0
