@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 SCRIPTS = [
     "quickstart", "retry_and_dlq", "delayed", "broadcast", "idempotent_consumer", "ordered",
-    "pull_consumer", "transactions",
+    "pull_consumer", "transactions", "remote",
 ]  # fmt: skip
 
 pytestmark = pytest.mark.integration
@@ -128,6 +128,14 @@ def test_idempotent_consumer_credits_each_deposit_once(tmp_path: Path):
     assert "3. restart from offset 0: 6 deliveries, 0 credited, 6 skipped as duplicates" in lines
     assert "4. balances: alice=125, bob=50, carol=10" in lines
     assert lines[-1] == "exactly-once: OK (4 deposits credited once each)"
+
+
+def test_remote_clients_consume_through_a_broker_process(tmp_path: Path):
+    lines = succeeded("remote", tmp_path / "data")
+    assert sum(line.startswith("   billing got order-") for line in lines) >= 5
+    assert "3. the group billing has consumed everything: lag 0" in lines
+    assert lines[-1] == "4. the broker stopped cleanly (exit status 0)"
+    assert not (tmp_path / "data" / "store" / "abort").exists()
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
