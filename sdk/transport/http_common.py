@@ -242,17 +242,39 @@ class RetryPolicy:
         return {"stop": stop, "wait": wait, "retry": retry, "reraise": True}
 
     def run(self, attempt: Callable[[], T], idempotent: bool) -> T:
-        """``attempt()``, retried as the policy says; the last failure is raised."""
-        for state in Retrying(sleep=self.sleep, **self.tenacity_arguments(idempotent)):
+        """``attempt()``, retried as the policy says; the last failure is raised.
+
+        The first try runs without tenacity (whose set-up costs as much as a small request);
+        only a failure worth retrying enters its loop, as that loop's first attempt."""
+        arguments = self.tenacity_arguments(idempotent)
+        try:
+            return attempt()
+        except Exception as exc:
+            if not self.should_retry(exc, idempotent):
+                raise
+            first_failure: Exception | None = exc
+        for state in Retrying(sleep=self.sleep, **arguments):
             with state:
+                if first_failure is not None:
+                    failure, first_failure = first_failure, None
+                    raise failure
                 return attempt()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def run_async(self, attempt: Callable[[], Awaitable[T]], idempotent: bool) -> T:
         """:meth:`run` for a coroutine ``attempt``."""
-        retrying = AsyncRetrying(sleep=self.async_sleep, **self.tenacity_arguments(idempotent))
-        async for state in retrying:
+        arguments = self.tenacity_arguments(idempotent)
+        try:
+            return await attempt()
+        except Exception as exc:
+            if not self.should_retry(exc, idempotent):
+                raise
+            first_failure: Exception | None = exc
+        async for state in AsyncRetrying(sleep=self.async_sleep, **arguments):
             with state:
+                if first_failure is not None:
+                    failure, first_failure = first_failure, None
+                    raise failure
                 return await attempt()
         raise AssertionError("unreachable")  # pragma: no cover
 
