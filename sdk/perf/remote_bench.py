@@ -19,7 +19,9 @@ Figures, named as ``../shared/bench/peers.py`` names Redis Streams' (so ``peers.
 * the clients run on the event loop ``loop`` names (:mod:`sdk.server.event_loop`: uvloop when
   installed).
 * with ``--spawn-broker``, ``broker_rss_mb``: the broker process's resident memory after the
-  run (and ``broker_rss_start_mb`` before it), to show it stays flat under many clients.
+  run (and ``broker_rss_start_mb`` before it), and ``broker_rss_anon_mb`` /
+  ``broker_rss_anon_start_mb``, its anonymous part (the heap: what many clients could make
+  grow; the rest is the store's mapped files, which grow with what is stored).
 
 Each run uses a topic of its own (``bench-<pid>-<n>``), so runs against one broker do not
 read each other's messages.
@@ -64,11 +66,12 @@ def _percentile(samples: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
 
 
-def rss_mb(pid: int) -> float:
-    """A process's resident memory in MiB (Linux: /proc)."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory in MiB (Linux: /proc): all of it (``VmRSS``), or its
+    anonymous part (``RssAnon``: the heap, without the store's mapped files)."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
@@ -91,6 +94,7 @@ async def _run(
 
     if config.broker_pid is not None:
         figure("broker_rss_start_mb", rss_mb(config.broker_pid), 0)
+        figure("broker_rss_anon_start_mb", rss_mb(config.broker_pid, "RssAnon"), 0)
     topic = await _new_topic(config, max(4, config.consumers))
     if "produce" in figures or "consume" in figures:
         rate = await _produce(config, topic, progress)
@@ -104,6 +108,7 @@ async def _run(
         figure("e2e_p99_ms", _percentile(latencies, 99), len(latencies))
     if config.broker_pid is not None:
         figure("broker_rss_mb", rss_mb(config.broker_pid), 0)
+        figure("broker_rss_anon_mb", rss_mb(config.broker_pid, "RssAnon"), 0)
     return results
 
 
