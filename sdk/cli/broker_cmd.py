@@ -2,7 +2,7 @@
 
 quiver broker --data DIR [--host 127.0.0.1] [--port 8080] [--name broker-a]
               [--max-request-size 8M] [--flush async|sync] [--create]
-              [--loop auto|uvloop|asyncio]
+              [--loop auto|uvloop|asyncio] [--in-process-index]
 
 Clients reach it with a URL where they would take an embedded broker
 (``Producer("http://127.0.0.1:8080")``); the CLI with ``--broker URL``. The first line on
@@ -10,7 +10,9 @@ stdout is ``listening on http://HOST:PORT`` (``{"listening": URL}`` with ``--jso
 ``--port 0`` takes a free port), logs go to stderr (none with ``--quiet``). SIGTERM or
 SIGINT (Ctrl-C) stop it cleanly (:mod:`sdk.server.run`): in-flight requests finish, the store
 is flushed and closed, and the next start recovers nothing. It serves on uvloop when that is
-installed (``--loop``, :mod:`sdk.server.event_loop`).
+installed (``--loop``, :mod:`sdk.server.event_loop`) and builds the key index in a child process
+(``StoreOptions.index_process``: on another core, off the writer thread), unless told
+``--in-process-index``.
 """
 
 from __future__ import annotations
