@@ -2,13 +2,17 @@
 
 quiver broker --data DIR [--host 127.0.0.1] [--port 8080] [--name broker-a]
               [--max-request-size 8M] [--flush async|sync] [--create]
+              [--loop auto|uvloop|asyncio] [--in-process-index]
 
 Clients reach it with a URL where they would take an embedded broker
 (``Producer("http://127.0.0.1:8080")``); the CLI with ``--broker URL``. The first line on
 stdout is ``listening on http://HOST:PORT`` (``{"listening": URL}`` with ``--json``;
 ``--port 0`` takes a free port), logs go to stderr (none with ``--quiet``). SIGTERM or
 SIGINT (Ctrl-C) stop it cleanly (:mod:`sdk.server.run`): in-flight requests finish, the store
-is flushed and closed, and the next start recovers nothing.
+is flushed and closed, and the next start recovers nothing. It serves on uvloop when that is
+installed (``--loop``, :mod:`sdk.server.event_loop`) and builds the key index in a child process
+(``StoreOptions.index_process``: on another core, off the writer thread), unless told
+``--in-process-index``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from sdk.cli.common import (
     json_line,
     parse_size,
 )
+from sdk.server import event_loop
 
 __all__ = ["add_parser"]
 
@@ -60,6 +65,13 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--create", action="store_true", help="make a store in a directory holding other files"
     )
+    parser.add_argument(
+        "--in-process-index",
+        dest="index_process",
+        action="store_false",
+        help="build the key index on the writer thread, not in a child process",
+    )
+    event_loop.add_loop_option(parser)
     add_json_option(parser)
     parser.set_defaults(func=run)
 
@@ -72,6 +84,7 @@ def _port(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from localstore import StoreOptions
     from sdk.broker.service import BrokerOptions
     from sdk.server.run import ServerOptions, serve
 
@@ -84,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         data=args.data,
         host=args.host,
         port=args.port,
-        broker=BrokerOptions(broker_name=args.name),
+        broker=BrokerOptions(
+            broker_name=args.name, store=StoreOptions(index_process=args.index_process)
+        ),
         max_request_bytes=args.max_request_size,
         create=args.create,
         geometry=geometry,
@@ -101,5 +116,5 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, stop.set)
         await serve(options, stop, on_listening=listening)
 
-    asyncio.run(main())
+    event_loop.run(main, args.loop)
     return EXIT_OK

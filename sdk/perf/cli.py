@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdk.errors import InvalidArgumentError
 from sdk.perf.defaults import DEFAULT_SIZES
+from sdk.server import event_loop
 
 # A benchmark record's header, topic and properties take less than this beside its body.
 RECORD_ALLOWANCE = 1024
@@ -180,6 +181,7 @@ def _add_broker_options(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--flush", choices=("async", "sync"), default="async", help="the spawned broker's flush"
     )
+    event_loop.add_loop_option(where)
     where.add_argument("--producers", type=int, default=4, help="concurrent producers")
     where.add_argument("--consumers", type=int, default=4, help="consumers in the group")
     if not any(action.dest == "data" for action in parser._actions):
@@ -445,7 +447,9 @@ def _run_remote(args: argparse.Namespace) -> int:
         producers=args.producers,
         consumers=args.consumers,
         latency_samples=args.latency_samples,
+        loop=args.loop,
     )
+    event_loop.loop_factory(args.loop)  # a usage error before any broker starts
     if args.broker is not None:
         from sdk.perf.report import Progress, emit
 
@@ -454,7 +458,7 @@ def _run_remote(args: argparse.Namespace) -> int:
         return 0
 
     def figures(data: Path, progress: Progress) -> Iterator[Figure]:
-        with spawned_broker(data / "broker", flush=args.flush) as broker:
+        with spawned_broker(data / "broker", flush=args.flush, loop=args.loop) as broker:
             spawned = dataclasses.replace(config, url=broker.url, broker_pid=broker.pid)
             yield from run_remote_bench(spawned, args.figures, progress)
 

@@ -8,14 +8,20 @@ Figures, named as ``../shared/bench/peers.py`` names Redis Streams' (so ``peers.
   ``--batch`` (``send_batch``: one request, one append), round-robin over the topic's queues.
   Before the clock starts the topic is created and one batch goes to each queue.
 * ``consume_msgs_per_s``: ``--consumers`` :class:`sdk.AsyncPullConsumer` s of one group
-  draining what is stored (``poll`` of up to ``--batch`` records, then ``commit``), from their
-  start until every message was received; the topic has as many queues as consumers (at least
-  4). ``consume`` alone first stores ``--count`` messages (not timed).
+  draining what is stored (``poll`` of up to ``--batch`` records), from their start until every
+  message was received; the topic has as many queues as consumers (at least 4). The consumers
+  commit as Kafka's and RocketMQ's do by default: their positions every 5 seconds during polls
+  (``auto_commit``) and on close, not after every poll. ``consume`` alone first stores
+  ``--count`` messages (not timed).
 * ``e2e_p50_ms`` / ``e2e_p99_ms``: one message in flight: ``AsyncProducer.send`` of one message,
   an :class:`sdk.AsyncPullConsumer` parked in a long poll receives it; time from before the
   send to the poll's return (``--latency-samples`` samples after 100 discarded).
+* the clients run on the event loop ``loop`` names (:mod:`sdk.server.event_loop`: uvloop when
+  installed).
 * with ``--spawn-broker``, ``broker_rss_mb``: the broker process's resident memory after the
-  run (and ``broker_rss_start_mb`` before it), to show it stays flat under many clients.
+  run (and ``broker_rss_start_mb`` before it), and ``broker_rss_anon_mb`` /
+  ``broker_rss_anon_start_mb``, its anonymous part (the heap: what many clients could make
+  grow; the rest is the store's mapped files, which grow with what is stored).
 
 Each run uses a topic of its own (``bench-<pid>-<n>``), so runs against one broker do not
 read each other's messages.
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 
 from sdk import AsyncAdmin, AsyncProducer, AsyncPullConsumer, ConsumeFrom, Message
 from sdk.perf.report import Figure, Progress
+from sdk.server import event_loop
 
 LATENCY_WARMUP = 100
 _topics = itertools.count()
@@ -47,6 +54,7 @@ class RemoteBenchConfig:
     consumers: int = 4
     latency_samples: int = 2000
     broker_pid: int | None = None  # a spawned broker's process: its memory is reported
+    loop: str = "auto"  # the clients' event loop (sdk.server.event_loop)
 
 
 def _body(size: int) -> bytes:
@@ -58,11 +66,12 @@ def _percentile(samples: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
 
 
-def rss_mb(pid: int) -> float:
-    """A process's resident memory in MiB (Linux: /proc)."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory in MiB (Linux: /proc): all of it (``VmRSS``), or its
+    anonymous part (``RssAnon``: the heap, without the store's mapped files)."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
@@ -72,7 +81,7 @@ def run_remote_bench(
 ) -> Iterator[Figure]:
     """Yield the figures of the module docstring that ``figures`` names (``produce``,
     ``consume``, ``e2e``), measured against ``config.url``."""
-    yield from asyncio.run(_run(config, figures, progress))
+    yield from event_loop.run(lambda: _run(config, figures, progress), config.loop)
 
 
 async def _run(
@@ -85,6 +94,7 @@ async def _run(
 
     if config.broker_pid is not None:
         figure("broker_rss_start_mb", rss_mb(config.broker_pid), 0)
+        figure("broker_rss_anon_start_mb", rss_mb(config.broker_pid, "RssAnon"), 0)
     topic = await _new_topic(config, max(4, config.consumers))
     if "produce" in figures or "consume" in figures:
         rate = await _produce(config, topic, progress)
@@ -98,6 +108,7 @@ async def _run(
         figure("e2e_p99_ms", _percentile(latencies, 99), len(latencies))
     if config.broker_pid is not None:
         figure("broker_rss_mb", rss_mb(config.broker_pid), 0)
+        figure("broker_rss_anon_mb", rss_mb(config.broker_pid, "RssAnon"), 0)
     return results
 
 
@@ -150,7 +161,6 @@ async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) ->
             consume_from=ConsumeFrom.FIRST_OFFSET,
             max_poll_records=config.batch,
             pull_batch_size=config.batch,
-            auto_commit=False,
         )
         for _ in range(config.consumers)
     ]
@@ -164,7 +174,6 @@ async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) ->
                 messages = await consumer.poll(0.5)
                 if messages:
                     received[0] += len(messages)
-                    await consumer.commit()
                     progress.update("consume", received[0], total)
 
         started = time.perf_counter()

@@ -25,10 +25,13 @@ class SpawnedBroker:
 
 
 @contextlib.contextmanager
-def spawned_broker(data: Path, *, flush: str = "async") -> Iterator[SpawnedBroker]:
-    """Run ``quiver broker --data DATA --port 0`` until the block ends."""
+def spawned_broker(
+    data: Path, *, flush: str = "async", loop: str = "auto"
+) -> Iterator[SpawnedBroker]:
+    """Run ``quiver broker --data DATA --port 0`` (with ``--flush`` and ``--loop`` as given)
+    until the block ends."""
     command = [sys.executable, "-m", "sdk.cli.main", "broker", "--data", str(data), "--port", "0"]
-    command += ["--flush", flush, "--json", "--quiet"]
+    command += ["--flush", flush, "--loop", loop, "--json", "--quiet"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None

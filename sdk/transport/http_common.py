@@ -237,10 +237,23 @@ class RetryPolicy:
 
     def run(self, attempt: Callable[[], T], idempotent: bool) -> T:
         """``attempt()``, retried as the policy says; the last failure is raised (one the
-        broker did not serve as a plain :class:`BrokerUnavailableError`)."""
+        broker did not serve as a plain :class:`BrokerUnavailableError`).
+
+        The first try runs without tenacity (whose set-up costs as much as a small request);
+        only a failure worth retrying enters its loop, as that loop's first attempt."""
+        arguments = self.tenacity_arguments(idempotent)
         try:
-            for state in Retrying(sleep=self.sleep, **self.tenacity_arguments(idempotent)):
+            try:
+                return attempt()
+            except Exception as exc:
+                if not self.should_retry(exc, idempotent):
+                    raise
+                first_failure: Exception | None = exc
+            for state in Retrying(sleep=self.sleep, **arguments):
                 with state:
+                    if first_failure is not None:
+                        failure, first_failure = first_failure, None
+                        raise failure
                     return attempt()
         except RequestNotServedError as exc:
             raise _unavailable(exc) from exc
@@ -248,10 +261,19 @@ class RetryPolicy:
 
     async def run_async(self, attempt: Callable[[], Awaitable[T]], idempotent: bool) -> T:
         """:meth:`run` for a coroutine ``attempt``."""
-        retrying = AsyncRetrying(sleep=self.async_sleep, **self.tenacity_arguments(idempotent))
+        arguments = self.tenacity_arguments(idempotent)
         try:
-            async for state in retrying:
+            try:
+                return await attempt()
+            except Exception as exc:
+                if not self.should_retry(exc, idempotent):
+                    raise
+                first_failure: Exception | None = exc
+            async for state in AsyncRetrying(sleep=self.async_sleep, **arguments):
                 with state:
+                    if first_failure is not None:
+                        failure, first_failure = first_failure, None
+                        raise failure
                     return await attempt()
         except RequestNotServedError as exc:
             raise _unavailable(exc) from exc

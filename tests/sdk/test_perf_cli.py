@@ -123,3 +123,25 @@ def test_perf_rebalance_figures():
 def test_perf_rebalance_refuses_bad_sizes():
     done = quiver("perf", "rebalance", "--sizes", "1,x")
     assert done.returncode != 0 and "--sizes" in done.stderr
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "auto"])
+def test_perf_consume_against_a_spawned_broker(tmp_path, loop):
+    data = tmp_path / "bench"
+    got = figures("consume", "--spawn-broker", "--data", data, "--count", "2000",
+                  "--consumers", "2", "--loop", loop)  # fmt: skip
+    assert got["consume_msgs_per_s"] > 0
+    assert got["broker_rss_mb"] > 0 and got["broker_rss_start_mb"] > 0
+    assert 0 < got["broker_rss_anon_mb"] < got["broker_rss_mb"]
+    assert list(data.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["broker"], ["perf", "produce", "--spawn-broker"]])
+def test_loop_uvloop_without_uvloop_installed_is_a_usage_error(monkeypatch, tmp_path, command):
+    from sdk.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # what an import finds when it is absent
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    status = main([*command, "--data", str(tmp_path / "b"), "--loop", "uvloop", "--json"])
+    assert status == 2
+    assert not (tmp_path / "b").exists()  # refused before anything was written
