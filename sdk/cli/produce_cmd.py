@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from sdk.cli.common import (
     EXIT_OK,
@@ -31,6 +32,10 @@ from sdk.cli.common import (
     remote_broker,
 )
 from sdk.cli.progress import progress_line
+
+if TYPE_CHECKING:
+    from sdk.cli.broker_produce import BrokerProducer
+    from sdk.cli.producer import Producer as StoreProducer
 
 RESERVED_PROPERTIES = {"TAGS": "use --tag", "KEYS": "use --key", "UNIQ_KEY": "quiver sets it"}
 DEFAULT_BATCH = 64
@@ -110,12 +115,7 @@ def run(args: argparse.Namespace) -> int:
         )
         # stdin without --batch: put each line as it comes (a pipe may be interactive)
         chunk_size = 1 if total is None and args.batch is None else (batch * producer.queue_count())
-        with progress_line(args, results_on_stdout=args.size is None) as progress:
-            for chunk in _chunks(bodies, chunk_size):
-                producer.send(chunk, batch)
-                progress.update("produced", producer.stored, total)
-        if not args.json:
-            print(producer.summary())
+        _feed(args, producer, bodies, total, chunk_size, batch)
     return EXIT_OK
 
 
@@ -137,13 +137,26 @@ def _run_on_broker(
             client, args.topic, properties, args.queue, args.json, verbose=args.size is None
         )
         chunk_size = 1 if total is None and args.batch is None else batch
-        with progress_line(args, results_on_stdout=args.size is None) as progress:
-            for chunk in _chunks(bodies, chunk_size):
-                producer.send(chunk, batch)
-                progress.update("produced", producer.stored, total)
+        _feed(args, producer, bodies, total, chunk_size, batch)
+    return EXIT_OK
+
+
+def _feed(
+    args: argparse.Namespace,
+    producer: StoreProducer | BrokerProducer,
+    bodies: Iterable[bytes],
+    total: int | None,
+    chunk_size: int,
+    batch: int,
+) -> None:
+    """Send ``bodies`` in chunks of ``chunk_size`` (batches of ``batch``), with the progress
+    line, then the summary (text output)."""
+    with progress_line(args, results_on_stdout=args.size is None) as progress:
+        for chunk in _chunks(bodies, chunk_size):
+            producer.send(chunk, batch)
+            progress.update("produced", producer.stored, total)
     if not args.json:
         print(producer.summary())
-    return EXIT_OK
 
 
 def _check_body_size(args: argparse.Namespace, limit: int) -> None:

@@ -43,7 +43,7 @@ from sdk import (
     ReceivedMessage,
 )
 from sdk.perf.affinity import pinned
-from sdk.perf.report import Figure, Progress
+from sdk.perf.report import Figure, Progress, bench_body, percentile
 
 LATENCY_WARMUP = 100
 TOPIC = "bench"
@@ -62,16 +62,6 @@ class E2EBenchConfig:
     commitlog_file_size: int = 1 << 30
     index_process: bool = True
     pin_cpu: int | None = None  # also measure put, get and latency with the threads on this CPU
-
-
-def _percentile(samples: list[float], pct: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def _body(size: int) -> bytes:
-    return (b"0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size]
 
 
 def run_e2e_bench(config: E2EBenchConfig, progress: Progress) -> Iterator[Figure]:
@@ -116,7 +106,7 @@ def _create_queues(
 ) -> int:
     """Send one message to each of the topic's queues, which creates the topic and its queue
     files (a few milliseconds, once); returns how many were sent."""
-    body = _body(config.size)
+    body = bench_body(config.size)
     topic = _topic(how)
     queues = broker.service.queue_count(topic)
     for queue_id in range(queues):
@@ -131,7 +121,7 @@ def _produce(
     progress: Progress,
     how: str = "",
 ) -> Figure:
-    body = _body(config.size)
+    body = bench_body(config.size)
     topic = _topic(how)
     started = time.perf_counter()
     sent = 0
@@ -205,7 +195,7 @@ def _latency(
         arrived.set()
         return ConsumeResult.SUCCESS
 
-    body = _body(config.size)
+    body = bench_body(config.size)
     samples: list[float] = []
     total = config.latency_samples + LATENCY_WARMUP
     with PushConsumer(broker, f"bench-latency{how}", {"latency": None}, hold, consume_threads=1):
@@ -219,5 +209,5 @@ def _latency(
                 samples.append((arrival[0] - before) * 1000)
             progress.update(f"e2e{how} latency", index + 1, total)
     progress.done(f"e2e{how} latency")
-    yield Figure(f"e2e{how}_p50_ms", _percentile(samples, 50), len(samples), config.size, 1)
-    yield Figure(f"e2e{how}_p99_ms", _percentile(samples, 99), len(samples), config.size, 1)
+    yield Figure(f"e2e{how}_p50_ms", percentile(samples, 50), len(samples), config.size, 1)
+    yield Figure(f"e2e{how}_p99_ms", percentile(samples, 99), len(samples), config.size, 1)

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sdk import AsyncAdmin, AsyncProducer, AsyncPullConsumer, ConsumeFrom, Message
-from sdk.perf.report import Figure, Progress
+from sdk.perf.report import Figure, Progress, bench_body, percentile
 from sdk.server import event_loop
 
 LATENCY_WARMUP = 100
@@ -55,15 +55,6 @@ class RemoteBenchConfig:
     latency_samples: int = 2000
     broker_pid: int | None = None  # a spawned broker's process: its memory is reported
     loop: str = "auto"  # the clients' event loop (sdk.server.event_loop)
-
-
-def _body(size: int) -> bytes:
-    return (b"0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size]
-
-
-def _percentile(samples: list[float], pct: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -104,8 +95,8 @@ async def _run(
         figure("consume_msgs_per_s", await _consume(config, topic, progress), config.count)
     if "e2e" in figures:
         latencies = await _latencies(config, progress)
-        figure("e2e_p50_ms", _percentile(latencies, 50), len(latencies))
-        figure("e2e_p99_ms", _percentile(latencies, 99), len(latencies))
+        figure("e2e_p50_ms", percentile(latencies, 50), len(latencies))
+        figure("e2e_p99_ms", percentile(latencies, 99), len(latencies))
     if config.broker_pid is not None:
         figure("broker_rss_mb", rss_mb(config.broker_pid), 0)
         figure("broker_rss_anon_mb", rss_mb(config.broker_pid, "RssAnon"), 0)
@@ -121,7 +112,7 @@ async def _new_topic(config: RemoteBenchConfig, queues: int) -> str:
 
 async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) -> float:
     """Warm every queue, then time ``config.count`` messages from the producers."""
-    body = _body(config.size)
+    body = bench_body(config.size)
     batch = [Message(topic, body) for _ in range(config.batch)]
     producers = [AsyncProducer(config.url) for _ in range(config.producers)]
     try:
@@ -189,7 +180,7 @@ async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) ->
 async def _latencies(config: RemoteBenchConfig, progress: Progress) -> list[float]:
     """One message in flight: send, then the parked poll's return."""
     topic = await _new_topic(config, 1)
-    body = _body(config.size)
+    body = bench_body(config.size)
     total = config.latency_samples + LATENCY_WARMUP
     samples: list[float] = []
     async with AsyncProducer(config.url) as producer:

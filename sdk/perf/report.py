@@ -36,6 +36,17 @@ class Figure:
         return f"{self.name:32s} {self.value:>16,.1f}   (count {self.count:,}, size {self.size})"
 
 
+def percentile(samples: list[float], pct: float) -> float:
+    """The ``pct`` percentile of ``samples`` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
+
+
+def bench_body(size: int) -> bytes:
+    """A message body of ``size`` bytes, the same in every benchmark."""
+    return (b"0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size]
+
+
 def emit(figure: Figure, as_json: bool, out: TextIO = sys.stdout) -> None:
     out.write((figure.to_json().decode() if as_json else figure.to_text()) + "\n")
     out.flush()
