@@ -5,8 +5,10 @@ may be answered or logged as a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from sdk.errors import BrokerUnavailableError
 from sdk.protocol.data_plane import encode_query_by_id_request, send_query
 from sdk.protocol.errors import error_from_answer
 from sdk.protocol.produce_body import encode_produce_body
+from sdk.server.run import ServerOptions, serve
 from tests.sdk.remote.loopback_server import LoopbackServer, loopback_server
 
 pytestmark = pytest.mark.integration
@@ -82,3 +85,42 @@ def test_a_request_after_the_pools_shut_down_is_a_retriable_503(
     error = error_from_answer(answer.status_code, answer.content)
     assert isinstance(error, BrokerUnavailableError)
     assert error.retriable
+
+
+def test_a_client_that_never_finishes_its_body_does_not_hold_the_shutdown(
+    tmp_path: Path,
+) -> None:
+    """The drain waits ``drain_timeout_s`` for requests in flight; then the connections close
+    at once, even one whose request body never ends (the store is already closed)."""
+    options = ServerOptions(data=tmp_path / "data", port=0, drain_timeout_s=0.2)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    listening = threading.Event()
+    urls: list[str] = []
+
+    def on_listening(url: str) -> None:
+        urls.append(url)
+        listening.set()
+
+    server = threading.Thread(
+        target=lambda: loop.run_until_complete(serve(options, stop, on_listening=on_listening))
+    )
+    server.start()
+    try:
+        assert listening.wait(30)
+        port = int(urls[0].rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            client.sendall(
+                b"POST /v1/heartbeat HTTP/1.1\r\nHost: broker\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
+            with httpx.Client(base_url=urls[0], timeout=30) as http:  # the request is in
+                assert http.get("/health").status_code == 200
+            loop.call_soon_threadsafe(stop.set)
+            server.join(30)  # well under aiohttp's default of a minute per connection
+            assert not server.is_alive()
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        server.join(120)
+        loop.close()
+    assert not (tmp_path / "data" / "abort").exists()
