@@ -7,7 +7,7 @@ and no client waits for nothing:
 
 1. stop accepting connections; requests still arriving on open ones are answered 503
    (retriable: a client retries, and finds the broker gone or back);
-2. answer the parked pulls at once (with what they have: nothing new);
+2. answer the parked pulls and transaction-check fetches at once (with what they have);
 3. let the requests in flight finish (up to ``drain_timeout_s``), then the writes queued on the
    writer thread;
 4. close the broker: flush the commitlog, persist the consumer offsets, remove the abort
