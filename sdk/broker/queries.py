@@ -8,7 +8,8 @@ decodes it with the store's codec. A record that retention deleted between the f
 copy is left out. A query by key answers at most :data:`MAX_QUERY_COUNT` messages.
 
 A store kept without a key index cannot answer a query by key (nor by UNIQ_KEY): that is an
-:class:`~sdk.errors.IllegalStateError` naming the store, not a failure of the broker.
+:class:`~sdk.errors.IllegalStateError` naming the store, not a failure of the broker. A closed
+store stays a :class:`~localstore.StoreClosedError` (the transports report an unavailable broker).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from localstore import MessageStore
-from localstore.errors import StoreError
+from localstore.errors import StoreClosedError, StoreError
 from localstore.record.codec import StoredMessage
 from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.transport.models import MAX_QUERY_COUNT, StoredRecords
@@ -40,6 +41,8 @@ def query_by_key(
         found = store.query_by_key(
             topic, key, max_count=min(max_count, MAX_QUERY_COUNT), begin_ms=begin_ms, end_ms=end_ms
         )
+    except StoreClosedError:
+        raise  # the broker is going away, not a store that cannot be queried
     except StoreError as exc:
         raise IllegalStateError(f"cannot query by key: {exc}") from exc
     return _records(store, found)
@@ -52,6 +55,8 @@ def query_by_id(store: MessageStore, message_id: str) -> StoredRecords:
         raise InvalidArgumentError("a query by id names an id (an offsetMsgId or a UNIQ_KEY)")
     try:
         found = store.query_by_id(message_id)
+    except StoreClosedError:
+        raise
     except StoreError as exc:
         raise IllegalStateError(f"cannot query by id: {exc}") from exc
     return _records(store, found)

@@ -344,10 +344,11 @@ class BrokerService:
         return self._closed
 
     def stop_waiting(self) -> None:
-        """Answer every parked pull now, and park no new one (a server shutting down: its
-        consumers hear at once, then find the broker gone)."""
+        """Answer every parked pull and transaction-check fetch now, and park no new one (a
+        server shutting down: its clients hear at once, then find the broker gone)."""
         self._draining = True
         self.notifier.notify_all()
+        self.transactions.stop_waiting()
 
     def _not_waiting(self) -> bool:
         return self._closed or self._draining

@@ -206,6 +206,7 @@ class TransactionService:
             log=log,
         )
         self._closed = False
+        self._draining = False  # stop_waiting(): fetches answer at once, nothing parks
         # Event-loop fetches waiting for checks: each entry wakes one (from any thread).
         self._check_waiters: list[Callable[[], None]] = []
         self._load()
@@ -537,7 +538,7 @@ class TransactionService:
         deadline = self._clock.monotonic() + max(wait_ms, 0) / 1000
         with self._checks_ready:
             self._producers.setdefault(group, {})[client_id] = self._clock.time_ms()
-            while not self._pending.get(group) and not self._closed:
+            while not self._pending.get(group) and not (self._closed or self._draining):
                 remaining = deadline - self._clock.monotonic()
                 if remaining <= 0:
                     break
@@ -563,7 +564,7 @@ class TransactionService:
             with self._checks_ready:
                 self._producers.setdefault(group, {})[client_id] = self._clock.time_ms()
                 remaining = deadline - loop.time()
-                if self._pending.get(group) or self._closed or remaining <= 0:
+                if self._pending.get(group) or self._closed or self._draining or remaining <= 0:
                     taken = self._take_checks_locked(group, max_count)
                     break
                 self._check_waiters.append(wake)
@@ -613,6 +614,12 @@ class TransactionService:
         """Start the check thread (first round at once: half messages left open while the
         broker was down are asked about right away; see :mod:`sdk.broker.rounds`)."""
         self._rounds.start()
+
+    def stop_waiting(self) -> None:
+        """Answer waiting fetches now, and let no new one wait (a server shutting down)."""
+        with self._checks_ready:
+            self._draining = True
+            self._notify_checks_locked()
 
     def stop(self) -> None:
         """Answer waiting fetches, stop the thread, commit the progress to the offset table."""

@@ -122,19 +122,17 @@ def remote_broker(url: str) -> RemoteBroker:
 
 
 def broker_url(text: str) -> str:
-    """An ``http://`` or ``https://`` URL naming a host, for argparse (trailing ``/`` dropped)."""
-    from urllib.parse import urlsplit
+    """A broker URL as the HTTP transports take it (:func:`sdk.transport.http_common.broker_url`:
+    ``http`` or ``https``, a host, a reachable port; trailing ``/`` dropped), for argparse."""
+    from sdk.errors import InvalidArgumentError
+    from sdk.transport.http_common import broker_url as checked_url
 
     try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018  # raises ValueError for a port that is no number
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a broker URL: {text!r} ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return checked_url(text)
+    except InvalidArgumentError as exc:
         raise argparse.ArgumentTypeError(
-            f"not a broker URL: {text!r} (want http://HOST:PORT, e.g. http://127.0.0.1:8080)"
-        )
-    return text.rstrip("/")
+            f"not a broker URL: {exc} (want http://HOST:PORT, e.g. http://127.0.0.1:8080)"
+        ) from None
 
 
 def target_name(args: argparse.Namespace) -> str:

@@ -38,7 +38,7 @@ from aiohttp import web
 from localstore import StoreClosedError
 from sdk._version import __version__
 from sdk.broker.service import BrokerService
-from sdk.errors import BrokerUnavailableError, InvalidArgumentError
+from sdk.errors import BrokerUnavailableError, InvalidArgumentError, MalformedBodyError
 from sdk.protocol.data_plane import (
     decode_checks_request,
     decode_pull_request,
@@ -265,10 +265,10 @@ class BrokerApp:
     # -- running calls -------------------------------------------------------------------------
     async def _run(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         self._check_serving()
-        return await asyncio.get_running_loop().run_in_executor(pool, call)
+        return await _submit(pool, call)
 
     def _offload_read(self, call: Callable[[], T]) -> Awaitable[T]:
-        return asyncio.get_running_loop().run_in_executor(self._readers, call)
+        return _submit(self._readers, call)
 
     def _check_serving(self) -> None:
         if self.service.closed:
@@ -291,6 +291,9 @@ class BrokerApp:
             response = _http_error(exc, self.max_request_bytes)
         except StoreClosedError as exc:
             response = _error(BrokerUnavailableError(f"the broker is closing: {exc}"))
+        except ConnectionResetError:  # the client left before its whole request body came
+            log.debug("%s %s: the client closed the connection", request.method, request.path)
+            response = _error(MalformedBodyError(0, "the connection closed mid-body"))
         except Exception as exc:
             if not _is_expected(exc):
                 log.exception("%s %s failed", request.method, request.path)
@@ -314,6 +317,15 @@ class BrokerApp:
         """Finish the writes queued on the writer thread, then stop both pools."""
         self._writer.shutdown(wait=True)
         self._readers.shutdown(wait=True)
+
+
+def _submit(pool: ThreadPoolExecutor, call: Callable[[], T]) -> asyncio.Future[T]:
+    """``call`` on ``pool``; a pool already shut down (the server is stopping and its drain ran
+    out of time) refuses it as a closing broker (503: the call never ran, a client resends)."""
+    try:
+        return asyncio.get_running_loop().run_in_executor(pool, call)
+    except RuntimeError as exc:  # concurrent.futures: "cannot schedule new futures after shutdown"
+        raise BrokerUnavailableError("the broker is shutting down") from exc
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:

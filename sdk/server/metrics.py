@@ -9,9 +9,10 @@ Counters only grow, from the server's start; a rate is the scraper's ``rate()`` 
 * ``quiver_requests_total{route, status}``: answered requests;
 * ``quiver_commitlog_flush_seconds`` (a summary: ``_sum``, ``_count``): the commitlog's fsyncs;
 
-and gauges read at the scrape: ``quiver_open_connections``, ``quiver_parked_pulls`` (pulls held
-by long polling), ``quiver_consumer_lag{group, topic, queue_id}`` (messages behind, per queue a
-group has offsets of).
+and gauges read at the scrape: ``quiver_open_connections``, ``quiver_parked_pulls`` (long
+polls in flight: pulls that asked to wait, held now or being answered),
+``quiver_consumer_lag{group, topic, queue_id}`` (messages behind, per queue a group has offsets
+of).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def render(metrics: ServerMetrics, gauges: Gauges) -> str:
     lines.append(f"quiver_commitlog_flush_seconds_count {gauges.flush_count}")
     family("quiver_open_connections", "gauge", "Client connections open now.")
     lines.append(f"quiver_open_connections {gauges.open_connections}")
-    family("quiver_parked_pulls", "gauge", "Pulls held by long polling now.")
+    family("quiver_parked_pulls", "gauge", "Pulls in flight that asked to wait (long polls).")
     lines.append(f"quiver_parked_pulls {metrics.parked_pulls}")
     family("quiver_consumer_lag", "gauge", "Messages a group has yet to consume, per queue.")
     for group, lag in gauges.lag:

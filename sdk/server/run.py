@@ -7,12 +7,12 @@ and no client waits for nothing:
 
 1. stop accepting connections; requests still arriving on open ones are answered 503
    (retriable: a client retries, and finds the broker gone or back);
-2. answer the parked pulls at once (with what they have: nothing new);
+2. answer the parked pulls and transaction-check fetches at once (with what they have);
 3. let the requests in flight finish (up to ``drain_timeout_s``), then the writes queued on the
    writer thread;
 4. close the broker: flush the commitlog, persist the consumer offsets, remove the abort
    marker (a clean stop: the next open recovers nothing);
-5. close the connections.
+5. close the connections (a handler still running is cancelled within a second).
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ from sdk.server.app import BrokerApp
 __all__ = ["ServerOptions", "serve"]
 
 log = logging.getLogger(__name__)
+
+_CLOSE_TIMEOUT_S = 1.0
+"""How long closing the connections waits for a handler still running after the drain (aiohttp
+waits a minute by default: a client trickling a request body would hold the stop that long)."""
 
 
 @dataclass
@@ -66,7 +70,9 @@ async def serve(
     )
     try:
         app = BrokerApp(broker.service, max_request_bytes=options.max_request_bytes)
-        runner = web.AppRunner(app.app, handle_signals=False, access_log=None)
+        runner = web.AppRunner(
+            app.app, handle_signals=False, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, options.host, options.port)

@@ -12,7 +12,8 @@ Invariants kept here:
   request was sent.
 * A ``stamped`` call (a send) gets its :class:`~sdk.transport.models.ProducerStamp` once, before
   its first try: every retry resends the same stamp, so the broker stores it once. Sequences
-  count per (topic, queue id), from 0, under a lock; a batch sent again (a producer's own
+  count per (topic, queue id), from 0, under a lock, under a producer id of the transport's
+  own (a name given is only its prefix: see :class:`Stamper`); a batch sent again (a producer's own
   retry) gets its first stamp again (:class:`Stamper`).
 * The read timeout of a request is the base timeout plus what the broker may hold it
   (``hold_ms``: a long poll).
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_RETRY_DEADLINE_S",
     "DEFAULT_TIMEOUT_S",
     "HEALTH_PATH",
+    "MAX_PRODUCER_NAME",
     "HealthAnswer",
     "RequestNotServedError",
     "RetryPolicy",
@@ -131,18 +133,27 @@ def decode_health(url: str, http_status: int, body: bytes) -> HealthAnswer:
 class Stamper:
     """Producer stamps of one transport: its producer id and one sequence per queue.
 
+    The producer id is this stamper's alone: a random one, or the name given followed by
+    ``.`` and a random instance part. Its sequences start at 0, so two stampers under one id
+    (two producers of one :class:`~sdk.transport.remote_broker.RemoteBroker`, a producer
+    started again) would stamp different batches alike, and the broker would answer the later
+    ones with the earlier ones' receipts, storing nothing.
+
     A batch sent again is stamped as the first time: the stamps of the last
     :data:`REMEMBERED_BATCHES` batches to each queue are kept by the batch's fingerprint (its
     messages' ``UNIQ_KEY``s, which a client builds once per batch), so a producer that retries
     a send the transport gave up on resends the same stamp, and the broker stores it once."""
 
     def __init__(self, producer_id: str | None = None) -> None:
-        producer_id = producer_id if producer_id is not None else uuid.uuid4().hex
-        if not PRODUCER_ID.fullmatch(producer_id):
+        instance = uuid.uuid4().hex
+        if producer_id is None:
+            self.producer_id = instance
+        elif len(producer_id) <= MAX_PRODUCER_NAME and PRODUCER_ID.fullmatch(producer_id):
+            self.producer_id = f"{producer_id}.{instance[:_INSTANCE_CHARS]}"
+        else:
             raise InvalidArgumentError(
-                f"producer_id {producer_id!r:.80}: want 1 to 128 of [A-Za-z0-9_.:-]"
+                f"producer_id {producer_id!r:.80}: want 1 to {MAX_PRODUCER_NAME} of [A-Za-z0-9_.:-]"
             )
-        self.producer_id = producer_id
         self._next: dict[tuple[str, int], int] = {}
         self._recent: dict[tuple[str, int], OrderedDict[tuple[Any, ...], ProducerStamp]] = {}
         self._lock = threading.Lock()
@@ -173,6 +184,11 @@ class Stamper:
                     recent.popitem(last=False)
             return stamp
 
+
+_INSTANCE_CHARS = 16
+MAX_PRODUCER_NAME = 128 - 1 - _INSTANCE_CHARS
+"""The longest producer name a transport takes (the broker takes ids of 128 characters: the
+name, ``.`` and the instance part)."""
 
 REMEMBERED_BATCHES = 64
 """Batches per queue whose stamps a transport remembers for a resend (see :class:`Stamper`)."""

@@ -48,7 +48,8 @@ class HttpTransport:
 
     ``timeout_s``: connect, write and read timeout of one request (a long poll waits its hold
     on top). ``retry_deadline_s``: how long a call retries retriable failures.
-    ``producer_id``: the id stamped on sends (default: a random one per transport). ``clock``
+    ``producer_id``: a name for the id stamped on sends, which is this transport's own (the
+    name, ``.`` and a random part; default: a random id). ``clock``
     and ``sleep`` drive the retry backoff (tests inject them). Close it with :meth:`close`.
     Every operation of :class:`~sdk.transport.base.BrokerTransport` is a method, generated
     from :data:`sdk.protocol.calls.CALLS`."""

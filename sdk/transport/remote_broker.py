@@ -22,8 +22,9 @@ class RemoteBroker:
     ``timeout_s``: connect, write and read timeout of one request (a long poll adds its wait).
     ``retry_deadline_s``: how long a call retries while the broker cannot be reached or answers
     503, before it raises :class:`sdk.BrokerUnavailableError` (0: one try).
-    ``producer_id``: the id a producer's sends are stamped with (default: a new random one per
-    transport); the broker stores a batch once per stamp.
+    ``producer_id``: a name for the ids a producer's sends are stamped with (each transport's
+    id is the name, ``.`` and a random part of its own: its sequences start at 0, so no two
+    transports may share an id); the broker stores a batch once per stamp.
     """
 
     def __init__(

@@ -145,3 +145,17 @@ def test_the_queries_cross_the_wire_encodings_unchanged(broker, receipts) -> Non
     viewed = wire.query_by_id(message_id=receipts[0].msg_id)
     assert [m.body for m in viewed.messages()] == [b"order-0"]
     assert wire.query_by_id("nobody") == StoredRecords(b"", 0)
+
+
+def test_a_query_of_a_closed_store_says_the_store_is_closed(tmp_path: Path) -> None:
+    """Not 'the store cannot be queried' (IllegalStateError, final): a closed store is a
+    broker going away, which the transports report as unavailable (retriable)."""
+    from localstore import MessageStore, StoreClosedError
+    from sdk.broker import queries
+
+    store = MessageStore(tmp_path / "closed", **SMALL_GEOMETRY)
+    store.close()
+    with pytest.raises(StoreClosedError):
+        queries.query_by_key(store, "orders", "k", begin_ms=0, end_ms=1, max_count=1)
+    with pytest.raises(StoreClosedError):
+        queries.query_by_id(store, "ABC")

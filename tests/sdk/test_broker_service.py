@@ -336,3 +336,35 @@ def test_a_silent_member_is_dropped_once_the_brokers_clock_passes_its_expiry(tmp
         assert service.group_view("g").members == ("alive", "silent")
         clock.advance(0.001)
         assert service.group_view("g").members == ("alive",)
+
+
+def test_stop_waiting_answers_parked_pulls_and_transaction_fetches_at_once(
+    service: BrokerService,
+):
+    """A server shutting down calls stop_waiting(): every long poll it holds, pulls and
+    transaction-check fetches alike, is answered now, not when its minute is up."""
+    service.send([message()])
+
+    async def parked() -> None:
+        pull = asyncio.ensure_future(
+            service.pull_async(PullBatch("g", (QueuePull("orders", 0, 1),), wait_ms=60_000))
+        )
+        checks = asyncio.ensure_future(
+            service.fetch_transaction_checks_async("producers", "client-1", 60_000)
+        )
+        await asyncio.sleep(0)  # both park
+        service.stop_waiting()
+        pulled, fetched = await asyncio.wait_for(asyncio.gather(pull, checks), 30)
+        assert all(r.count == 0 for r in pulled.results)
+        assert fetched.count == 0
+
+    asyncio.run(parked())
+    thread_answers: list[object] = []
+    waiting = threading.Thread(
+        target=lambda: thread_answers.append(
+            service.fetch_transaction_checks("producers", "client-2", 60_000)
+        )
+    )
+    waiting.start()
+    waiting.join(30)  # stop_waiting() holds for a thread that comes later, too
+    assert not waiting.is_alive()

@@ -185,7 +185,7 @@ def test_neither_data_nor_broker_names_both(capsys):
 
 
 def test_a_broker_that_is_no_http_url_is_a_usage_error(capsys):
-    for bad in ("127.0.0.1:8080", "ftp://host", "http://", "http://host:port"):
+    for bad in ("127.0.0.1:8080", "ftp://host", "http://", "http://host:port", "http://host:0"):
         document = error_of(capsys, ["topic", "list", "--broker", bad, "--json"], EXIT_USAGE)
         assert "not a broker URL" in document["detail"], document
 

@@ -21,6 +21,7 @@ from sdk.errors import (
     QuiverError,
     UnknownTopicError,
 )
+from sdk.transport.http_common import MAX_PRODUCER_NAME
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import PullBatch, QueuePull
 from tests.sdk.remote.fakes import FakeTime, error_body, message, send_result_body
@@ -164,18 +165,23 @@ def test_sequences_count_per_queue_and_producer_ids_differ(router, time_) -> Non
         named.send([message(queue_id=2)])
         named.send([message(queue_id=1)])
         other.send([message(queue_id=1)])
+    assert named.producer_id.startswith("orders-app.1.")  # the name, then the instance's own
     assert stamps(route) == [
-        ("orders-app.1", "0"),
-        ("orders-app.1", "0"),
-        ("orders-app.1", "1"),
+        (named.producer_id, "0"),
+        (named.producer_id, "0"),
+        (named.producer_id, "1"),
         (other.producer_id, "0"),
     ]
-    assert other.producer_id != "orders-app.1"
+    assert other.producer_id != named.producer_id
+    with HttpTransport(URL, producer_id="orders-app.1") as again:  # the same name: its own id
+        assert again.producer_id != named.producer_id
 
 
 def test_a_producer_id_the_broker_would_refuse_is_refused_at_once() -> None:
     with pytest.raises(InvalidArgumentError, match="producer_id"):
         HttpTransport(URL, producer_id="has spaces")
+    with pytest.raises(InvalidArgumentError, match="producer_id"):
+        HttpTransport(URL, producer_id="x" * (MAX_PRODUCER_NAME + 1))
 
 
 # -- a call that is not idempotent --------------------------------------------------------------

@@ -22,11 +22,11 @@ def test_a_batch_sent_again_keeps_its_stamp() -> None:
     stamper = Stamper("app-1")
     send = CALLS["send"]
     first, second = _batch(builder), _batch(builder)
-    assert stamper.stamp(send, {"messages": first}) == ProducerStamp("app-1", 0)
-    assert stamper.stamp(send, {"messages": second}) == ProducerStamp("app-1", 1)
-    assert stamper.stamp(send, {"messages": first}) == ProducerStamp("app-1", 0)
+    assert stamper.stamp(send, {"messages": first}) == ProducerStamp(stamper.producer_id, 0)
+    assert stamper.stamp(send, {"messages": second}) == ProducerStamp(stamper.producer_id, 1)
+    assert stamper.stamp(send, {"messages": first}) == ProducerStamp(stamper.producer_id, 0)
     assert stamper.stamp(send, {"messages": _batch(builder, queue_id=1)}) == ProducerStamp(
-        "app-1", 0
+        stamper.producer_id, 0
     )
 
 
@@ -39,7 +39,7 @@ def test_the_memory_of_batches_is_bounded() -> None:
     for _ in range(REMEMBERED_BATCHES):
         stamper.stamp(send, {"messages": _batch(builder)})
     again = stamper.stamp(send, {"messages": oldest})
-    assert again == ProducerStamp("app-1", REMEMBERED_BATCHES + 1)
+    assert again == ProducerStamp(stamper.producer_id, REMEMBERED_BATCHES + 1)
 
 
 def test_a_resent_batch_is_stored_once(tmp_path: Path) -> None:
