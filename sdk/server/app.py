@@ -56,7 +56,7 @@ from sdk.server.metrics import Gauges, ServerMetrics, render
 from sdk.server.openapi import openapi_document
 from sdk.server.produce import refuse_broker_properties
 from sdk.transport.in_process import InProcessTransport
-from sdk.transport.models import SendResult
+from sdk.transport.models import PullBatch, SendResult
 
 __all__ = ["ON_LOOP", "WRITES", "BrokerApp"]
 
@@ -97,6 +97,10 @@ DEFAULT_MAX_HOLD_MS = 30_000
 """The longest the broker holds a pull or a transaction-check fetch (RocketMQ holds a pull up
 to 15 s): a longer wait asked for is answered then with nothing new, and the client asks
 again, so no request is held for days."""
+
+MAX_PULL_ANSWER_BYTES = 64 << 20
+"""The most record bytes one pull answer holds, whatever its queues ask for (a pull may name
+thousands of queues, each with its own ``max_bytes``): the answer is built in memory."""
 
 _JSON = "application/json"
 _BINARY = "application/octet-stream"
@@ -183,9 +187,7 @@ class BrokerApp:
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _pull(self, request: web.Request) -> web.Response:
-        batch = decode_pull_request(await request.read())
-        if batch.wait_ms > self.max_hold_ms:
-            batch = dataclasses.replace(batch, wait_ms=self.max_hold_ms)
+        batch = self._bounded(decode_pull_request(await request.read()))
         self._check_serving()
         parked = batch.wait_ms > 0
         self.metrics.parked_pulls += parked
@@ -199,6 +201,19 @@ class BrokerApp:
             self.metrics.get_messages += answer.count
             self.metrics.get_bytes += len(answer.raw)
         return web.Response(body=encode_pull_answer(result), content_type=_BINARY)
+
+    def _bounded(self, batch: PullBatch) -> PullBatch:
+        """``batch`` held at most ``max_hold_ms``, and answered with at most
+        :data:`MAX_PULL_ANSWER_BYTES` of records in all (its per-queue ``max_bytes`` shared
+        out among its queues)."""
+        per_queue = max(1, MAX_PULL_ANSWER_BYTES // max(1, len(batch.pulls)))
+        if batch.wait_ms <= self.max_hold_ms and batch.max_bytes <= per_queue:
+            return batch
+        return dataclasses.replace(
+            batch,
+            wait_ms=min(batch.wait_ms, self.max_hold_ms),
+            max_bytes=min(batch.max_bytes, per_queue),
+        )
 
     async def _fetch_checks(self, request: web.Request) -> web.Response:
         group, client_id, wait_ms = decode_checks_request(await request.read())

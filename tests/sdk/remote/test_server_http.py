@@ -235,3 +235,25 @@ def test_a_pull_asking_to_wait_for_days_is_held_no_longer_than_the_broker_allows
             "/v1/fetch-transaction-checks", content=encode_checks_request("tx", "c", 2**31 - 1)
         )
         assert decode_checks_answer(checks.content).count == 0
+
+
+def test_one_pull_answer_is_bounded_whatever_its_queues_ask(tmp_path: Path) -> None:
+    """4096 queues asking 2 GiB each would make one answer of terabytes in the broker's
+    memory: the queues share a fixed budget instead."""
+    from sdk import EmbeddedBroker
+    from sdk.server.app import MAX_PULL_ANSWER_BYTES, BrokerApp
+
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as embedded:
+        app = BrokerApp(embedded.service)
+        greedy = PullBatch(
+            "g",
+            tuple(QueuePull("t", q, 0) for q in range(4096)),
+            max_bytes=2**31 - 1,
+            wait_ms=10**9,
+        )
+        bounded = app._bounded(greedy)
+        assert bounded.max_bytes * len(bounded.pulls) <= MAX_PULL_ANSWER_BYTES
+        assert bounded.wait_ms == app.max_hold_ms
+        modest = PullBatch("g", (QueuePull("t", 0, 0),), max_bytes=1 << 20, wait_ms=100)
+        assert app._bounded(modest) is modest
+        app.close_pools()
