@@ -89,6 +89,7 @@ from sdk.broker.transactions import (
     DEFAULT_TIMEOUT_MS,
     TransactionService,
 )
+from sdk.broker.transactions import Offload as CheckReadOffload
 from sdk.clock import SYSTEM_CLOCK, Clock
 from sdk.errors import CloseError, InvalidArgumentError
 from sdk.message import PROPERTY_DELIVER_AT, PROPERTY_PRODUCER_SEQ, dlq_topic, retry_topic
@@ -573,10 +574,17 @@ class BrokerService:
         return self.transactions.fetch_checks(group, client_id, wait_ms)
 
     async def fetch_transaction_checks_async(
-        self, group: str, client_id: str, wait_ms: int
+        self,
+        group: str,
+        client_id: str,
+        wait_ms: int,
+        offload: CheckReadOffload | None = None,
     ) -> TransactionChecks:
-        """:meth:`fetch_transaction_checks` for an event loop: the wait parks a future."""
-        return await self.transactions.fetch_checks_async(group, client_id, wait_ms)
+        """:meth:`fetch_transaction_checks` for an event loop: the wait parks a future.
+        ``offload`` runs the read of the half messages off the loop."""
+        return await self.transactions.fetch_checks_async(
+            group, client_id, wait_ms, offload=offload
+        )
 
     # -- pull --------------------------------------------------------------------------------
     def pull(self, batch: PullBatch) -> PullBatchResult:

@@ -63,9 +63,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from localstore import (
     MessageStore,
@@ -138,6 +139,8 @@ DEFAULT_CHECK_INTERVAL_MS = 60_000  # RocketMQ's transactionCheckInterval
 DEFAULT_MAX_CHECKS = 15  # RocketMQ's transactionCheckMax
 
 _FETCH_MAX = 32
+# Runs a read elsewhere and awaits it (a thread pool's run_in_executor).
+Offload = Callable[[Callable[[], TransactionChecks]], Awaitable[TransactionChecks]]
 _OP_READ_BATCH = 256
 
 
@@ -547,10 +550,17 @@ class TransactionService:
         return self._read_halves(taken)
 
     async def fetch_checks_async(
-        self, group: str, client_id: str, wait_ms: int, max_count: int = _FETCH_MAX
+        self,
+        group: str,
+        client_id: str,
+        wait_ms: int,
+        max_count: int = _FETCH_MAX,
+        offload: Offload | None = None,
     ) -> TransactionChecks:
         """:meth:`fetch_checks` for an event loop: the wait parks a future (woken by a check
-        round that queues work, or by :meth:`stop`), not a thread."""
+        round that queues work, or by :meth:`stop`), not a thread. ``offload`` runs the read
+        of the half messages (a server gives a thread pool's, so the loop never waits on the
+        disk); without it, the read runs on the loop."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_ms, 0) / 1000
         while True:
@@ -576,7 +586,8 @@ class TransactionService:
                 with self._checks_ready:
                     if wake in self._check_waiters:
                         self._check_waiters.remove(wake)
-        return self._read_halves(taken)
+        read = functools.partial(self._read_halves, taken)
+        return read() if offload is None else await offload(read)
 
     def _notify_checks_locked(self) -> None:
         """Wake every waiting fetch (threads and event loops); the lock is held."""

@@ -220,7 +220,9 @@ class BrokerApp:
         wait_ms = min(wait_ms, self.max_hold_ms)
         self._check_serving()
         try:
-            checks = await self.service.fetch_transaction_checks_async(group, client_id, wait_ms)
+            checks = await self.service.fetch_transaction_checks_async(
+                group, client_id, wait_ms, self._offload_read
+            )
         except StoreClosedError as exc:
             raise BrokerUnavailableError(f"the broker is closing: {exc}") from exc
         return web.Response(body=encode_checks_answer(checks), content_type=_BINARY)
