@@ -68,6 +68,7 @@ from localstore.record.properties import (
     decode_properties,
     split_keys,
 )
+from quiver_errors import IllegalStateError
 
 __all__ = ["arrow_schema", "decode_record_batch"]
 
@@ -168,23 +169,48 @@ def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 _INT_AT = INT.unpack_from
 
 
+_RUN_PROBE_MIN = 16
+_RUN_PROBE_MAX = 1 << 16
+
+
 def _record_starts(view: bytes | memoryview, count: int | None) -> npt.NDArray[np.int64]:
     """The start offsets of the records in ``view`` (the first ``count`` of them), by their
-    TOTALSIZE chain; a size that cannot be a record's is decode_record's to explain."""
-    starts: list[int] = []
-    append = starts.append
+    TOTALSIZE chain; a size that cannot be a record's is decode_record's to explain.
+
+    Records of one size often follow each other: from a record of size S the walk checks, in
+    one numpy gather, that the records S, 2S, ... further on have size S too, and takes the
+    run up to the first that has not (each start so found is exact: the record before it has
+    size S). A walk whose runs stay short steps one record at a time for a while."""
+    runs: list[npt.NDArray[np.int64] | list[int]] = []
+    single: list[int] = []
     end = len(view)
     limit = end if count is None else count
-    pos = 0
-    while pos < end and len(starts) < limit:
+    sizes = np.ndarray((max(end - 3, 0),), dtype=">i4", buffer=view, strides=(1,))
+    found, pos, probe, plain_steps = 0, 0, _RUN_PROBE_MIN, 0
+    while pos < end and found < limit:
         total = _INT_AT(view, pos)[0] if pos + 4 <= end else 0
         if total < MIN_RECORD_SIZE or pos + total > end:
             _raise_at(view, pos)
-        append(pos)
-        pos += total
-    if count is not None and len(starts) < count:
-        raise RecordError(f"the bytes hold {len(starts)} records, not the {count} expected")
-    return np.array(starts, dtype=np.int64)
+        if plain_steps:
+            plain_steps -= 1
+            single.append(pos)
+            found, pos = found + 1, pos + total
+            continue
+        room = min((end - pos) // total, limit - found, probe)
+        candidates = pos + total * np.arange(room, dtype=np.int64)
+        differs = np.flatnonzero(sizes[candidates] != total)
+        run = int(differs[0]) if len(differs) else room
+        if run < 4:  # short runs: a while without probing
+            plain_steps = _RUN_PROBE_MIN
+        probe = min(probe * 2, _RUN_PROBE_MAX) if run == room else _RUN_PROBE_MIN
+        runs.append(single)
+        runs.append(candidates[:run])
+        single = []
+        found, pos = found + run, pos + run * total
+    runs.append(single)
+    if count is not None and found < count:
+        raise RecordError(f"the bytes hold {found} records, not the {count} expected")
+    return np.concatenate([np.asarray(run, dtype=np.int64) for run in runs])
 
 
 def _raise_at(view: bytes | memoryview, pos: int) -> None:
@@ -272,56 +298,89 @@ def _vectorised(
 ) -> pa.RecordBatch:
     """The batch of records all of the common shape. Raises ``pa.ArrowInvalid`` when a topic
     or properties text is not UTF-8."""
-    data = pa.py_buffer(view)
-    topic = _slices(view, data, header.topic_at, header.topic_length, True)
-    properties_text = _slices(view, data, header.properties_at, header.properties_length, True)
+    records = _Bytes(np.frombuffer(view, dtype=np.uint8), pa.py_buffer(view))
+    topic = records.slices(header.topic_at, header.topic_length, pa.string())
+    properties_text = records.slices(header.properties_at, header.properties_length, pa.string())
+    found = _PropertyFinder(properties_text)
     offset_msg_id = _offset_msg_ids(header)
-    uniq_key = _last_value(properties_text, PROPERTY_UNIQ_KEY)
     columns: dict[str, pa.Array] = {
         "topic": topic,
         "queue_id": pa.array(header.int_at("QUEUEID").astype(np.int32)),
         "queue_offset": pa.array(header.long_at("QUEUEOFFSET")),
-        "msg_id": pc.coalesce(uniq_key, offset_msg_id),
+        "msg_id": pc.coalesce(found.values(PROPERTY_UNIQ_KEY), offset_msg_id),
         "offset_msg_id": offset_msg_id,
-        "tags": _last_value(properties_text, PROPERTY_TAGS),
-        "keys": _split_keys(_last_value(properties_text, PROPERTY_KEYS)),
+        "tags": found.values(PROPERTY_TAGS),
+        "keys": _split_keys(found.values(PROPERTY_KEYS)),
         "born_timestamp": _timestamps(header.long_at("BORNTIMESTAMP")),
         "store_timestamp": _timestamps(header.long_at("STORETIMESTAMP")),
         "reconsume_times": pa.array(header.int_at("RECONSUMETIMES").astype(np.int32)),
     }
     if include_body:
-        columns["body"] = _slices(view, data, header.body_at, header.body_length, False)
+        columns["body"] = records.slices(header.body_at, header.body_length, pa.binary())
     if include_properties:
-        columns["properties"] = _properties_maps(properties_text)
+        columns["properties"] = _properties_maps(properties_text, found)
     return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
-def _slices(
-    view: bytes | memoryview,
-    data: pa.Buffer,
-    at: npt.NDArray[np.int64],
-    length: npt.NDArray[np.int64],
-    as_text: bool,
-) -> pa.Array:
-    """The ``length[i]`` bytes at ``at[i]`` of ``data`` as a plain binary or string array:
-    Arrow views (16 bytes each: the length, then the bytes themselves up to 12, else their
-    first 4, buffer 0 and the offset) that Arrow copies into one values buffer. Raises
-    ``pa.ArrowInvalid`` for a string that is not UTF-8."""
-    count = len(at)
-    views = np.zeros((count, 16), dtype=np.uint8)
-    words = views.view("<i4")
-    words[:, 0] = length
-    inline_bytes = np.arange(12)
-    gather = np.minimum(at[:, None] + inline_bytes, len(view) - 1)
-    heads = np.frombuffer(view, dtype=np.uint8)[gather]
-    heads[inline_bytes >= length[:, None]] = 0  # an inline value is zero-padded
-    views[:, 4:16] = heads
-    long_values = length > 12
-    words[long_values, 2] = 0  # buffer 0: every value lies in ``data``
-    words[long_values, 3] = at[long_values]
-    viewed = pa.Array.from_buffers(pa.binary_view(), count, [None, pa.py_buffer(views), data])
-    copied = viewed.cast(pa.binary())
-    return copied.cast(pa.string()) if as_text else copied  # the cast checks UTF-8
+_INLINE_BYTES = 12  # a binary view holds a value up to 12 bytes itself
+
+
+class _Bytes:
+    """A byte buffer (as numpy and as Arrow) whose slices become Arrow arrays."""
+
+    def __init__(self, octets: npt.NDArray[np.uint8], buffer: pa.Buffer) -> None:
+        self.octets = octets
+        self.buffer = buffer
+        size = len(octets)
+        # a little-endian word at every byte position, for the views' inline bytes
+        self.words = np.ndarray((max(size - 3, 0),), dtype="<u4", buffer=octets, strides=(1,))
+
+    def slices(
+        self,
+        at: npt.NDArray[np.int64],
+        length: npt.NDArray[np.int64],
+        kind: pa.DataType,
+        valid: npt.NDArray[np.bool_] | None = None,
+    ) -> pa.Array:
+        """The ``length[i]`` bytes at ``at[i]`` as a ``kind`` (binary or string) array, null
+        where ``valid`` is False: Arrow views (16 bytes each: the length, then the bytes
+        themselves up to 12, else their first 4, buffer 0 and the offset) that Arrow copies
+        into one values buffer. Raises ``pa.ArrowInvalid`` for a string that is not UTF-8."""
+        count = len(at)
+        inside = (at >= 0) & (length >= 0) & (at + length <= len(self.octets))
+        if not (inside if valid is None else inside | ~valid).all():  # Arrow would read astray
+            raise IllegalStateError("the columnar decoder made a slice outside its buffer")
+        views = np.zeros((count, 4), dtype="<u4")
+        views[:, 0] = length
+        self._inline(views, at, length)
+        outside = length > _INLINE_BYTES
+        views[outside, 2] = 0  # buffer 0: every value lies in ``buffer``
+        views[outside, 3] = at[outside]
+        validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        viewed = pa.Array.from_buffers(
+            pa.binary_view(), count, [validity, pa.py_buffer(views), self.buffer]
+        )
+        copied = viewed.cast(pa.binary())
+        return copied if kind == pa.binary() else copied.cast(kind)  # the cast checks UTF-8
+
+    def _inline(
+        self,
+        views: npt.NDArray[np.uint32],
+        at: npt.NDArray[np.int64],
+        length: npt.NDArray[np.int64],
+    ) -> None:
+        """Fill views' bytes 4 to 16 with each value's first 12 bytes, zero-padded."""
+        size = len(self.octets)
+        room = at + _INLINE_BYTES <= size
+        roomy = at[room]
+        for word in range(3):
+            views[room, 1 + word] = self.words[roomy + 4 * word]
+        if not room.all():  # values near the buffer's end: byte by byte, clipped
+            spread = np.minimum(at[~room, None] + np.arange(_INLINE_BYTES), max(size - 1, 0))
+            tail = self.octets[spread] if size else np.zeros(spread.shape, np.uint8)
+            views[~room, 1:] = tail.view("<u4")
+        inline = views.view(np.uint8)[:, 4:]
+        inline *= np.arange(_INLINE_BYTES) < np.minimum(length, _INLINE_BYTES)[:, None]
 
 
 _HEX_DIGITS = np.array([ord(c) for c in "0123456789ABCDEF"], dtype=np.uint8)
@@ -344,12 +403,91 @@ def _offset_msg_ids(header: _Headers) -> pa.Array:
     )
 
 
-def _last_value(properties_text: pa.Array, name: str) -> pa.Array:
-    """Per record, the value of property ``name`` as decode_properties reads it (the last
-    pair of that name with a value; null without one)."""
-    # a pair starts the text or follows a \x02; the greedy prefix skips to the last such pair
-    pattern = r"^(?s:.*\x02)?" + name + r"\x01(?P<value>[^\x02]+)"
-    return pc.struct_field(pc.extract_regex(properties_text, pattern=pattern), [0])
+class _PropertyFinder:
+    """Where properties of given names are in records' properties texts (a string array), by
+    decode_properties' rules: a pair starts a text or follows a ``\\x02``, its name ends at
+    its first ``\\x01``, its value at the next ``\\x02`` or the text's end; a pair with an
+    empty value does not count; of pairs of one name the last counts."""
+
+    def __init__(self, texts: pa.Array) -> None:
+        self.count = len(texts)
+        _, offsets, data = texts.buffers()
+        self.offsets = np.frombuffer(offsets, dtype=np.int32)[
+            texts.offset : texts.offset + self.count + 1
+        ].astype(np.int64)
+        octets = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        self.text = _Bytes(octets, data if data is not None else pa.py_buffer(b""))
+        self.separators = np.flatnonzero(octets == 0x02)
+        after = self.separators + 1
+        starts_a_text = np.zeros(len(octets) + 1, dtype=bool)
+        starts_a_text[self.offsets] = True
+        self.text_starts = self.offsets[:-1]
+        self.pair_starts = after[~starts_a_text[after]]  # the later pairs of each text
+
+    def every_pair(self) -> tuple[npt.NDArray[np.int64], pa.Array, pa.Array]:
+        """(owner text, name, value) of every pair that counts, in text order (repeats of a
+        name included)."""
+        octets = self.text.octets
+        is_start = np.zeros(len(octets) + 1, dtype=bool)
+        is_start[self.offsets] = True
+        is_start[self.separators + 1] = True
+        starts = np.flatnonzero(is_start[:-1])
+        owners = np.searchsorted(self.offsets, starts, side="right") - 1
+        ends = np.minimum(self._next(self.separators, starts), self.offsets[owners + 1])
+        name_ends = self._next(np.flatnonzero(octets == 0x01), starts)
+        counts = (starts < name_ends) & (name_ends < ends - 1)  # a name, \x01 and a value
+        starts, ends, name_ends, owners = (
+            starts[counts],
+            ends[counts],
+            name_ends[counts],
+            owners[counts],
+        )
+        names = self.text.slices(starts, name_ends - starts, pa.string())
+        values = self.text.slices(name_ends + 1, ends - name_ends - 1, pa.string())
+        return owners, names, values
+
+    @staticmethod
+    def _next(positions: npt.NDArray[np.int64], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The first of the sorted ``positions`` at or after each of ``at`` (int64 max: none)."""
+        beyond = np.append(positions, np.iinfo(np.int64).max)
+        return beyond[np.searchsorted(positions, at)]
+
+    def values(self, name: str) -> pa.Array:
+        """Per text, the value of property ``name`` (null without one)."""
+        prefix = np.frombuffer((name + "\x01").encode(), dtype=np.uint8)
+        at = np.full(self.count, -1, dtype=np.int64)
+        # first pairs, then later ones: a later pair of the name overrides an earlier one
+        for starts in (self.text_starts, self.pair_starts):
+            owners, value_at = self._pairs_named(starts, prefix)
+            at[owners] = value_at
+        found = at >= 0
+        value_at = np.where(found, at, 0)
+        value_end = np.minimum(self._next(self.separators, value_at), self.offsets[1:])
+        length = np.where(found, value_end - value_at, 0)
+        return self.text.slices(value_at, length, pa.string(), found)
+
+    def _pairs_named(
+        self, starts: npt.NDArray[np.int64], prefix: npt.NDArray[np.uint8]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(owner text, value offset) of the pairs at ``starts`` named ``prefix`` (the name
+        and ``\\x01``) with a value, in ascending order."""
+        octets = self.text.octets
+        last = len(octets) - 1
+        if last < 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        words = self.text.words
+        if len(prefix) >= 4 and len(words):  # the first 4 bytes at once, then byte by byte
+            first_word = int(prefix[:4].view("<u4")[0])
+            starts = starts[words[np.minimum(starts, len(words) - 1)] == first_word]
+        for index, octet in enumerate(prefix):
+            starts = starts[octets[np.minimum(starts + index, last)] == octet]
+        owners = np.searchsorted(self.offsets, starts, side="right") - 1
+        value_at = starts + len(prefix)
+        has_value = value_at < self.offsets[owners + 1]  # the text goes on after the name
+        has_value[has_value] &= octets[value_at[has_value]] != 0x02
+        owners, value_at = owners[has_value], value_at[has_value]
+        last_of_owner = np.append(owners[1:] != owners[:-1], True)[: len(owners)]
+        return owners[last_of_owner], value_at[last_of_owner]
 
 
 def _split_keys(keys_text: pa.Array) -> pa.Array:
@@ -365,26 +503,23 @@ def _split_keys(keys_text: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), tokens.filter(pa.array(kept)), type=_KEYS)
 
 
-def _properties_maps(properties_text: pa.Array) -> pa.Array:
-    """Every record's properties as a map, by decode_properties' rules."""
-    segments = pc.split_pattern(properties_text, pattern="\x02")
-    owners = np.asarray(pc.list_parent_indices(segments))
-    pairs = pc.extract_regex(
-        pc.list_flatten(segments), pattern=r"^(?P<name>[^\x01]+)\x01(?s:(?P<value>.+))$"
-    )
-    valid = np.asarray(pc.is_valid(pairs)).astype(bool)
-    owners = owners[valid]
-    pairs = pairs.filter(pa.array(valid))
-    names, values = pc.struct_field(pairs, [0]), pc.struct_field(pairs, [1])
+def _properties_maps(properties_text: pa.Array, found: _PropertyFinder) -> pa.Array:
+    """Every record's properties as a map, by decode_properties' rules (its ``found``)."""
+    owners, names, values = found.every_pair()
     count = len(properties_text)
-    per_record = np.bincount(owners, minlength=count)
-    distinct = pa.table({"owner": owners, "name": names}).group_by(["owner", "name"]).aggregate([])
-    if distinct.num_rows != len(owners):  # a repeated name: the later value, in the first place
+    repeated = len(pc.unique(pa.array(owners * (len(names) + 1) + _codes(names)))) < len(owners)
+    if repeated:  # a repeated name: the later value, in the first one's place (rare)
         texts = properties_text.to_pylist()
         return pa.array([list(decode_properties(text).items()) for text in texts], type=_PROPERTIES)
     offsets = np.zeros(count + 1, dtype=np.int32)
-    np.cumsum(per_record, out=offsets[1:])
+    np.cumsum(np.bincount(owners, minlength=count), out=offsets[1:])
     return pa.MapArray.from_arrays(pa.array(offsets), names, values, type=_PROPERTIES)
+
+
+def _codes(names: pa.Array) -> npt.NDArray[np.int64]:
+    """An int per name, equal for equal names."""
+    encoded = pc.dictionary_encode(names)
+    return np.asarray(encoded.indices).astype(np.int64)
 
 
 def _timestamps(millis: npt.NDArray[np.int64]) -> pa.Array:
