@@ -372,15 +372,28 @@ class _Bytes:
         """Fill views' bytes 4 to 16 with each value's first 12 bytes, zero-padded."""
         size = len(self.octets)
         room = at + _INLINE_BYTES <= size
-        roomy = at[room]
+        everywhere = bool(room.all())
+        roomy = at if everywhere else at[room]
         for word in range(3):
-            views[room, 1 + word] = self.words[roomy + 4 * word]
-        if not room.all():  # values near the buffer's end: byte by byte, clipped
-            spread = np.minimum(at[~room, None] + np.arange(_INLINE_BYTES), max(size - 1, 0))
+            bytes_in_word = np.clip(length - 4 * word, 0, 4)
+            first = (
+                self.words[roomy + 4 * word]
+                & _LOW_BYTES[bytes_in_word if everywhere else bytes_in_word[room]]
+            )
+            if everywhere:
+                views[:, 1 + word] = first
+            else:
+                views[room, 1 + word] = first
+        if not everywhere:  # values near the buffer's end: byte by byte, clipped
+            near_end = ~room
+            spread = np.minimum(at[near_end, None] + np.arange(_INLINE_BYTES), max(size - 1, 0))
             tail = self.octets[spread] if size else np.zeros(spread.shape, np.uint8)
-            views[~room, 1:] = tail.view("<u4")
-        inline = views.view(np.uint8)[:, 4:]
-        inline *= np.arange(_INLINE_BYTES) < np.minimum(length, _INLINE_BYTES)[:, None]
+            tail[np.arange(_INLINE_BYTES) >= length[near_end, None]] = 0
+            views[near_end, 1:] = tail.view("<u4")
+
+
+# a little-endian word's first n bytes, n = 0 to 4
+_LOW_BYTES = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], dtype=np.uint32)
 
 
 _HEX_DIGITS = np.array([ord(c) for c in "0123456789ABCDEF"], dtype=np.uint8)
@@ -476,11 +489,13 @@ class _PropertyFinder:
         if last < 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         words = self.text.words
-        if len(prefix) >= 4 and len(words):  # the first 4 bytes at once, then byte by byte
-            first_word = int(prefix[:4].view("<u4")[0])
-            starts = starts[words[np.minimum(starts, len(words) - 1)] == first_word]
-        for index, octet in enumerate(prefix):
-            starts = starts[octets[np.minimum(starts + index, last)] == octet]
+        checked = 0
+        while len(prefix) - checked >= 4 and len(words):  # 4 bytes at once, then one by one
+            word = int(prefix[checked : checked + 4].view("<u4")[0])
+            starts = starts[words[np.minimum(starts + checked, len(words) - 1)] == word]
+            checked += 4
+        for index in range(checked, len(prefix)):
+            starts = starts[octets[np.minimum(starts + index, last)] == prefix[index]]
         owners = np.searchsorted(self.offsets, starts, side="right") - 1
         value_at = starts + len(prefix)
         has_value = value_at < self.offsets[owners + 1]  # the text goes on after the name
@@ -507,13 +522,24 @@ def _properties_maps(properties_text: pa.Array, found: _PropertyFinder) -> pa.Ar
     """Every record's properties as a map, by decode_properties' rules (its ``found``)."""
     owners, names, values = found.every_pair()
     count = len(properties_text)
-    repeated = len(pc.unique(pa.array(owners * (len(names) + 1) + _codes(names)))) < len(owners)
+    repeated = _repeats_a_name(owners, _codes(names))
     if repeated:  # a repeated name: the later value, in the first one's place (rare)
         texts = properties_text.to_pylist()
         return pa.array([list(decode_properties(text).items()) for text in texts], type=_PROPERTIES)
     offsets = np.zeros(count + 1, dtype=np.int32)
     np.cumsum(np.bincount(owners, minlength=count), out=offsets[1:])
     return pa.MapArray.from_arrays(pa.array(offsets), names, values, type=_PROPERTIES)
+
+
+def _repeats_a_name(owners: npt.NDArray[np.int64], codes: npt.NDArray[np.int64]) -> bool:
+    """Whether a text holds two pairs of one name (code); a text's pairs are adjacent."""
+    most = int(np.bincount(owners).max()) if len(owners) else 0
+    if most > 16:
+        return len(pc.unique(pa.array(owners * (int(codes.max()) + 1) + codes))) < len(owners)
+    return any(
+        bool(((owners[lag:] == owners[:-lag]) & (codes[lag:] == codes[:-lag])).any())
+        for lag in range(1, most)
+    )
 
 
 def _codes(names: pa.Array) -> npt.NDArray[np.int64]:
