@@ -24,9 +24,9 @@ from pyspark.sql.types import (
 )
 
 from localstore import MessageStore, NewMessage, StoreOptions, pack_host
+from localstore.record.arrow import arrow_schema, decode_record_batch
 from localstore.record.batch_encoder import encode_batch
 from localstore.record.codec import RecordError
-from localstore.record.columnar import arrow_schema, decode_record_batch
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.message import ReceivedMessage, retry_topic
 from sdk.transport.models import PullBatch, QueuePull, decode_records
@@ -296,3 +296,15 @@ def test_a_body_is_read_from_the_bytes_given(open_store: StoreFactory):
     padded = bytearray(b"\xee" * 7 + raw + b"\xee" * 9)
     view = memoryview(padded)[7 : 7 + len(raw)]
     assert decode_record_batch(view).to_pylist() == expected_rows(raw, True, False)
+
+
+def test_v2_records_with_long_topics_take_the_vectorised_path():
+    """A topic above 127 bytes makes a v2 record (a 2-byte topic length): read in bulk, not
+    left to the general decoder."""
+    from localstore.record.arrow.headers import Headers
+    from localstore.record.arrow.starts import record_starts
+
+    raw = encode([NewMessage("T", b"x" * n, properties={"TAGS": "t"}) for n in range(5)], "é" * 100)
+    assert_decodes_as_the_general_decoder(raw)
+    headers = Headers(raw, record_starts(raw, None))
+    assert headers.common_shape().all()
