@@ -308,3 +308,14 @@ def test_v2_records_with_long_topics_take_the_vectorised_path():
     assert_decodes_as_the_general_decoder(raw)
     headers = Headers(raw, record_starts(raw, None))
     assert headers.common_shape().all()
+
+
+def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactory):
+    """A reader may hand in a mapped segment and unmap it: the batch owns its values."""
+    store = open_store()
+    put_varied_messages(store)
+    raw = bytearray(store.get_message_bytes("orders", 0, 0, max_count=100).raw)
+    expected = expected_rows(bytes(raw))
+    batch = decode_record_batch(memoryview(raw), include_properties=True)
+    raw[:] = bytes(len(raw))
+    assert batch.to_pylist() == expected

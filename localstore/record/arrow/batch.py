@@ -41,7 +41,7 @@ def decode_record_batch(
     decoded.
 
     Raises :class:`~localstore.record.codec.RecordError` for bytes that are not whole records
-    (the error :func:`~localstore.record.codec.decode_record` gives for the first bad one), or
+    (the error :func:`~localstore.record.codec.decode_record` gives for a bad one), or
     when ``raw`` holds fewer than ``count`` records.
     """
     view = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
