@@ -91,7 +91,8 @@ class Headers:
         return chosen
 
 
-_HEX_DIGITS = np.array([ord(c) for c in "0123456789ABCDEF"], dtype=np.uint8)
+# byte -> its two upper-case hex digits, as the 2 bytes of one uint16
+_HEX_PAIRS = np.frombuffer("".join(f"{octet:02X}" for octet in range(256)).encode(), dtype="<u2")
 
 
 def offset_msg_ids(header: Headers) -> pa.Array:
@@ -102,9 +103,7 @@ def offset_msg_ids(header: Headers) -> pa.Array:
     packed[:, 0] = header.long_at("STOREHOSTADDRESS")
     packed[:, 1] = header.long_at("PHYSICALOFFSET")
     octets = packed.view(np.uint8).reshape(count, 16)
-    text = np.empty((count, 32), dtype=np.uint8)
-    text[:, 0::2] = _HEX_DIGITS[octets >> 4]
-    text[:, 1::2] = _HEX_DIGITS[octets & 0xF]
+    text = _HEX_PAIRS[octets]  # (count, 16) digit pairs: 32 characters a row
     offsets = np.arange(0, 32 * count + 1, 32, dtype=np.int32)
     return pa.Array.from_buffers(
         pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)]

@@ -20,11 +20,15 @@ from localstore.record.properties import decode_properties
 __all__ = ["PropertyFinder", "properties_maps", "split_keys"]
 
 
+_NONE = np.iinfo(np.int64).max  # a position past every buffer
+
+
 class PropertyFinder:
-    """Where properties of given names are in records' properties texts (a string array), by
-    decode_properties' rules: a pair starts a text or follows a ``\\x02``, its name ends at
-    its first ``\\x01``, its value at the next ``\\x02`` or the text's end; a pair with an
-    empty value does not count; of pairs of one name the last counts."""
+    """Where properties of given names are in records' properties texts (a string array).
+
+    Every pair of every text is known by its start, its text (owner) and its end (the next
+    ``\\x02`` or the text's end), in two sorted tables made once: each text's first pair, and
+    the pairs after a ``\\x02`` that is not its text's last byte."""
 
     def __init__(self, texts: pa.Array) -> None:
         self.count = len(texts)
@@ -34,79 +38,69 @@ class PropertyFinder:
         ].astype(np.int64)
         octets = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         self.text = ByteSlices(octets, data if data is not None else pa.py_buffer(b""))
-        self.separators = np.flatnonzero(octets == 0x02)
-        after = self.separators + 1
-        starts_a_text = np.zeros(len(octets) + 1, dtype=bool)
-        starts_a_text[self.offsets] = True
-        self.text_starts = self.offsets[:-1]
-        self.pair_starts = after[~starts_a_text[after]]  # the later pairs of each text
-
-    def every_pair(self) -> tuple[npt.NDArray[np.int64], pa.Array, pa.Array]:
-        """(owner text, name, value) of every pair that counts, in text order (repeats of a
-        name included)."""
-        octets = self.text.octets
-        is_start = np.zeros(len(octets) + 1, dtype=bool)
-        is_start[self.offsets] = True
-        is_start[self.separators + 1] = True
-        starts = np.flatnonzero(is_start[:-1])
-        owners = np.searchsorted(self.offsets, starts, side="right") - 1
-        ends = np.minimum(self._next(self.separators, starts), self.offsets[owners + 1])
-        name_ends = self._next(np.flatnonzero(octets == 0x01), starts)
-        counts = (starts < name_ends) & (name_ends < ends - 1)  # a name, \x01 and a value
-        starts, ends, name_ends, owners = (
-            starts[counts],
-            ends[counts],
-            name_ends[counts],
-            owners[counts],
-        )
-        names = self.text.slices(starts, name_ends - starts, pa.string())
-        values = self.text.slices(name_ends + 1, ends - name_ends - 1, pa.string())
-        return owners, names, values
-
-    @staticmethod
-    def _next(positions: npt.NDArray[np.int64], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The first of the sorted ``positions`` at or after each of ``at`` (int64 max: none)."""
-        beyond = np.append(positions, np.iinfo(np.int64).max)
-        return beyond[np.searchsorted(positions, at)]
+        separators = np.flatnonzero(octets == 0x02)
+        text_ends = self.offsets[1:]
+        first_starts = self.offsets[:-1]
+        first_ends = np.minimum(_next(separators, first_starts), text_ends)
+        self.first = (first_starts, np.arange(self.count, dtype=np.int64), first_ends)
+        owners = np.searchsorted(self.offsets, separators, side="right") - 1
+        after = separators + 1
+        later = after < self.offsets[owners + 1]  # not its text's last byte
+        next_separators = np.append(separators[1:], _NONE)
+        later_owners = owners[later]
+        later_ends = np.minimum(next_separators[later], self.offsets[later_owners + 1])
+        self.later = (after[later], later_owners, later_ends)
 
     def values(self, name: str) -> pa.Array:
         """Per text, the value of property ``name`` (null without one)."""
         prefix = np.frombuffer((name + "\x01").encode(), dtype=np.uint8)
-        at = np.full(self.count, -1, dtype=np.int64)
-        # first pairs, then later ones: a later pair of the name overrides an earlier one
-        for starts in (self.text_starts, self.pair_starts):
-            owners, value_at = self._pairs_named(starts, prefix)
-            at[owners] = value_at
-        found = at >= 0
-        value_at = np.where(found, at, 0)
-        value_end = np.minimum(self._next(self.separators, value_at), self.offsets[1:])
-        length = np.where(found, value_end - value_at, 0)
-        return self.text.slices(value_at, length, pa.string(), found)
+        value_at = np.zeros(self.count, dtype=np.int64)
+        value_end = np.zeros(self.count, dtype=np.int64)
+        found = np.zeros(self.count, dtype=bool)
+        for table in (self.first, self.later):  # a later pair of the name overrides
+            owners, at, end = self._pairs_named(table, prefix)
+            value_at[owners], value_end[owners], found[owners] = at, end, True
+        return self.text.slices(value_at, value_end - value_at, pa.string(), found)
+
+    def every_pair(self) -> tuple[npt.NDArray[np.int64], pa.Array, pa.Array]:
+        """(owner text, name, value) of every pair that counts, in text order (repeats of a
+        name included)."""
+        starts, owners, ends = (
+            np.concatenate(pair) for pair in zip(self.first, self.later, strict=True)
+        )
+        in_order = np.argsort(starts, kind="stable")  # two sorted runs: one merge
+        starts, owners, ends = starts[in_order], owners[in_order], ends[in_order]
+        name_ends = _next(np.flatnonzero(self.text.octets == 0x01), starts)
+        counts = (starts < name_ends) & (name_ends < ends - 1)  # a name, \x01 and a value
+        starts, ends, name_ends, owners = (a[counts] for a in (starts, ends, name_ends, owners))
+        names = self.text.slices(starts, name_ends - starts, pa.string())
+        values = self.text.slices(name_ends + 1, ends - name_ends - 1, pa.string())
+        return owners, names, values
 
     def _pairs_named(
-        self, starts: npt.NDArray[np.int64], prefix: npt.NDArray[np.uint8]
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """(owner text, value offset) of the pairs at ``starts`` named ``prefix`` (the name
-        and ``\\x01``) with a value, in ascending order."""
-        octets = self.text.octets
-        last = len(octets) - 1
-        if last < 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        words = self.text.words
+        self, table: tuple[npt.NDArray[np.int64], ...], prefix: npt.NDArray[np.uint8]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(owner, value start, value end) of the pairs of ``table`` named ``prefix`` (the
+        name and ``\\x01``) with a value: the last such pair of each owner, owners ascending."""
+        starts, owners, ends = table
+        octets, words = self.text.octets, self.text.words
+        chosen = np.flatnonzero(starts + len(prefix) < ends)  # room for the name and a value
         checked = 0
-        while len(prefix) - checked >= 4 and len(words):  # 4 bytes at once, then one by one
+        while len(prefix) - checked >= 4:  # 4 bytes at once, then one by one
             word = int(prefix[checked : checked + 4].view("<u4")[0])
-            starts = starts[words[np.minimum(starts + checked, len(words) - 1)] == word]
+            chosen = chosen[words[starts[chosen] + checked] == word]
             checked += 4
         for index in range(checked, len(prefix)):
-            starts = starts[octets[np.minimum(starts + index, last)] == prefix[index]]
-        owners = np.searchsorted(self.offsets, starts, side="right") - 1
-        value_at = starts + len(prefix)
-        has_value = value_at < self.offsets[owners + 1]  # the text goes on after the name
-        has_value[has_value] &= octets[value_at[has_value]] != 0x02
-        owners, value_at = owners[has_value], value_at[has_value]
+            chosen = chosen[octets[starts[chosen] + index] == prefix[index]]
+        owners = owners[chosen]
         last_of_owner = np.append(owners[1:] != owners[:-1], True)[: len(owners)]
-        return owners[last_of_owner], value_at[last_of_owner]
+        chosen = chosen[last_of_owner]
+        return owners[last_of_owner], starts[chosen] + len(prefix), ends[chosen]
+
+
+def _next(positions: npt.NDArray[np.int64], at: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The first of the sorted ``positions`` at or after each of ``at`` (``_NONE``: none)."""
+    return np.append(positions, _NONE)[np.searchsorted(positions, at)]
 
 
 def split_keys(keys_text: pa.Array) -> pa.Array:

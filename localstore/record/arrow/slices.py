@@ -63,6 +63,9 @@ class ByteSlices:
     ) -> None:
         """Fill views' bytes 4 to 16 with each value's first 12 bytes, zero-padded."""
         size = len(self.octets)
+        if (length > _INLINE_BYTES).all():  # every value long: only its first 4 bytes here
+            views[:, 1] = self.words[at]
+            return
         room = at + _INLINE_BYTES <= size
         everywhere = bool(room.all())
         roomy = at if everywhere else at[room]
