@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -252,16 +252,21 @@ PROPERTY_TOKENS = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(PROPERTY_TOKENS, max_size=20).map("".join))
-def test_any_properties_text_reads_as_decode_properties_reads_it(text: str):
+@given(st.lists(st.lists(PROPERTY_TOKENS, max_size=20).map("".join), min_size=1, max_size=4))
+@example(["TAGS\x01first\x02TAGS\x01later", "KEYS\x01a b\x02KEYS\x01\x02", "TAGS\x01x"])
+@example(["UNIQ_KEY\x01u1\x02x\x01y\x02UNIQ_KEY\x01u2\x02", "\x01TAGS\x01\x02\x02TAGS\x01t"])
+def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str]):
     """Empty names and values, repeated names, separators in values: the stored text is
-    whatever a foreign writer put there (the record is written, then its text replaced)."""
-    stored = ("Z\x01z\x02" + text).encode()
-    record = bytearray(
-        encode([NewMessage("T", b"b", properties={"P": "v" * (len(stored) - 3)})], "T")
-    )
-    record[len(record) - len(stored) :] = stored
-    assert_decodes_as_the_general_decoder(bytes(record))
+    whatever a foreign writer put there (each record is written, then its text replaced)."""
+    records = b""
+    for text in texts:
+        stored = text.encode().ljust(4, b"\x02")  # room for the pair written first
+        record = bytearray(
+            encode([NewMessage("T", b"b", properties={"P": "v" * (len(stored) - 3)})], "T")
+        )
+        record[len(record) - len(stored) :] = stored
+        records += record
+    assert_decodes_as_the_general_decoder(records)
 
 
 # --- damage -----------------------------------------------------------------------------------
