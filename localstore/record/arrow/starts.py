@@ -1,0 +1,62 @@
+"""The start offsets of stored records laid end to end, by their TOTALSIZE chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from localstore.record.codec import RecordError, decode_record
+from localstore.record.layout import INT, MIN_RECORD_SIZE
+
+__all__ = ["record_starts"]
+
+_INT_AT = INT.unpack_from
+_RUN_PROBE_MIN = 16
+_RUN_PROBE_MAX = 1 << 16
+
+
+def record_starts(view: bytes | memoryview, count: int | None) -> npt.NDArray[np.int64]:
+    """The start offsets of the records in ``view`` (the first ``count`` of them), by their
+    TOTALSIZE chain; a size that cannot be a record's is decode_record's to explain.
+
+    Records of one size often follow each other: from a record of size S the walk checks, in
+    one numpy gather, that the records S, 2S, ... further on have size S too, and takes the
+    run up to the first that has not (each start so found is exact: the record before it has
+    size S). A walk whose runs stay short steps one record at a time for a while."""
+    runs: list[npt.NDArray[np.int64] | list[int]] = []
+    single: list[int] = []
+    end = len(view)
+    limit = end if count is None else count
+    sizes = np.ndarray((max(end - 3, 0),), dtype=">i4", buffer=view, strides=(1,))
+    found, pos, probe, plain_steps = 0, 0, _RUN_PROBE_MIN, 0
+    while pos < end and found < limit:
+        total = _INT_AT(view, pos)[0] if pos + 4 <= end else 0
+        if total < MIN_RECORD_SIZE or pos + total > end:
+            _raise_at(view, pos)
+        if plain_steps:
+            plain_steps -= 1
+            single.append(pos)
+            found, pos = found + 1, pos + total
+            continue
+        room = min((end - pos) // total, limit - found, probe)
+        candidates = pos + total * np.arange(room, dtype=np.int64)
+        differs = np.flatnonzero(sizes[candidates] != total)
+        run = int(differs[0]) if len(differs) else room
+        if run < 4:  # short runs: a while without probing
+            plain_steps = _RUN_PROBE_MIN
+        probe = min(probe * 2, _RUN_PROBE_MAX) if run == room else _RUN_PROBE_MIN
+        runs.append(single)
+        runs.append(candidates[:run])
+        single = []
+        found, pos = found + run, pos + run * total
+    runs.append(single)
+    if count is not None and found < count:
+        raise RecordError(f"the bytes hold {found} records, not the {count} expected")
+    return np.concatenate([np.asarray(run, dtype=np.int64) for run in runs])
+
+
+def _raise_at(view: bytes | memoryview, pos: int) -> None:
+    """Raise decode_record's error for the record at ``pos`` (or a plain one should it decode:
+    its size did not fit what the bytes hold)."""
+    decode_record(view, pos, body=False)
+    raise RecordError(f"record at buffer position {pos}: its TOTALSIZE runs past the bytes")

@@ -1,0 +1,326 @@
+"""The columnar decoder: row for row what the general decoder reads, in Spark's Arrow types."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from localstore import MessageStore, NewMessage, StoreOptions, pack_host
+from localstore.record.arrow import arrow_schema, decode_record_batch
+from localstore.record.batch_encoder import encode_batch
+from localstore.record.codec import RecordError
+from sdk.broker.service import BrokerOptions, BrokerService
+from sdk.message import ReceivedMessage, retry_topic
+from sdk.transport.models import PullBatch, QueuePull, decode_records
+from tests.sdk.waiting import wait_until
+
+from .conftest import StoreFactory, extract_rocketmq_stores
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+STORE_HOST = pack_host("127.0.0.1", 10911)
+STORE_HOST_V6 = pack_host("2001:db8::10", 10911)
+VARIANTS = [(True, True), (True, False), (False, True), (False, False)]
+
+
+def expected_rows(
+    raw: bytes, include_body: bool = True, include_properties: bool = True
+) -> list[dict[str, Any]]:
+    """The rows the general decoder and the SDK's message view give for ``raw``."""
+    rows = []
+    for stored in decode_records(raw):
+        received = ReceivedMessage.from_stored(stored)
+        row: dict[str, Any] = {
+            "topic": stored.topic,
+            "queue_id": stored.queue_id,
+            "queue_offset": stored.queue_offset,
+            "msg_id": received.msg_id,
+            "offset_msg_id": received.offset_msg_id,
+            "tags": received.tags,
+            "keys": list(received.keys),
+        }
+        if include_body:
+            row["body"] = stored.body
+        row["born_timestamp"] = EPOCH + datetime.timedelta(milliseconds=stored.born_timestamp)
+        row["store_timestamp"] = EPOCH + datetime.timedelta(milliseconds=stored.store_timestamp)
+        row["reconsume_times"] = stored.reconsume_times
+        if include_properties:
+            row["properties"] = list(stored.properties.items())
+        rows.append(row)
+    return rows
+
+
+def assert_decodes_as_the_general_decoder(raw: bytes) -> None:
+    for include_body, include_properties in VARIANTS:
+        batch = decode_record_batch(
+            raw, include_body=include_body, include_properties=include_properties
+        )
+        assert batch.schema == arrow_schema(
+            include_body=include_body, include_properties=include_properties
+        )
+        assert batch.to_pylist() == expected_rows(raw, include_body, include_properties)
+
+
+def test_the_schema_is_the_arrow_schema_spark_makes_of_the_declared_one():
+    string = StringType()
+    spark_fields = [
+        StructField("topic", string),
+        StructField("queue_id", IntegerType()),
+        StructField("queue_offset", LongType()),
+        StructField("msg_id", string),
+        StructField("offset_msg_id", string),
+        StructField("tags", string),
+        StructField("keys", ArrayType(string)),
+        StructField("body", BinaryType()),
+        StructField("born_timestamp", TimestampType()),
+        StructField("store_timestamp", TimestampType()),
+        StructField("reconsume_times", IntegerType()),
+        StructField("properties", MapType(string, string)),
+    ]
+    for include_body, include_properties in VARIANTS:
+        fields = [
+            f
+            for f in spark_fields
+            if (include_body or f.name != "body") and (include_properties or f.name != "properties")
+        ]
+        spark = to_arrow_schema(StructType(fields), timezone="UTC")
+        ours = arrow_schema(include_body=include_body, include_properties=include_properties)
+        assert spark.equals(ours), (spark, ours)  # what Spark's reader compares
+    assert arrow_schema().field("store_timestamp").type == pa.timestamp("us", tz="UTC")
+    assert arrow_schema().field("queue_id").type == pa.int32()
+
+
+def put_varied_messages(store: MessageStore, topic: str = "orders") -> None:
+    """Tags, keys, user properties, no properties at all, bodies of many sizes."""
+    for index in range(40):
+        properties = {"UNIQ_KEY": f"U{index:031d}"} if index % 5 else {}
+        if index % 3 == 0:
+            properties["TAGS"] = f"tag{index % 4}"
+        if index % 4 == 0:
+            properties["KEYS"] = f"order-{index}  customer-{index % 3} "
+        if index % 7 == 0:
+            properties["region"] = "eu-west\nline two é"
+        body = bytes(range(256))[: (index * 7) % 40 + 1] * (index % 3 + 1)
+        assert store.put(NewMessage(topic, body, index % 2, properties)).ok
+
+
+def test_a_store_s_records_decode_as_the_general_decoder_reads_them(open_store: StoreFactory):
+    store = open_store()
+    put_varied_messages(store)
+    for queue_id in (0, 1):
+        raw = bytes(store.get_message_bytes("orders", queue_id, 0, max_count=100).raw)
+        assert len(decode_records(raw)) == 20
+        assert_decodes_as_the_general_decoder(raw)
+
+
+def test_count_decodes_only_the_first_records(open_store: StoreFactory):
+    store = open_store()
+    put_varied_messages(store)
+    raw = bytes(store.get_message_bytes("orders", 0, 0, max_count=100).raw)
+    batch = decode_record_batch(raw, 5)
+    assert batch.column("queue_offset").to_pylist() == [0, 1, 2, 3, 4]
+    with pytest.raises(RecordError, match="hold 20 records, not the 21"):
+        decode_record_batch(raw, 21)
+
+
+def test_ipv6_hosts_take_the_general_decoder_among_ipv4_records(store_dir: Path):
+    """The store's own host IPv6 makes every record longer; a born host IPv6 only some."""
+    for store_host in ("127.0.0.1:10911", "2001:db8::10:10911"):
+        with MessageStore(store_dir / store_host, options=StoreOptions(store_host=store_host)) as s:
+            for index in range(12):
+                born = pack_host("::1" if index % 3 == 1 else "10.0.0.7", 40000 + index)
+                props = {"UNIQ_KEY": f"U{index}", "TAGS": "t", "KEYS": "a b"} if index % 2 else {}
+                assert s.put(NewMessage("orders", b"body%d" % index, 0, props, born_host=born)).ok
+            raw = bytes(s.get_message_bytes("orders", 0, 0, max_count=100).raw)
+        assert_decodes_as_the_general_decoder(raw)
+        batch = decode_record_batch(raw)
+        assert len(batch.column("offset_msg_id")[0].as_py()) == (
+            56 if store_host.startswith("2001") else 32
+        )
+
+
+def test_retried_delayed_and_scheduled_records_from_a_broker(tmp_path: Path):
+    """A pull answer's raw bytes, and the commitlog itself as a range of every topic's records
+    (the schedule topic's, the retry topic's, the dead-letter topic's)."""
+    options = BrokerOptions(delay_levels=[40] * 18, schedule_poll_interval_s=0.01)
+    options.geometry = {"commitlog_file_size": 1 << 20}
+    with BrokerService(tmp_path / "broker", options) as service:
+        sent = [
+            NewMessage("orders", b"o%d" % i, 0, {"UNIQ_KEY": f"U{i}", "TAGS": "paid"})
+            for i in range(3)
+        ]
+        assert service.send(sent).status == "PUT_OK"
+        delayed = NewMessage("orders", b"later", 0, {"UNIQ_KEY": "UD", "DELAY": "1", "KEYS": "k"})
+        assert service.send([delayed]).status == "PUT_OK"
+        phys = service.store.get_messages("orders", 0, 0).messages[0].phys_offset
+        assert service.send_back("billing", phys, max_reconsume_times=5).status == "PUT_OK"
+        retry = retry_topic("billing")
+        wait_until(
+            lambda: service.max_offset(retry, 0) == 1 and service.max_offset("orders", 0) == 4
+        )
+        answer = service.pull(PullBatch("g", (QueuePull(retry, 0, 0),), max_count=10))
+        retried_raw = bytes(answer.results[0].raw)
+        assert decode_records(retried_raw)[0].reconsume_times == 1
+        assert_decodes_as_the_general_decoder(retried_raw)
+        whole = bytes(service.store.get_message_bytes("orders", 0, 0, max_count=10).raw)
+        assert_decodes_as_the_general_decoder(whole)
+        log_end = service.store.commitlog.max_offset
+    segment = next((tmp_path / "broker").rglob("commitlog/00000000000000000000"))
+    log_range = segment.read_bytes()[:log_end]
+    topics = {m.topic for m in decode_records(log_range)}
+    assert {"orders", "SCHEDULE_TOPIC_XXXX", retry} <= topics
+    assert_decodes_as_the_general_decoder(log_range)
+
+
+def test_rocketmq_s_own_records_decode_as_the_general_decoder_reads_them(
+    open_store: StoreFactory, tmp_path: Path
+):
+    store = open_store(extract_rocketmq_stores(tmp_path / "rocketmq") / "store")
+    decoded = 0
+    for topic, queue_id in sorted(store.queues.queues):
+        offset = store.min_offset(topic, queue_id)
+        while offset < store.max_offset(topic, queue_id):  # a get stops at a segment's end
+            got = store.get_message_bytes(topic, queue_id, offset, max_count=1000)
+            raw = bytes(got.raw)
+            assert_decodes_as_the_general_decoder(raw)
+            decoded += len(decode_records(raw))
+            offset = got.next_offset
+    assert decoded == 1002
+
+
+# --- generated records ------------------------------------------------------------------------
+
+TOPICS = st.text(alphabet="abcXYZ09_%|-", min_size=1, max_size=140)  # v2 topics above 127 bytes
+TEXT = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]))
+PROPERTIES = st.dictionaries(
+    st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "x", "é", "TAGSX", "KEYS "]) | TEXT.filter(bool),
+    TEXT,
+    max_size=6,
+)
+MESSAGES = st.builds(
+    NewMessage,
+    topic=st.just("T"),
+    body=st.binary(max_size=40),
+    properties=PROPERTIES,
+    born_timestamp=st.integers(0, 2**42),
+    born_host=st.sampled_from([pack_host("10.1.2.3", 7), pack_host("::1", 8)]),
+    reconsume_times=st.integers(0, 2**31 - 1),
+)
+
+
+def encode(messages: list[NewMessage], topic: str, store_host: bytes = STORE_HOST) -> bytes:
+    for message in messages:
+        message.topic = topic
+    encoded = encode_batch(
+        messages, topic, 3, 7, 1000, 1 << 22, 1_700_000_000_123, store_host, 1 << 30
+    )
+    return b"".join(encoded.runs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(MESSAGES, min_size=1, max_size=12),
+    TOPICS,
+    st.sampled_from([STORE_HOST, STORE_HOST_V6]),
+)
+def test_generated_records_decode_as_the_general_decoder_reads_them(
+    messages: list[NewMessage], topic: str, store_host: bytes
+):
+    assert_decodes_as_the_general_decoder(encode(messages, topic, store_host))
+
+
+PROPERTY_TOKENS = st.sampled_from(
+    ["TAGS", "KEYS", "UNIQ_KEY", "\x01", "\x02", " ", "a", "é", "\n", "TAGS\x01", "\x02KEYS\x01"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(PROPERTY_TOKENS, max_size=20).map("".join), min_size=1, max_size=4))
+@example(["TAGS\x01first\x02TAGS\x01later", "KEYS\x01a b\x02KEYS\x01\x02", "TAGS\x01x"])
+@example(["UNIQ_KEY\x01u1\x02x\x01y\x02UNIQ_KEY\x01u2\x02", "\x01TAGS\x01\x02\x02TAGS\x01t"])
+def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str]):
+    """Empty names and values, repeated names, separators in values: the stored text is
+    whatever a foreign writer put there (each record is written, then its text replaced)."""
+    records = b""
+    for text in texts:
+        stored = text.encode().ljust(4, b"\x02")  # room for the pair written first
+        record = bytearray(
+            encode([NewMessage("T", b"b", properties={"P": "v" * (len(stored) - 3)})], "T")
+        )
+        record[len(record) - len(stored) :] = stored
+        records += record
+    assert_decodes_as_the_general_decoder(records)
+
+
+# --- damage -----------------------------------------------------------------------------------
+
+
+def test_damaged_records_raise_the_general_decoder_s_error():
+    good = encode([NewMessage("T", b"body", properties={"TAGS": "t"}) for _ in range(3)], "T")
+    size = len(good) // 3
+    cases = {
+        "cut short": good[:-5],
+        "bad magic": good[: size + 4] + b"\x00\x00\x00\x00" + good[size + 8 :],
+        "topic not UTF-8": good[: size - 10] + b"\xff" + good[size - 9 :],  # then 2 + 7 bytes
+    }
+    for name, damaged in cases.items():
+        with pytest.raises(RecordError) as general:
+            decode_records(damaged)
+        with pytest.raises(RecordError) as columnar:
+            decode_record_batch(damaged)
+        assert str(columnar.value) == str(general.value), name
+
+
+def test_no_bytes_give_an_empty_batch():
+    batch = decode_record_batch(b"", include_properties=True)
+    assert batch.num_rows == 0 and batch.schema == arrow_schema(include_properties=True)
+
+
+def test_a_body_is_read_from_the_bytes_given(open_store: StoreFactory):
+    """A memoryview of a larger buffer (as a mapped segment) decodes as its bytes do."""
+    store = open_store()
+    put_varied_messages(store)
+    raw = bytes(store.get_message_bytes("orders", 0, 0, max_count=100).raw)
+    padded = bytearray(b"\xee" * 7 + raw + b"\xee" * 9)
+    view = memoryview(padded)[7 : 7 + len(raw)]
+    assert decode_record_batch(view).to_pylist() == expected_rows(raw, True, False)
+
+
+def test_v2_records_with_long_topics_take_the_vectorised_path():
+    """A topic above 127 bytes makes a v2 record (a 2-byte topic length): read in bulk, not
+    left to the general decoder."""
+    from localstore.record.arrow.headers import Headers
+    from localstore.record.arrow.starts import record_starts
+
+    raw = encode([NewMessage("T", b"x" * n, properties={"TAGS": "t"}) for n in range(5)], "é" * 100)
+    assert_decodes_as_the_general_decoder(raw)
+    headers = Headers(raw, record_starts(raw, None))
+    assert headers.common_shape().all()
+
+
+def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactory):
+    """A reader may hand in a mapped segment and unmap it: the batch owns its values."""
+    store = open_store()
+    put_varied_messages(store)
+    raw = bytearray(store.get_message_bytes("orders", 0, 0, max_count=100).raw)
+    expected = expected_rows(bytes(raw))
+    batch = decode_record_batch(memoryview(raw), include_properties=True)
+    raw[:] = bytes(len(raw))
+    assert batch.to_pylist() == expected
