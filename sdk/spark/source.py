@@ -66,6 +66,8 @@ class QuiverBatchReader(DataSourceReader):
         return [QueueRangePartition(queue_range) for queue_range in ranges]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, QueueRangePartition):
+            return  # Spark's stand-in partition when partitions() planned none: nothing to read
         options = self.read_options
         with open_store(options.path) as store:
             yield from read_range(

@@ -70,9 +70,12 @@ class StoreWriter:
         assert got == line, f"writer said {got!r}, expected {line!r}"
 
     def close(self) -> None:
-        assert self.process.stdin is not None
+        assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.close()
-        assert self.process.wait(_TIMEOUT_S) == 0
+        try:
+            assert self.process.wait(_TIMEOUT_S) == 0
+        finally:
+            self.process.stdout.close()
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -88,6 +91,9 @@ class StoreWriter:
         else:
             self.process.kill()
             self.process.wait(_TIMEOUT_S)
+            for pipe in (self.process.stdin, self.process.stdout):
+                if pipe is not None:
+                    pipe.close()
 
 
 if __name__ == "__main__":
