@@ -1,18 +1,22 @@
 """A broker writing a store in another process, for the tests of the ``quiver`` source.
 
-``python -m tests.spark.store_writer ROOT FLUSH_MODE FIRST TOTAL`` opens an
-:class:`EmbeddedBroker` over ROOT (tiny segments, so files roll while it writes), creates topic
-``orders`` with :data:`QUEUES` queues, sends FIRST messages, prints ``ready``, sends the rest
-up to TOTAL (in small batches, round the queues), prints ``done``, and closes the broker at
-the end of its stdin. Message i: body :func:`body_of` (long enough to span many pages), key
-``k{i}``, tag ``t{i % 3}``, property ``n`` = i: a row whose body does not match its key is
-torn.
+``python -m tests.spark.store_writer ROOT FLUSH_MODE FIRST`` opens an :class:`EmbeddedBroker`
+over ROOT (small segments, so files roll while it writes), creates topic ``orders`` with
+:data:`QUEUES` queues, sends FIRST messages and prints ``ready``. Then it obeys its stdin, a
+command a line: ``produce`` (keep sending in a thread, small batches round the queues, up to
+:data:`MOST` messages in all; answers ``producing`` once one more batch is stored), ``stop``
+(answers ``stopped N``, N messages stored in all). End of stdin closes the broker. Message i:
+body :func:`body_of`, key ``k{i}``, tag ``t{i % 3}``, property ``n`` = i: a row whose body does
+not match its key is torn.
+
+:class:`StoreWriter` runs it and speaks that protocol; every wait has a generous timeout.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -20,6 +24,7 @@ TOPIC = "orders"
 QUEUES = 3
 GEOMETRY = {"commitlog_file_size": 64 * 1024, "cq_entries_per_file": 64}
 BATCH = 7
+MOST = 200_000  # messages a writer stores at most (a bound on the disk a test takes)
 _REPO = Path(__file__).resolve().parents[2]
 _TIMEOUT_S = 120.0
 
@@ -40,7 +45,7 @@ def _send(producer: object, start: int, stop: int) -> None:
         producer.send_batch(batch, queue_id=(first // BATCH) % QUEUES)  # type: ignore[attr-defined]
 
 
-def _main(root: str, flush_mode: str, first: int, total: int) -> None:
+def _main(root: str, flush_mode: str, first: int) -> None:
     from sdk import Admin, EmbeddedBroker, Producer
 
     with EmbeddedBroker(root, flush_mode=flush_mode, **GEOMETRY) as broker:
@@ -49,25 +54,67 @@ def _main(root: str, flush_mode: str, first: int, total: int) -> None:
         with Producer(broker) as producer:
             _send(producer, 0, first)
             print("ready", flush=True)
-            _send(producer, first, total)
-            print("done", flush=True)
-        sys.stdin.read()
+            _obey(producer, first)
+
+
+def _obey(producer: object, stored: int) -> None:
+    stopping, one_more = threading.Event(), threading.Event()
+    sender: threading.Thread | None = None
+
+    def produce() -> None:
+        nonlocal stored
+        while not stopping.is_set() and stored < MOST:
+            _send(producer, stored, stored + BATCH)
+            stored += BATCH
+            one_more.set()
+
+    for line in sys.stdin:
+        if line.strip() == "produce" and sender is None:
+            sender = threading.Thread(target=produce)
+            sender.start()
+            one_more.wait(_TIMEOUT_S)
+            print("producing", flush=True)
+        elif line.strip() == "stop" and sender is not None:
+            stopping.set()
+            sender.join()
+            sender = None
+            print(f"stopped {stored}", flush=True)
+    stopping.set()
+    if sender is not None:
+        sender.join()
 
 
 class StoreWriter:
     """The writer process; ``wait_for(line)`` blocks until it prints ``line``."""
 
-    def __init__(self, root: Path, flush_mode: str, first: int, total: int) -> None:
+    def __init__(self, root: Path, flush_mode: str, first: int) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.spark.store_writer", str(root), flush_mode,
-             str(first), str(total)],
+             str(first)],
             cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
 
-    def wait_for(self, line: str) -> None:
+    def wait_for(self, line: str) -> str:
+        """Block until the writer's next line, which must start with ``line``; return it."""
         assert self.process.stdout is not None
         got = self.process.stdout.readline().strip()
-        assert got == line, f"writer said {got!r}, expected {line!r}"
+        assert got.startswith(line), f"writer said {got!r}, expected {line!r}"
+        return got
+
+    def tell(self, command: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def produce(self) -> None:
+        """Start sending, and return once one more batch is stored."""
+        self.tell("produce")
+        self.wait_for("producing")
+
+    def stop(self) -> int:
+        """Stop sending; the number of messages stored in all."""
+        self.tell("stop")
+        return int(self.wait_for("stopped").split()[1])
 
     def close(self) -> None:
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -97,4 +144,4 @@ class StoreWriter:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    _main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -62,12 +62,12 @@ def test_defaults_read_every_queue_from_earliest_to_latest_with_bodies():
     ],
 )
 def test_a_malformed_option_is_refused_naming_it(extra: dict[str, str], named: str):
-    with pytest.raises(InvalidArgumentError, match=f"^{named}: "):
+    with pytest.raises(InvalidArgumentError, match=rf"^{named}: "):
         parse_read_options({**BASE, **extra})
 
 
 def test_a_required_option_missing_is_named():
-    with pytest.raises(InvalidArgumentError, match="^topics: "):
+    with pytest.raises(InvalidArgumentError, match=r"^topics: "):
         parse_read_options({"path": "/data/store"})
 
 
@@ -101,10 +101,8 @@ def test_json_bounds_take_sentinels_and_leave_unnamed_queues_at_the_defaults():
         ({"topics": "orders,audit"}, "topics"),
     ],
 )
-def test_bounds_the_store_cannot_serve_are_refused_never_clamped(
-    extra: dict[str, str], named: str
-):
-    with pytest.raises(InvalidArgumentError, match=f"^{named}: "):
+def test_bounds_the_store_cannot_serve_are_refused_never_clamped(extra: dict[str, str], named: str):
+    with pytest.raises(InvalidArgumentError, match=rf"^{named}: "):
         plan_ranges(STORE, parse_read_options({**BASE, **extra}))
 
 

@@ -13,19 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from localstore.read_only import ReadOnlyStore
 from localstore.results import GetStatus
 from sdk import ReceivedMessage
+from sdk.spark import QuiverDataSource
 from tests.spark.store_writer import QUEUES, TOPIC, StoreWriter, body_of
-
-pyspark_sql = pytest.importorskip("pyspark.sql")  # the spark extra; CI installs it
-from pyspark.errors import PySparkException  # noqa: E402
-
-from sdk.spark import QuiverDataSource  # noqa: E402
 
 pytestmark = [
     pytest.mark.spark,
+    pytest.mark.xdist_group("spark"),  # one session per run under --dist loadgroup
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
@@ -37,7 +36,7 @@ def spark() -> Iterator[Any]:
     before = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers with this interpreter's packages
     session = (
-        pyspark_sql.SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2]")
         .appName("quiver-source-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -57,9 +56,8 @@ def spark() -> Iterator[Any]:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store of STORED messages of ``orders`` (3 queues), written by another process."""
     root = tmp_path_factory.mktemp("source") / "store"
-    with StoreWriter(root, "async", STORED, STORED) as writer:
+    with StoreWriter(root, "async", STORED) as writer:
         writer.wait_for("ready")
-        writer.wait_for("done")
     return root
 
 
@@ -134,9 +132,7 @@ def test_a_queues_subset_and_min_partitions(spark: Any, store: Path):
     subset = read(spark, store, topics=TOPIC, queues="0,2")
     assert where(subset) == Counter(key for key in messages if key[0] in (0, 2))
     frame = (
-        spark.read.format("quiver")
-        .options(path=str(store), topics=TOPIC, minPartitions="7")
-        .load()
+        spark.read.format("quiver").options(path=str(store), topics=TOPIC, minPartitions="7").load()
     )
     assert frame.rdd.getNumPartitions() >= 7
     assert where(frame.toArrow().to_pylist()) == Counter(messages.keys())
@@ -182,11 +178,12 @@ def test_a_directory_without_a_store_is_refused_naming_path(spark: Any, tmp_path
 def test_reads_a_store_another_process_writes_every_row_once_none_torn(
     spark: Any, tmp_path: Path, flush_mode: str
 ):
-    root, total = tmp_path / "store", 4000
-    with StoreWriter(root, flush_mode, 200, total) as writer:
+    root = tmp_path / "store"
+    with StoreWriter(root, flush_mode, 200) as writer:
         writer.wait_for("ready")
+        writer.produce()  # sending while Spark plans and reads
         during = read(spark, root, topics=TOPIC, includeProperties="true")
-        writer.wait_for("done")
+        stored = writer.stop()
     after = read(spark, root, topics=TOPIC, includeProperties="true")
     for rows in (during, after):
         offsets = where(rows)
@@ -198,5 +195,5 @@ def test_reads_a_store_another_process_writes_every_row_once_none_torn(
             number = int(row["keys"][0][1:])
             assert row["body"] == body_of(number)
             assert dict(row["properties"]) == {"n": str(number)}
-    assert len(during) >= 200
-    assert sorted(int(row["keys"][0][1:]) for row in after) == list(range(total))
+    assert 200 < len(during) <= stored
+    assert sorted(int(row["keys"][0][1:]) for row in after) == list(range(stored))
