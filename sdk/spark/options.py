@@ -1,10 +1,24 @@
 """The ``quiver`` data source's read options, parsed and checked: plain data, no pyspark.
 
-Option names follow Spark's Kafka source (``topics``, ``startingOffsets``, ``endingOffsets``,
-``minPartitions``, ...). Spark hands options over as strings with lower-cased keys; every
-lookup here is case-insensitive, so a mapping with the user's spelling reads the same. An
-option that cannot be used raises :class:`InvalidArgumentError` whose message starts with the
-option's name: nothing is read with an option half understood.
+Option names follow Spark's Kafka source:
+
+* ``path`` (required): the store directory, opened read-only by the planner and every task.
+* ``topics`` (required): comma-separated topic names.
+* ``queues``: comma-separated queue ids to read (default: every queue of each topic).
+* ``startingOffsets``: ``earliest`` (default), ``latest``, or JSON
+  ``{"orders": {"0": 12, "1": -2}}`` (queue offsets, inclusive; -2 earliest, -1 latest; a
+  queue not named starts at earliest).
+* ``endingOffsets``: ``latest`` (default) or JSON (exclusive; -1 latest; a queue not named
+  ends at latest).
+* ``minPartitions``: cut the queue ranges into at least this many Spark tasks.
+* ``includeBody`` (``true``): with ``false`` the ``body`` column is left out.
+* ``includeProperties`` (``false``): with ``true`` a ``properties`` column holds the user's
+  properties.
+
+Spark hands options over as strings with lower-cased keys; every lookup here is
+case-insensitive, so a mapping with the user's spelling reads the same. An option that cannot
+be used (unknown, missing, malformed) raises :class:`InvalidArgumentError` whose message starts
+with the option's name: nothing is read with an option half understood.
 """
 
 from __future__ import annotations
