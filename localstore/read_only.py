@@ -200,6 +200,28 @@ class ReadOnlyStore:
             read_filter(max_count, tags),
         )
 
+    def get_message_bytes(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> GetResult:
+        """As :meth:`MessageStore.get_message_bytes` without a tag filter, within the
+        snapshot: ``result.raw`` holds the stored records' bytes, copied, not decoded."""
+        self._ensure_open()
+        return get_messages(
+            self.commitlog,
+            self.queues.get(topic, queue_id),
+            queue_offset,
+            max_count,
+            max_bytes,
+            read_filter(max_count, None),
+            True,
+        )
+
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for (t, q) in self.queues.queues if t == topic)
 

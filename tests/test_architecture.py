@@ -13,7 +13,9 @@ The client side of ``sdk`` is what an application that talks to a remote broker 
 ``sdk`` module except the broker side (``sdk.broker.*``, the HTTP server ``sdk.server.*``, and
 ``sdk.transport.in_process``, the local-mode transport into an embedded broker's service) and
 the tools (``sdk.cli.*``,
-``sdk.perf.*``). Today that is the ``sdk`` package itself, ``sdk.errors``, ``sdk.message``,
+``sdk.perf.*``) and the Spark data source (``sdk.spark.*``: it opens store directories
+read-only, and it alone imports pyspark). Today that is the ``sdk`` package itself,
+``sdk.errors``, ``sdk.message``,
 ``sdk.outgoing``, ``sdk.producer``, ``sdk.transaction``, ``sdk.consumer.*`` (consumers, process
 queue, rebalance, allocation), ``sdk.idempotency.*`` and ``sdk.transport`` (the seam, its models
 and ``resolve``); a new ``sdk`` module is client-side unless it joins the broker side or the
@@ -119,6 +121,15 @@ def test_nothing_imports_the_cli():
             module = ".".join(relative.with_suffix("").parts)
             names = imported_names(path.read_text(), module)
             assert not _imports_the_cli(names), f"{relative} imports the CLI"
+
+
+def test_only_the_spark_data_source_imports_pyspark():
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO)
+            if relative.parts[:2] == ("sdk", "spark"):
+                continue
+            assert "pyspark" not in imported_top_modules(path), f"{relative} imports pyspark"
 
 
 def test_importing_sdk_stays_light():
@@ -326,6 +337,7 @@ BROKER_SIDE_AND_TOOLS = (
     "sdk.cli",
     "sdk.perf",
     "sdk.transport.in_process",
+    "sdk.spark",
 )
 
 
@@ -362,6 +374,7 @@ def test_the_client_list_is_what_the_docstring_says():
         "sdk.server.app",
         "sdk.transport.in_process",
         "sdk.cli.main",
+        "sdk.spark.source",
     ):
         assert module not in client
     assert not is_client_module("localstore.store") and not is_client_module("sdkx")

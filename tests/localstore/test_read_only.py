@@ -16,6 +16,7 @@ from localstore.errors import StoreDirectoryError, StoreLockedError
 from localstore.files.segments import SegmentQueue
 from localstore.queue.consume_queue import UNIT
 from localstore.read_only import ReadOnlyStore
+from localstore.record.codec import StoredMessage, decode_record
 from localstore.results import GetStatus
 from localstore.store import MessageStore
 from tests.localstore.conftest import message
@@ -212,3 +213,23 @@ def test_a_topic_the_holder_deletes_while_the_snapshot_loads_is_left_out(
     with ReadOnlyStore(root) as store:
         assert store.queue_ids("Gone") == [] and store.max_offset("Gone", 0) == 0
         assert [m.body for m in store.get_messages("Kept", 0, 0).messages] == [b"m0"]
+
+
+def _decoded(raw: bytes) -> list[StoredMessage]:
+    messages, position = [], 0
+    while position < len(raw):
+        messages.append(decode_record(raw, position))
+        position += messages[-1].store_size
+    return messages
+
+
+def test_the_bytes_of_a_get_are_the_records_a_decoded_get_answers(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with HeldStore(root, flush_mode="async", count=30), ReadOnlyStore(root) as store:
+        decoded = store.get_messages(TOPIC, 1, 2, max_count=9)
+        raw = store.get_message_bytes(TOPIC, 1, 2, max_count=9)
+        assert raw.status == GetStatus.FOUND and raw.next_offset == decoded.next_offset
+        assert raw.count == decoded.count >= 1
+        assert _decoded(raw.raw) == decoded.messages
+        beyond = store.get_message_bytes(TOPIC, 1, store.max_offset(TOPIC, 1))
+        assert (beyond.status, beyond.raw) == (GetStatus.OFFSET_OVERFLOW_ONE, b"")

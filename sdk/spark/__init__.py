@@ -1,0 +1,23 @@
+"""Quiver topics as a PySpark data source (format ``quiver``), behind the ``spark`` extra.
+
+Importing this package imports pyspark and pyarrow; ``import sdk`` never does.
+
+    from pyspark.sql import SparkSession
+    from sdk.spark import QuiverDataSource
+
+    spark = SparkSession.builder.getOrCreate()
+    spark.dataSource.register(QuiverDataSource)
+    orders = (
+        spark.read.format("quiver")
+        .option("path", "/data/quiver-store")
+        .option("topics", "orders")
+        .option("startingOffsets", '{"orders": {"0": 100}}')
+        .load()
+    )
+"""
+
+from __future__ import annotations
+
+from sdk.spark.source import QuiverDataSource
+
+__all__ = ["QuiverDataSource"]

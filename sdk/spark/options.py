@@ -1,0 +1,189 @@
+"""The ``quiver`` data source's read options, parsed and checked: plain data, no pyspark.
+
+Option names follow Spark's Kafka source:
+
+* ``path`` (required): the store directory, opened read-only by the planner and every task.
+* ``topics`` (required): comma-separated topic names.
+* ``queues``: comma-separated queue ids to read (default: every queue of each topic).
+* ``startingOffsets``: ``earliest`` (default), ``latest``, or JSON
+  ``{"orders": {"0": 12, "1": -2}}`` (queue offsets, inclusive; -2 earliest, -1 latest; a
+  queue not named starts at earliest).
+* ``endingOffsets``: ``latest`` (default) or JSON (exclusive; -1 latest; a queue not named
+  ends at latest).
+* ``minPartitions``: cut the queue ranges into at least this many Spark tasks.
+* ``includeBody`` (``true``): with ``false`` the ``body`` column is left out.
+* ``includeProperties`` (``false``): with ``true`` a ``properties`` column holds the user's
+  properties.
+
+Spark hands options over as strings with lower-cased keys; every lookup here is
+case-insensitive, so a mapping with the user's spelling reads the same. An option that cannot
+be used (unknown, missing, malformed) raises :class:`InvalidArgumentError` whose message starts
+with the option's name: nothing is read with an option half understood.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from quiver_errors import InvalidArgumentError
+
+EARLIEST = "earliest"
+LATEST = "latest"
+# In the JSON form, as Kafka's: -2 is the queue's earliest offset, -1 its latest.
+EARLIEST_SENTINEL = -2
+LATEST_SENTINEL = -1
+
+# An offset bound: "earliest", "latest", or {topic: {queue id: queue offset or sentinel}}.
+OffsetSpec = str | dict[str, dict[int, int]]
+
+_KNOWN = (
+    "path",
+    "topics",
+    "queues",
+    "startingoffsets",
+    "endingoffsets",
+    "minpartitions",
+    "includebody",
+    "includeproperties",
+)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a batch read asks for: the store directory, the topics (and optionally a subset of
+    their queue ids), the offset bounds, the least number of partitions, and which of the
+    optional columns to fill."""
+
+    path: str
+    topics: tuple[str, ...]
+    queues: tuple[int, ...] | None
+    starting_offsets: OffsetSpec
+    ending_offsets: OffsetSpec
+    min_partitions: int | None
+    include_body: bool
+    include_properties: bool
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """``options`` (Spark's, any key case) checked and parsed; :class:`InvalidArgumentError`
+    naming the option for a missing, unknown or malformed one."""
+    lowered = {key.lower(): value for key, value in options.items()}
+    unknown = sorted(key for key in lowered if key not in _KNOWN)
+    if unknown:
+        raise InvalidArgumentError(
+            f"{unknown[0]}: unknown option of the quiver source (known: {', '.join(_KNOWN)})"
+        )
+    topics = _topics(lowered)
+    return ReadOptions(
+        path=_required(lowered, "path"),
+        topics=topics,
+        queues=_queues(lowered.get("queues")),
+        starting_offsets=_offsets(lowered, "startingOffsets", topics, EARLIEST),
+        ending_offsets=_offsets(lowered, "endingOffsets", topics, LATEST),
+        min_partitions=_min_partitions(lowered.get("minpartitions")),
+        include_body=_flag(lowered, "includeBody", default=True),
+        include_properties=_flag(lowered, "includeProperties", default=False),
+    )
+
+
+def _required(options: Mapping[str, str], name: str) -> str:
+    value = options.get(name.lower(), "").strip()
+    if not value:
+        raise InvalidArgumentError(f"{name}: the option is required")
+    return value
+
+
+def _topics(options: Mapping[str, str]) -> tuple[str, ...]:
+    names = [name.strip() for name in _required(options, "topics").split(",")]
+    if not all(names):
+        raise InvalidArgumentError(f"topics: an empty topic name in {options['topics']!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def _queues(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        queue_ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise InvalidArgumentError(
+            f"queues: expected comma-separated queue ids, got {text!r}"
+        ) from None
+    if any(queue_id < 0 for queue_id in queue_ids):
+        raise InvalidArgumentError(f"queues: a queue id is never negative, got {text!r}")
+    return tuple(sorted(set(queue_ids)))
+
+
+def _offsets(
+    options: Mapping[str, str], name: str, topics: tuple[str, ...], default: str
+) -> OffsetSpec:
+    text = options.get(name.lower(), default).strip()
+    if text.lower() in (EARLIEST, LATEST):
+        if name == "endingOffsets" and text.lower() == EARLIEST:
+            raise InvalidArgumentError(f"{name}: 'earliest' is not an end (use latest or JSON)")
+        return text.lower()
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise InvalidArgumentError(
+            f"{name}: expected 'earliest', 'latest' or JSON such as "
+            f'{{"topic": {{"0": 12}}}}, got {text!r}'
+        ) from None
+    return _offset_table(parsed, name, topics)
+
+
+def _offset_table(parsed: object, name: str, topics: tuple[str, ...]) -> dict[str, dict[int, int]]:
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError(f"{name}: the JSON must be an object of topics")
+    table: dict[str, dict[int, int]] = {}
+    for topic, per_queue in parsed.items():
+        if topic not in topics:
+            raise InvalidArgumentError(f"{name}: topic {topic!r} is not among topics")
+        if not isinstance(per_queue, dict):
+            raise InvalidArgumentError(f"{name}: {topic!r} must map queue ids to offsets")
+        table[topic] = {
+            _queue_id(queue, name, topic): _offset(offset, name, topic)
+            for queue, offset in per_queue.items()
+        }
+    return table
+
+
+def _queue_id(text: str, name: str, topic: str) -> int:
+    if not text.isdigit():
+        raise InvalidArgumentError(f"{name}: {topic!r} names queue {text!r}, not a queue id")
+    return int(text)
+
+
+def _offset(value: object, name: str, topic: str) -> int:
+    lowest = EARLIEST_SENTINEL if name == "startingOffsets" else LATEST_SENTINEL
+    if type(value) is not int or value < lowest:
+        raise InvalidArgumentError(
+            f"{name}: {topic!r} has offset {value!r}; a queue offset is an integer >= 0 "
+            f"(or -1 for latest{', -2 for earliest' if lowest == EARLIEST_SENTINEL else ''})"
+        )
+    return value
+
+
+def _min_partitions(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise InvalidArgumentError(f"minPartitions: expected an integer >= 1, got {text!r}")
+    return count
+
+
+def _flag(options: Mapping[str, str], name: str, *, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidArgumentError(f"{name}: expected true or false, got {text!r}")
+    return lowered == "true"
