@@ -1,56 +1,22 @@
-"""Stored record bytes to an Arrow record batch with Spark's Arrow types (``int32`` for
-``int``, ``timestamp[us, tz=UTC]`` for ``timestamp``), the columns of
+"""Stored record bytes to an Arrow record batch with Spark's Arrow types, the columns of
 :mod:`sdk.spark.schema` in its order.
 
-:func:`records_to_batch` decodes each record with the store's general decoder (as a consumer
-receives it: ``tags``, ``keys``, ``msg_id`` and the user's properties from the record's
-properties); it is the one place a columnar decoder replaces.
+The columnar decoder (:mod:`localstore.record.arrow`) does the work; this module chooses what
+the source shows: the ``properties`` column holds the user's properties only, as
+:attr:`sdk.message.ReceivedMessage.properties` does (the system ones are columns of their own:
+``tags``, ``keys``, ``msg_id``, ...).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-import pyarrow as pa  # type: ignore[import-untyped]
+from localstore.record.arrow import decode_record_batch
+from sdk.message import QUIVER_PROPERTY_PREFIX, RESERVED_PROPERTIES
 
-from localstore.record.codec import decode_record
-from sdk.message import ReceivedMessage
-from sdk.spark.schema import column_names
-
-_MS_TO_US = 1000
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "topic": pa.string(),
-    "queue_id": pa.int32(),
-    "queue_offset": pa.int64(),
-    "msg_id": pa.string(),
-    "offset_msg_id": pa.string(),
-    "tags": pa.string(),
-    "keys": pa.list_(pa.string()),
-    "body": pa.binary(),
-    "born_timestamp": _TIMESTAMP,
-    "store_timestamp": _TIMESTAMP,
-    "reconsume_times": pa.int32(),
-    "properties": pa.map_(pa.string(), pa.string()),
-}
-
-
-def arrow_schema(include_body: bool, include_properties: bool) -> pa.Schema:
-    """The Arrow schema of the batches a read with these options yields."""
-    names = column_names(include_body, include_properties)
-    return pa.schema([pa.field(name, ARROW_TYPES[name]) for name in names])
-
-
-def _column_values(message: ReceivedMessage, name: str) -> Any:
-    if name == "topic":
-        return message.stored_topic
-    if name in ("born_timestamp", "store_timestamp"):
-        return getattr(message, name) * _MS_TO_US
-    if name == "keys":
-        return list(message.keys)
-    if name == "properties":
-        return list(message.properties.items())
-    return getattr(message, name)
+_RESERVED = pa.array(sorted(RESERVED_PROPERTIES), pa.string())
 
 
 def records_to_batch(
@@ -58,15 +24,27 @@ def records_to_batch(
 ) -> pa.RecordBatch:
     """The stored records laid end to end in ``raw`` as one record batch, a row per record.
     Raises :class:`~localstore.errors.RecordError` for bytes that are not whole records."""
-    messages = []
-    position, end = 0, len(raw)
-    while position < end:
-        message = decode_record(raw, position, make=ReceivedMessage)
-        messages.append(message)
-        position += message.store_size
-    schema = arrow_schema(include_body, include_properties)
-    arrays = [
-        pa.array([_column_values(m, field.name) for m in messages], type=field.type)
-        for field in schema
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    batch = decode_record_batch(
+        raw, include_body=include_body, include_properties=include_properties
+    )
+    if not include_properties:
+        return batch
+    index = batch.schema.get_field_index("properties")
+    return batch.set_column(index, batch.schema.field(index), _user_properties(batch[index]))
+
+
+def _user_properties(column: pa.MapArray) -> pa.MapArray:
+    """``column`` without the entries whose names are RocketMQ's or Quiver's own."""
+    keys, items = column.keys, column.items
+    system = pc.or_(
+        pc.is_in(keys, value_set=_RESERVED), pc.starts_with(keys, QUIVER_PROPERTY_PREFIX)
+    )
+    keep = pc.invert(system)
+    kept_before = np.concatenate(([0], np.cumsum(keep.to_numpy(zero_copy_only=False))))
+    offsets = kept_before[column.offsets.to_numpy() - column.offsets[0].as_py()]
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        keys.filter(keep),
+        items.filter(keep),
+        type=column.type,
+    )
