@@ -338,9 +338,10 @@ class MappedFile:
         self.wrote_position = end
 
     def append_split(self, first: bytes, rest: bytes | memoryview) -> None:
-        """Append ``first + rest``, copying ``rest`` first and ``first`` (a run's size and
-        magic, 8 bytes) last: see :meth:`append_publishing_last`. The single put hands its
-        record over in these two pieces, so nothing is joined or sliced twice."""
+        """Append one record ``first + rest``, copying ``rest`` first and ``first`` (its size
+        and magic, 8 bytes) last, so a kill mid-copy leaves no visible part of it (a run of
+        several records goes through :meth:`append_publishing_last`). The single put hands
+        its record over in these two pieces, so nothing is joined or sliced twice."""
         position = self.wrote_position
         start = position + len(first)
         end = start + len(rest)
