@@ -40,7 +40,8 @@ Write = tuple[int, bytes]  # (position in the segment file, bytes)
 
 @contextmanager
 def _before_every_line_of(path: str, call: Callable[[], None]) -> Iterator[None]:
-    """Calls ``call`` before each line this thread runs in the source file ``path``."""
+    """Calls ``call`` before each line this thread runs in the source file ``path`` (a kill
+    between two lines leaves what ``call`` sees)."""
 
     def on_line(frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line":
@@ -50,11 +51,12 @@ def _before_every_line_of(path: str, call: Callable[[], None]) -> Iterator[None]
     def on_call(frame: FrameType, event: str, arg: Any) -> Any:
         return on_line if frame.f_code.co_filename == path else None
 
+    previous = sys.gettrace()  # coverage's tracer, when it runs: given back after
     sys.settrace(on_call)
     try:
         yield
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
 
 
 def _async_states(segment: MappedFile, put: Callable[[], None]) -> list[list[Write]]:
