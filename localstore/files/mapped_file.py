@@ -55,6 +55,7 @@ import errno
 import mmap
 import os
 import resource
+import struct
 import threading
 from collections import OrderedDict
 from itertools import islice
@@ -66,6 +67,8 @@ from localstore.errors import SegmentUnavailableError
 NAME_DIGITS = 20
 _WARM_CHUNK_BYTES = 1 << 20
 _PAGE = 4096
+_HEAD_BYTES = 8  # a record's size and magic: published after the rest of it
+_HEAD = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE, its first 8 bytes
 _RWF_DSYNC: int | None = getattr(os, "RWF_DSYNC", None)
 RESERVE_CHUNK_BYTES = 4 << 20
 # Consume-queue files reserve blocks in small steps: a one-message queue takes one chunk of
@@ -313,16 +316,32 @@ class MappedFile:
         self.reserved = target
 
     def append_publishing_last(self, data: bytes) -> None:
-        """``append`` for commitlog runs: everything but the first 8 bytes (the first record's
-        size and magic) is copied first, those 8 bytes last. A process killed mid-copy leaves
-        zeros where the run's first magic would be, so recovery sees no part of the run, never
-        a record whose body made it but whose properties did not."""
-        self.append_split(data[:8], memoryview(data)[8:])
+        """``append`` for commitlog runs (records one after another, a blank record maybe
+        last), published in log order: the run is copied with every record's size and magic
+        (its first 8 bytes) zeroed, then those 8 bytes are stored record by record, first to
+        last. A process killed mid-way leaves whole records of a prefix of the run, then
+        records without their magic: a torn tail, which recovery cuts. Never a record whose
+        body made it but whose properties did not, and never a record of the run without the
+        ones before it (recovery steps over damage to the valid records after it, so a later
+        record published before an earlier one would leave a "damaged" range behind a plain
+        kill)."""
+        position = self.wrote_position
+        end = position + len(data)
+        if end > self.reserved:
+            self._reserve(end)
+        zeroed, heads = _unpublished(data)
+        mapped = self._map
+        mapped[position:end] = zeroed
+        publish = _HEAD.pack_into
+        for start, size, magic in heads:
+            publish(mapped, position + start, size, magic)
+        self.wrote_position = end
 
     def append_split(self, first: bytes, rest: bytes | memoryview) -> None:
-        """Append ``first + rest``, copying ``rest`` first and ``first`` (a run's size and
-        magic, 8 bytes) last: see :meth:`append_publishing_last`. The single put hands its
-        record over in these two pieces, so nothing is joined or sliced twice."""
+        """Append one record ``first + rest``, copying ``rest`` first and ``first`` (its size
+        and magic, 8 bytes) last, so a kill mid-copy leaves no visible part of it (a run of
+        several records goes through :meth:`append_publishing_last`). The single put hands
+        its record over in these two pieces, so nothing is joined or sliced twice."""
         position = self.wrote_position
         start = position + len(first)
         end = start + len(rest)
@@ -334,36 +353,36 @@ class MappedFile:
         self.wrote_position = end
 
     def pwrite(self, position: int, data: bytes) -> None:
-        """Write through the file (not the mapping) at ``position``; positions are the caller's.
-        As with ``append_publishing_last``, the first 8 bytes go last, in a second write, when
-        the data spans pages. Within one page a single write is enough: the kernel copies a
-        write into the page cache page by page and a killed process stops only between pages,
-        so a one-page write lands whole or not at all. Each write hands the GIL over and waits
-        to get it back, which is the sync-flush group commit's cost, so a write is never split
-        further than publishing needs."""
+        """Write a commitlog run (see :meth:`append_publishing_last`) through the file (not the
+        mapping) at ``position``; positions are the caller's. Within one page a single write is
+        enough: the kernel copies a write into the page cache page by page, from the start, and
+        a killed process stops only between pages, so a one-page write lands whole or not at
+        all. A run across pages is written twice: first with every record's size and magic
+        zeroed (no record of it is visible yet, wherever the write stops), then whole. A kill
+        inside the second write leaves the pages before some page with their magics, and every
+        record whose magic landed was already whole: a prefix of the run's records, never a
+        later record without an earlier one. Each write hands the GIL over and waits to get it
+        back, which is the sync-flush group commit's cost, so a write is never split further
+        than publishing needs."""
         view = memoryview(data)
-        if _within_one_page(position, len(data)):
-            self._pwrite_all(position, view)
-            return
-        self._pwrite_all(position + 8, view[8:])
-        self._pwrite_all(position, view[:8])
+        if not _within_one_page(position, len(data)):
+            self._pwrite_all(position, memoryview(_unpublished(data)[0]))
+        self._pwrite_all(position, view)
 
     def pwrite_durably(self, position: int, data: bytes) -> bool:
         """Write ``data`` at ``position`` and make it durable with ``pwritev(RWF_DSYNC)`` (the
         write, then what an fdatasync of its range does). False, and nothing written, where the
         flag is missing; the caller then uses ``pwrite`` and ``sync``.
 
-        Within one page that is one call. A run across pages first gets everything but its
-        first 8 bytes in a plain ``pwrite``, then the whole run again in the durable call: a
-        process killed between the two leaves zeros where the run's first magic would be, and
-        one killed inside the second (the kernel copies page by page from the start) has
-        already written every later byte, so the first magic never lands before the rest (see
-        :meth:`pwrite`). Each call hands the GIL over and waits to get it back: two calls, not
-        the three of ``pwrite`` and ``sync``."""
+        Within one page that is one call. A run across pages first gets a plain ``pwrite`` with
+        every record's size and magic zeroed, then the whole run in the durable call, in the
+        order :meth:`pwrite` explains: a kill leaves a prefix of the run's records, each whole.
+        Each call hands the GIL over and waits to get it back: two calls, not the three of
+        ``pwrite`` and ``sync``."""
         if _RWF_DSYNC is None:
             return False
         if not _within_one_page(position, len(data)):
-            self._pwrite_all(position + 8, memoryview(data)[8:])
+            self._pwrite_all(position, memoryview(_unpublished(data)[0]))
         written = os.pwritev(self._fd, [data], position, _RWF_DSYNC)
         if written < len(data):  # not seen for a regular file; finish the ordinary way
             self._pwrite_all(position + written, memoryview(data)[written:])
@@ -451,6 +470,24 @@ class _ClosedSegment(MappedFile):
             if name not in _LAZY:
                 raise AttributeError(name)
             return _POOL.open(self, name)
+
+
+def _unpublished(run: bytes) -> tuple[bytearray, list[tuple[int, int, int]]]:
+    """A copy of a commitlog run (records one after another, each led by its size and magic,
+    a blank record maybe last) with every record's size and magic zeroed, and those heads as
+    (position in the run, size, magic), in run order."""
+    zeroed = bytearray(run)
+    heads = []
+    unpack, pack = _HEAD.unpack_from, _HEAD.pack_into
+    start, length = 0, len(run)
+    while start + _HEAD_BYTES <= length:
+        size, magic = unpack(run, start)
+        pack(zeroed, start, 0, 0)
+        heads.append((start, size, magic))
+        if size < _HEAD_BYTES:
+            break
+        start += size  # past the run's end after a blank record, which declares the segment's rest
+    return zeroed, heads
 
 
 def _within_one_page(position: int, length: int) -> bool:

@@ -1,9 +1,11 @@
 """The order in which a sync-flush run reaches the file (``MappedFile.pwrite``): a run that spans
-pages is written without its first 8 bytes (the first record's size and magic), which follow in
-a second write, so a process killed between the two leaves no visible part of the run; a run
-within one page is one write, which the kernel applies whole or not at all. The durable write
-(``pwrite_durably``) keeps the same order with one ``pwritev(RWF_DSYNC)`` of the whole run after
-the plain write of its tail."""
+pages is first written with every record's size and magic (its first 8 bytes) zeroed, then
+whole, so a process killed in between leaves no visible part of the run, and one killed inside
+the second write (which the kernel applies page by page from the start) a prefix of whole
+records; a run within one page is one write, which the kernel applies whole or not at all. The
+durable write (``pwrite_durably``) keeps the same order with one ``pwritev(RWF_DSYNC)`` of the
+whole run after the plain write of the zeroed copy. (What recovery makes of every state a kill
+can leave: ``test_torn_batch.py``.)"""
 
 from __future__ import annotations
 
@@ -17,6 +19,18 @@ from localstore.files import mapped_file as mapped_file_module
 from localstore.files.mapped_file import MappedFile
 
 SEGMENT = 16 * 4096
+
+
+def run_of_records(length: int) -> tuple[bytes, bytes]:
+    """A commitlog run of ``length`` bytes (records of random bytes, each led by its 4-byte
+    size), and the same run with each record's first 8 bytes zeroed."""
+    run, zeroed = bytearray(), bytearray()
+    while len(run) < length:
+        size = min(max(length - len(run), 8), 1000)
+        record = size.to_bytes(4, "big") + os.urandom(size - 4)
+        run += record
+        zeroed += bytes(8) + record[8:]
+    return bytes(run), bytes(zeroed)
 
 
 @pytest.fixture
@@ -51,12 +65,12 @@ def test_a_run_within_one_page_is_one_write(
 
 
 @pytest.mark.parametrize(("position", "length"), [(0, 4097), (4000, 200), (100, 3 * 4096)])
-def test_a_run_across_pages_publishes_its_first_8_bytes_last(
+def test_a_run_across_pages_is_written_with_its_magics_zeroed_then_whole(
     segment: MappedFile, writes: list[tuple[int, bytes]], position: int, length: int
 ) -> None:
-    data = os.urandom(length)
+    data, zeroed = run_of_records(length)
     segment.pwrite(position, data)
-    assert writes == [(position + 8, data[8:]), (position, data[:8])]
+    assert writes == [(position, zeroed), (position, data)]
     assert bytes(segment.view[position : position + length]) == data
 
 
@@ -86,17 +100,17 @@ def test_a_run_within_one_page_is_written_and_synced_in_one_call(
 
 @pytest.mark.skipif(not hasattr(os, "RWF_DSYNC"), reason="pwritev's RWF_DSYNC is Linux's")
 @pytest.mark.parametrize(("position", "length"), [(4000, 200), (100, 3 * 4096)])
-def test_a_run_across_pages_has_its_tail_written_before_the_durable_write(
+def test_a_run_across_pages_is_written_with_its_magics_zeroed_before_the_durable_write(
     segment: MappedFile,
     durable_writes: list[tuple[int, bytes, int]],
     writes: list[tuple[int, bytes]],
     position: int,
     length: int,
 ) -> None:
-    data = os.urandom(length)
+    data, zeroed = run_of_records(length)
     assert segment.pwrite_durably(position, data)
-    # Everything but the first magic is in place before the call that can publish it.
-    assert writes == [(position + 8, data[8:])]
+    # Everything but the magics is in place before the call that can publish them.
+    assert writes == [(position, zeroed)]
     assert durable_writes == [(position, data, os.RWF_DSYNC)]
     assert bytes(segment.view[position : position + length]) == data
 
