@@ -175,6 +175,19 @@ def test_group_member_killed_its_queues_move_and_nothing_is_lost(
             # under load (a 2-core machine running the suite beside) a rebalance of three
             # processes over HTTP has taken up to about 30 s to settle
             wait_until(group_of_three, timeout_s=SETTLE_S)
+            # a second round, so that the third member surely has messages on its queues (a
+            # loaded machine may let the first two consume the whole first round before it joins)
+            for queue_id in range(QUEUES):
+                producer.send_batch(
+                    [
+                        Message(TOPIC, f"{queue_id}-{i}".encode())
+                        for i in range(PER_QUEUE, 2 * PER_QUEUE)
+                    ],
+                    queue_id=queue_id,
+                )
+            everything |= {
+                f"{q}-{i}" for q in range(QUEUES) for i in range(PER_QUEUE, 2 * PER_QUEUE)
+            }
             wait_until(
                 lambda: len(processed(outs[0])) >= STALL_AFTER or doomed.poll() is not None,
                 timeout_s=SETTLE_S,
