@@ -193,8 +193,6 @@ class BrokerApp:
         self.metrics.parked_pulls += parked
         try:
             result = await self.service.pull_async(batch, self._offload_read)
-        except StoreClosedError as exc:
-            raise BrokerUnavailableError(f"the broker is closing: {exc}") from exc
         finally:
             self.metrics.parked_pulls -= parked
         for answer in result.results:
@@ -219,12 +217,9 @@ class BrokerApp:
         group, client_id, wait_ms = decode_checks_request(await request.read())
         wait_ms = min(wait_ms, self.max_hold_ms)
         self._check_serving()
-        try:
-            checks = await self.service.fetch_transaction_checks_async(
-                group, client_id, wait_ms, self._offload_read
-            )
-        except StoreClosedError as exc:
-            raise BrokerUnavailableError(f"the broker is closing: {exc}") from exc
+        checks = await self.service.fetch_transaction_checks_async(
+            group, client_id, wait_ms, self._offload_read
+        )
         return web.Response(body=encode_checks_answer(checks), content_type=_BINARY)
 
     async def _query_by_key(self, request: web.Request) -> web.Response:
@@ -306,7 +301,7 @@ class BrokerApp:
             response = await handler(request)
         except web.HTTPException as exc:  # aiohttp's own: no route, wrong method, too large
             response = _http_error(exc, self.max_request_bytes)
-        except StoreClosedError as exc:
+        except StoreClosedError as exc:  # for every route: a closing store is a retriable 503
             response = _error(BrokerUnavailableError(f"the broker is closing: {exc}"))
         except ConnectionResetError:  # the client left before its whole request body came
             log.debug("%s %s: the client closed the connection", request.method, request.path)
