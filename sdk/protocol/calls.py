@@ -22,9 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from sdk.errors import InvalidArgumentError
 from sdk.protocol.data_plane import (
     decode_checks_answer,
     decode_records_answer,
@@ -37,7 +34,7 @@ from sdk.protocol.data_plane import (
 from sdk.protocol.operations import CONTROL_OPERATIONS, Operation, decode_answer, encode_request
 from sdk.protocol.produce_body import encode_produce_body
 from sdk.protocol.pull_body import decode_pull_answer
-from sdk.protocol.shapes import SEND_RESULT
+from sdk.protocol.shapes import SEND_RESULT, load_json
 from sdk.transport.models import NO_END_MS, ProducerStamp
 
 __all__ = ["CALLS", "NOT_IDEMPOTENT", "WireCall", "WireRequest"]
@@ -168,11 +165,7 @@ def _bound(names: tuple[str, ...], args: Sequence[Any], kwargs: Mapping[str, Any
 
 
 def _send_answer(body: bytes) -> Any:
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"send answer: not JSON: {exc}") from exc
-    return SEND_RESULT.decode(value, "send answer")
+    return SEND_RESULT.decode(load_json(body, "send answer"), "send answer")
 
 
 CALLS: Mapping[str, WireCall] = {

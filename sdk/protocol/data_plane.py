@@ -45,7 +45,7 @@ from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
 from localstore.record.uniform_batch import UniformBatch
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 from sdk.protocol.produce_body import decode_produce_body
-from sdk.protocol.shapes import INT32_MAX, INT64_MAX
+from sdk.protocol.shapes import INT32_MAX, INT64_MAX, checked_int, checked_str, load_object
 from sdk.transport.models import NO_END_MS, ProducerStamp, PullBatch, QueuePull, StoredRecords
 from sdk.transport.transaction_models import TransactionChecks
 
@@ -195,19 +195,19 @@ def encode_pull_request(batch: PullBatch) -> bytes:
 
 def decode_pull_request(body: bytes) -> PullBatch:
     """A pull's JSON body back into its :class:`PullBatch`, every field checked."""
-    fields = _json_object(body, "pull")
+    fields = load_object(body, "pull")
     pulls = fields.get("pulls")
     if not isinstance(pulls, list):
         raise InvalidArgumentError("pulls: want a list of [topic, queue_id, offset, tags, check]")
     if len(pulls) > MAX_PULL_QUEUES:
         raise InvalidArgumentError(f"pulls: at most {MAX_PULL_QUEUES} queues, got {len(pulls)}")
     return PullBatch(
-        _json_str(fields.get("group"), "group"),
+        checked_str(fields.get("group"), "group"),
         tuple(_queue_pull(item, f"pulls[{i}]") for i, item in enumerate(pulls)),
-        max_count=_json_int(fields.get("max_count", 32), "max_count", 1, INT32_MAX),
-        max_bytes=_json_int(fields.get("max_bytes", 4 << 20), "max_bytes", 1, INT32_MAX),
-        wait_ms=_json_int(fields.get("wait_ms", 0), "wait_ms", 0, INT32_MAX),
-        generation=_json_int(fields.get("generation", -1), "generation", -1, INT64_MAX),
+        max_count=checked_int(fields.get("max_count", 32), "max_count", 1, INT32_MAX),
+        max_bytes=checked_int(fields.get("max_bytes", 4 << 20), "max_bytes", 1, INT32_MAX),
+        wait_ms=checked_int(fields.get("wait_ms", 0), "wait_ms", 0, INT32_MAX),
+        generation=checked_int(fields.get("generation", -1), "generation", -1, INT64_MAX),
     )
 
 
@@ -220,9 +220,9 @@ def _queue_pull(item: Any, where: str) -> QueuePull:
     if not isinstance(check, bool):
         raise InvalidArgumentError(f"{where} check: want true or false")
     return QueuePull(
-        _json_str(topic, f"{where} topic"),
-        _json_int(queue_id, f"{where} queue id", 0, INT32_MAX),
-        _json_int(offset, f"{where} offset", 0, INT64_MAX),
+        checked_str(topic, f"{where} topic"),
+        checked_int(queue_id, f"{where} queue id", 0, INT32_MAX),
+        checked_int(offset, f"{where} offset", 0, INT64_MAX),
         tags,
         check,
     )
@@ -236,11 +236,11 @@ def encode_checks_request(group: str, client_id: str, wait_ms: int) -> bytes:
 
 def decode_checks_request(body: bytes) -> tuple[str, str, int]:
     """A transaction-check fetch's ``(group, client_id, wait_ms)``, checked."""
-    fields = _json_object(body, "fetch_transaction_checks")
+    fields = load_object(body, "fetch_transaction_checks")
     return (
-        _json_str(fields.get("group"), "group"),
-        _json_str(fields.get("client_id"), "client_id"),
-        _json_int(fields.get("wait_ms", 0), "wait_ms", 0, INT32_MAX),
+        checked_str(fields.get("group"), "group"),
+        checked_str(fields.get("client_id"), "client_id"),
+        checked_int(fields.get("wait_ms", 0), "wait_ms", 0, INT32_MAX),
     )
 
 
@@ -267,13 +267,13 @@ def encode_query_by_key_request(
 
 def decode_query_by_key_request(body: bytes) -> tuple[str, str, int, int, int]:
     """A query by key's ``(topic, key, begin_ms, end_ms, max_count)``, checked."""
-    fields = _json_object(body, "query_by_key")
+    fields = load_object(body, "query_by_key")
     return (
-        _json_str(fields.get("topic"), "topic"),
-        _json_str(fields.get("key"), "key"),
-        _json_int(fields.get("begin_ms", 0), "begin_ms", 0, INT64_MAX),
-        _json_int(fields.get("end_ms", NO_END_MS), "end_ms", 0, INT64_MAX),
-        _json_int(fields.get("max_count", 32), "max_count", 1, INT32_MAX),
+        checked_str(fields.get("topic"), "topic"),
+        checked_str(fields.get("key"), "key"),
+        checked_int(fields.get("begin_ms", 0), "begin_ms", 0, INT64_MAX),
+        checked_int(fields.get("end_ms", NO_END_MS), "end_ms", 0, INT64_MAX),
+        checked_int(fields.get("max_count", 32), "max_count", 1, INT32_MAX),
     )
 
 
@@ -284,7 +284,7 @@ def encode_query_by_id_request(message_id: str) -> bytes:
 
 def decode_query_by_id_request(body: bytes) -> str:
     """A query by id's ``message_id``, checked."""
-    return _json_str(_json_object(body, "query_by_id").get("message_id"), "message_id")
+    return checked_str(load_object(body, "query_by_id").get("message_id"), "message_id")
 
 
 def encode_records_answer(records: StoredRecords) -> bytes:
@@ -311,28 +311,3 @@ def _uncounted(body: bytes, what: str) -> tuple[bytes, int]:
     if count < 0 or (count == 0) != (len(body) == _COUNT.size):
         raise MalformedBodyError(0, f"count {count} does not fit {len(body) - 4} record bytes")
     return bytes(body[_COUNT.size :]), count
-
-
-# -- JSON fields --------------------------------------------------------------------------------
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    try:
-        fields = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"{what}: the body is not JSON: {exc}") from exc
-    if not isinstance(fields, dict):
-        raise InvalidArgumentError(f"{what}: the body must be a JSON object")
-    return fields
-
-
-def _json_str(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{field}: want a string, got {type(value).__name__}")
-    return value
-
-
-def _json_int(value: Any, field: str, low: int, high: int) -> int:
-    if type(value) is not int:
-        raise InvalidArgumentError(f"{field}: want an integer, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"{field}: want an integer in [{low}, {high}], got {value}")
-    return value

@@ -47,6 +47,8 @@ from sdk.protocol.shapes import (
     TOPIC_INFO,
     Shape,
     list_of,
+    load_json,
+    load_object,
     optional,
 )
 
@@ -211,12 +213,7 @@ def encode_request(
 def decode_request(operation: Operation, body: bytes) -> tuple[list[Any], dict[str, Any]]:
     """A request body back into the method's ``(args, kwargs)``; a body that is not a JSON
     object, a missing required parameter, or one of the wrong kind is refused, naming it."""
-    try:
-        fields = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"{operation.name}: the body is not JSON: {exc}") from exc
-    if not isinstance(fields, dict):
-        raise InvalidArgumentError(f"{operation.name}: the body must be a JSON object")
+    fields = load_object(body, operation.name)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for param in operation.params:
@@ -240,8 +237,5 @@ def encode_answer(operation: Operation, value: Any) -> bytes:
 
 def decode_answer(operation: Operation, body: bytes) -> Any:
     """``operation``'s answer from its JSON body; a malformed one is refused, naming it."""
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"{operation.name}: the answer is not JSON: {exc}") from exc
+    value = load_json(body, f"{operation.name}: the answer")
     return operation.answer.decode(value, f"{operation.name} answer")

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from offsetstore import MessageQueue
 from sdk.errors import InvalidArgumentError
 from sdk.transport.admin_models import (
@@ -55,7 +57,11 @@ __all__ = [
     "STR_MAP",
     "TOPIC_INFO",
     "Shape",
+    "checked_int",
+    "checked_str",
     "list_of",
+    "load_json",
+    "load_object",
     "optional",
     "pair",
     "record",
@@ -81,7 +87,24 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a Java long
 INT32_MAX = 2**31 - 1  # a Java int: queue ids
 
 
-def _int(value: Any, field: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+def load_json(body: bytes, what: str) -> Any:
+    """The JSON value of ``body``; InvalidArgumentError saying ``what`` is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"{what} is not JSON: {exc}") from exc
+
+
+def load_object(body: bytes, what: str) -> dict[str, Any]:
+    """A request body that must be a JSON object (its parameters), for request ``what``."""
+    fields = load_json(body, f"{what}: the body")
+    if not isinstance(fields, dict):
+        raise InvalidArgumentError(f"{what}: the body must be a JSON object")
+    return fields
+
+
+def checked_int(value: Any, field: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
+    """``value`` if it is a JSON integer in ``[low, high]``; else refused, naming ``field``."""
     if type(value) is not int:  # a bool is an int to Python, not on the wire
         raise _refuse(field, "an integer", value)
     if not low <= value <= high:
@@ -89,7 +112,8 @@ def _int(value: Any, field: str, low: int = INT64_MIN, high: int = INT64_MAX) ->
     return value
 
 
-def _str(value: Any, field: str) -> str:
+def checked_str(value: Any, field: str) -> str:
+    """``value`` if it is a JSON string; else refused, naming ``field``."""
     if not isinstance(value, str):
         raise _refuse(field, "a string", value)
     return value
@@ -108,20 +132,20 @@ def _identity(value: Any) -> Any:
 _INT_SCHEMA = {"type": "integer", "format": "int64", "minimum": INT64_MIN, "maximum": INT64_MAX}
 _QUEUE_ID_SCHEMA = {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX}
 _OFFSET_SCHEMA = {"type": "integer", "format": "int64", "minimum": 0, "maximum": INT64_MAX}
-INT = Shape("an integer", _identity, _int, _INT_SCHEMA)
+INT = Shape("an integer", _identity, checked_int, _INT_SCHEMA)
 # a Java int: delay levels, reconsume counts (the store packs them in 4 bytes)
 INT32 = Shape(
     "a 32-bit integer",
     _identity,
-    lambda v, f: _int(v, f, -INT32_MAX - 1, INT32_MAX),
+    lambda v, f: checked_int(v, f, -INT32_MAX - 1, INT32_MAX),
     {"type": "integer", "format": "int32", "minimum": -INT32_MAX - 1, "maximum": INT32_MAX},
 )
-STR = Shape("a string", _identity, _str, {"type": "string"})
+STR = Shape("a string", _identity, checked_str, {"type": "string"})
 BOOL = Shape("true or false", _identity, _bool, {"type": "boolean"})
 OPTIONAL_INT = Shape(
     "an integer or null",
     _identity,
-    lambda v, f: None if v is None else _int(v, f),
+    lambda v, f: None if v is None else checked_int(v, f),
     {**_INT_SCHEMA, "nullable": True},
 )
 NOTHING = Shape("null", lambda _: None, lambda _v, _f: None, {"nullable": True, "enum": [None]})
@@ -130,7 +154,7 @@ NOTHING = Shape("null", lambda _: None, lambda _v, _f: None, {"nullable": True, 
 def _decode_str_map(value: Any, field: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise _refuse(field, "an object of strings", value)
-    return {_str(k, field): _str(v, f"{field}.{k}") for k, v in value.items()}
+    return {checked_str(k, field): checked_str(v, f"{field}.{k}") for k, v in value.items()}
 
 
 STR_MAP = Shape(
@@ -148,8 +172,8 @@ def _encode_queue(queue: MessageQueue) -> list[Any]:
 def _decode_queue(value: Any, field: str) -> MessageQueue:
     if not isinstance(value, list) or len(value) != 3:
         raise _refuse(field, "[topic, broker_name, queue_id]", value)
-    queue_id = _int(value[2], f"{field} queue id", 0, INT32_MAX)
-    return MessageQueue(_str(value[0], field), _str(value[1], field), queue_id)
+    queue_id = checked_int(value[2], f"{field} queue id", 0, INT32_MAX)
+    return MessageQueue(checked_str(value[0], field), checked_str(value[1], field), queue_id)
 
 
 def _decode_queues(value: Any, field: str) -> list[MessageQueue]:
@@ -194,7 +218,9 @@ def _decode_offsets(value: Any, field: str) -> dict[MessageQueue, int]:
         where = f"{field}[{i}]"
         if not isinstance(item, list) or len(item) != 4:
             raise _refuse(where, "[topic, broker_name, queue_id, offset]", item)
-        offsets[_decode_queue(item[:3], where)] = _int(item[3], f"{where} offset", 0, INT64_MAX)
+        offsets[_decode_queue(item[:3], where)] = checked_int(
+            item[3], f"{where} offset", 0, INT64_MAX
+        )
     return offsets
 
 
@@ -325,10 +351,10 @@ def _decode_group_view(value: Any, field: str) -> GroupView:
         where = f"{field}.owners[{i}]"
         if not isinstance(item, list) or len(item) != 4:
             raise _refuse(where, "[topic, broker_name, queue_id, owner]", item)
-        owned[_decode_queue(item[:3], where)] = _str(item[3], where)
+        owned[_decode_queue(item[:3], where)] = checked_str(item[3], where)
     return GroupView(
-        _int(fields.get("generation"), f"{field}.generation"),
-        tuple(_str(m, f"{field}.members") for m in members),
+        checked_int(fields.get("generation"), f"{field}.generation"),
+        tuple(checked_str(m, f"{field}.members") for m in members),
         {c: _decode_str_map(s, f"{field}.subscriptions.{c}") for c, s in subscriptions.items()},
         owned,
     )
