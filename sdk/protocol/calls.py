@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from localstore.record.codec import NewMessage
 from sdk.protocol.data_plane import (
     decode_checks_answer,
     decode_records_answer,
@@ -53,13 +54,16 @@ class WireRequest:
     hold_ms: int = 0
 
 
-Encoder = Callable[[Sequence[Any], Mapping[str, Any], ProducerStamp | None], WireRequest]
+StampFor = Callable[[Sequence[NewMessage]], ProducerStamp]
+"""What gives a send's messages their stamp (the client's producer id and sequence)."""
+Encoder = Callable[[Sequence[Any], Mapping[str, Any], StampFor | None], WireRequest]
 
 
 @dataclass(frozen=True, slots=True)
 class WireCall:
     """A transport method as an HTTP call (see the module docstring). ``stamped``: the client
-    gives each call a fresh :class:`ProducerStamp` (sends)."""
+    gives each call a :class:`ProducerStamp` (sends): its ``request`` asks ``stamp_for`` once
+    it has bound the call's messages."""
 
     name: str
     request: Encoder
@@ -75,7 +79,7 @@ as existing)."""
 
 def _control(operation: Operation) -> WireCall:
     def request(
-        args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+        args: Sequence[Any], kwargs: Mapping[str, Any], _stamp_for: StampFor | None
     ) -> WireRequest:
         return WireRequest(operation.path, encode_request(operation, args, kwargs))
 
@@ -88,18 +92,20 @@ def _control(operation: Operation) -> WireCall:
 
 
 def _send_request(
-    args: Sequence[Any], kwargs: Mapping[str, Any], stamp: ProducerStamp | None
+    args: Sequence[Any], kwargs: Mapping[str, Any], stamp_for: StampFor | None
 ) -> WireRequest:
     (messages,) = _bound(("messages",), args, kwargs)
+    stamp = None if stamp_for is None or not messages else stamp_for(messages)
     return WireRequest(
         "/v1/send", encode_produce_body(messages), send_query(messages, stamp), binary=True
     )
 
 
 def _send_half_request(
-    args: Sequence[Any], kwargs: Mapping[str, Any], stamp: ProducerStamp | None
+    args: Sequence[Any], kwargs: Mapping[str, Any], stamp_for: StampFor | None
 ) -> WireRequest:
     group, message = _bound(("group", "message"), args, kwargs)
+    stamp = None if stamp_for is None else stamp_for([message])
     return WireRequest(
         "/v1/send-half",
         encode_produce_body([message]),
@@ -109,14 +115,14 @@ def _send_half_request(
 
 
 def _pull_request(
-    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp_for: StampFor | None
 ) -> WireRequest:
     (batch,) = _bound(("batch",), args, kwargs)
     return WireRequest("/v1/pull", encode_pull_request(batch), hold_ms=batch.wait_ms)
 
 
 def _checks_request(
-    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp_for: StampFor | None
 ) -> WireRequest:
     group, client_id, wait_ms = _bound(("group", "client_id", "wait_ms"), args, kwargs)
     body = encode_checks_request(group, client_id, wait_ms)
@@ -124,7 +130,7 @@ def _checks_request(
 
 
 def _query_by_key_request(
-    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp_for: StampFor | None
 ) -> WireRequest:
     topic, key = _bound(("topic", "key"), args, _without(kwargs, _QUERY_OPTIONS))
     options = {**_QUERY_OPTIONS, **{k: v for k, v in kwargs.items() if k in _QUERY_OPTIONS}}
@@ -139,7 +145,7 @@ _QUERY_OPTIONS: Mapping[str, int] = {"begin_ms": 0, "end_ms": NO_END_MS, "max_co
 
 
 def _query_by_id_request(
-    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp: ProducerStamp | None
+    args: Sequence[Any], kwargs: Mapping[str, Any], _stamp_for: StampFor | None
 ) -> WireRequest:
     (message_id,) = _bound(("message_id",), args, kwargs)
     return WireRequest("/v1/query-by-id", encode_query_by_id_request(message_id))

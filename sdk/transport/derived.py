@@ -1,7 +1,8 @@
 """Transport methods derived from the call table (:data:`sdk.protocol.calls.CALLS`), so that
 no transport writes an operation out by hand: each generated method has the name, signature
-and docstring of the :class:`~sdk.transport.base.BrokerTransport` method it implements, and
-binds its arguments as that method would (TypeError for a call it refuses, before any I/O).
+and docstring of the :class:`~sdk.transport.base.BrokerTransport` method it implements. The
+call table's encoders bind the arguments as the method would (TypeError for a call it refuses,
+before any I/O).
 
 The HTTP transports generate every operation; the asyncio in-process transport generates all
 but the ones that wait (pull, transaction checks), from its blocking twin's.
@@ -10,26 +11,15 @@ but the ones that wait (pull, transaction checks), from its blocking twin's.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sdk.protocol.calls import CALLS
 from sdk.transport.base import BrokerTransport
 
-__all__ = ["bind_arguments", "install_methods", "method_signature"]
+__all__ = ["install_methods"]
 
 _SIGNATURES = {name: inspect.signature(getattr(BrokerTransport, name)) for name in CALLS}
-
-
-def bind_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of a call to the transport method ``name``, bound as the method binds
-    them (TypeError for a call it refuses)."""
-    return dict(_SIGNATURES[name].bind(None, *args, **kwargs).arguments)
-
-
-def method_signature(name: str) -> inspect.Signature:
-    """The signature of :class:`BrokerTransport`'s method ``name`` (``self`` first)."""
-    return _SIGNATURES[name]
 
 
 def install_methods(

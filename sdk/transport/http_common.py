@@ -36,10 +36,9 @@ from tenacity import AsyncRetrying, RetryCallState, Retrying, wait_random_expone
 
 from localstore.record.properties import PROPERTY_UNIQ_KEY
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError, QuiverError
-from sdk.protocol.calls import CALLS, WireCall
+from sdk.protocol.calls import CALLS
 from sdk.protocol.data_plane import PRODUCER_ID
 from sdk.protocol.errors import error_from_answer
-from sdk.transport.derived import bind_arguments
 from sdk.transport.models import ProducerStamp
 
 __all__ = [
@@ -158,16 +157,8 @@ class Stamper:
         self._recent: dict[tuple[str, int], OrderedDict[tuple[Any, ...], ProducerStamp]] = {}
         self._lock = threading.Lock()
 
-    def stamp(self, call: WireCall, arguments: Mapping[str, Any]) -> ProducerStamp | None:
-        """The stamp of a call with these bound ``arguments`` (None: not a stamped call, or
-        one without messages, which its encoder refuses)."""
-        if not call.stamped:
-            return None
-        messages: Any = arguments.get("messages")
-        if messages is None:
-            messages = [arguments["message"]] if "message" in arguments else []
-        if not messages:
-            return None
+    def stamp(self, messages: Sequence[Any]) -> ProducerStamp:
+        """The stamp of a send of ``messages`` (a non-empty batch to one queue)."""
         first: Any = messages if hasattr(messages, "topic") else messages[0]  # UniformBatch
         key = (first.topic, first.queue_id)
         fingerprint = _fingerprint(messages)
@@ -306,8 +297,7 @@ def prepare(stamper: Stamper, name: str, args: Sequence[Any], kwargs: Mapping[st
     """``(call, request)``: the table's entry for method ``name`` and its request for these
     arguments, stamped when the call is (once: every retry resends this request)."""
     call = CALLS[name]
-    stamp = stamper.stamp(call, bind_arguments(name, args, kwargs))
-    return call, call.request(args, kwargs, stamp)
+    return call, call.request(args, kwargs, stamper.stamp if call.stamped else None)
 
 
 def closed_error(url: str) -> BrokerUnavailableError:

@@ -8,7 +8,6 @@ from typing import Any
 
 from sdk import EmbeddedBroker, Message
 from sdk.outgoing import MessageBuilder
-from sdk.protocol.calls import CALLS
 from sdk.transport.http_common import REMEMBERED_BATCHES, Stamper
 from sdk.transport.models import ProducerStamp
 
@@ -20,25 +19,21 @@ def _batch(builder: MessageBuilder, queue_id: int = 0, size: int = 3) -> Any:
 def test_a_batch_sent_again_keeps_its_stamp() -> None:
     builder = MessageBuilder()
     stamper = Stamper("app-1")
-    send = CALLS["send"]
     first, second = _batch(builder), _batch(builder)
-    assert stamper.stamp(send, {"messages": first}) == ProducerStamp(stamper.producer_id, 0)
-    assert stamper.stamp(send, {"messages": second}) == ProducerStamp(stamper.producer_id, 1)
-    assert stamper.stamp(send, {"messages": first}) == ProducerStamp(stamper.producer_id, 0)
-    assert stamper.stamp(send, {"messages": _batch(builder, queue_id=1)}) == ProducerStamp(
-        stamper.producer_id, 0
-    )
+    assert stamper.stamp(first) == ProducerStamp(stamper.producer_id, 0)
+    assert stamper.stamp(second) == ProducerStamp(stamper.producer_id, 1)
+    assert stamper.stamp(first) == ProducerStamp(stamper.producer_id, 0)
+    assert stamper.stamp(_batch(builder, queue_id=1)) == ProducerStamp(stamper.producer_id, 0)
 
 
 def test_the_memory_of_batches_is_bounded() -> None:
     builder = MessageBuilder()
     stamper = Stamper("app-1")
-    send = CALLS["send"]
     oldest = _batch(builder)
-    stamper.stamp(send, {"messages": oldest})
+    stamper.stamp(oldest)
     for _ in range(REMEMBERED_BATCHES):
-        stamper.stamp(send, {"messages": _batch(builder)})
-    again = stamper.stamp(send, {"messages": oldest})
+        stamper.stamp(_batch(builder))
+    again = stamper.stamp(oldest)
     assert again == ProducerStamp(stamper.producer_id, REMEMBERED_BATCHES + 1)
 
 
@@ -49,7 +44,7 @@ def test_a_resent_batch_is_stored_once(tmp_path: Path) -> None:
     stamper = Stamper("app-1")
     batch = _batch(builder)
     with EmbeddedBroker(tmp_path / "b", commitlog_file_size=1 << 20) as broker:
-        first = broker.service.send(batch, stamp=stamper.stamp(CALLS["send"], {"messages": batch}))
-        again = broker.service.send(batch, stamp=stamper.stamp(CALLS["send"], {"messages": batch}))
+        first = broker.service.send(batch, stamp=stamper.stamp(batch))
+        again = broker.service.send(batch, stamp=stamper.stamp(batch))
         assert again.phys_offsets == first.phys_offsets
         assert broker.service.max_offset("orders", 0) == 3
