@@ -190,15 +190,7 @@ class ReadOnlyStore:
         tags: str | TagFilter | None = None,
     ) -> GetResult:
         """As :meth:`MessageStore.get_messages`, within the snapshot."""
-        self._ensure_open()
-        return get_messages(
-            self.commitlog,
-            self.queues.get(topic, queue_id),
-            queue_offset,
-            max_count,
-            max_bytes,
-            read_filter(max_count, tags),
-        )
+        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=False)
 
     def get_message_bytes(
         self,
@@ -208,9 +200,23 @@ class ReadOnlyStore:
         *,
         max_count: int = 32,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        tags: str | TagFilter | None = None,
     ) -> GetResult:
-        """As :meth:`MessageStore.get_message_bytes` without a tag filter, within the
-        snapshot: ``result.raw`` holds the stored records' bytes, copied, not decoded."""
+        """As :meth:`MessageStore.get_message_bytes`, within the snapshot: ``result.raw``
+        holds the stored records' bytes, copied, not decoded (without a tag filter)."""
+        return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, raw=True)
+
+    def _get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int,
+        tags: str | TagFilter | None,
+        *,
+        raw: bool,
+    ) -> GetResult:
         self._ensure_open()
         return get_messages(
             self.commitlog,
@@ -218,8 +224,8 @@ class ReadOnlyStore:
             queue_offset,
             max_count,
             max_bytes,
-            read_filter(max_count, None),
-            True,
+            read_filter(max_count, tags),
+            raw,
         )
 
     def queue_ids(self, topic: str) -> list[int]:
