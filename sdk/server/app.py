@@ -317,13 +317,22 @@ class BrokerApp:
         self.metrics.answered(name, response.status)
         return response
 
-    async def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no request is in flight (or ``timeout_s`` passed); whether it is so."""
+    async def drain(self, timeout_s: float) -> None:
+        """Stop serving: new requests are answered 503, parked pulls and transaction-check
+        fetches answer at once, the requests in flight may finish for up to ``timeout_s``
+        (logged when some do not), then the writes queued on the writer thread finish and both
+        pools stop. The broker itself stays open (its owner closes it next)."""
+        self.stopping = True
+        self.service.stop_waiting()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         except TimeoutError:
-            return False
-        return True
+            log.warning(
+                "%d requests still in flight after %.1f s; closing anyway",
+                self.in_flight,
+                timeout_s,
+            )
+        await asyncio.to_thread(self.close_pools)
 
     def close_pools(self) -> None:
         """Finish the writes queued on the writer thread, then stop both pools."""

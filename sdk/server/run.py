@@ -87,14 +87,7 @@ async def serve(
             log.info("broker %s stopping", options.broker.broker_name)
             app.stopping = True
             await site.stop()
-            broker.service.stop_waiting()
-            if not await app.wait_idle(options.drain_timeout_s):
-                log.warning(
-                    "%d requests still in flight after %.1f s; closing anyway",
-                    app.in_flight,
-                    options.drain_timeout_s,
-                )
-            await asyncio.to_thread(app.close_pools)
+            await app.drain(options.drain_timeout_s)
         finally:
             await asyncio.to_thread(broker.close)
             await runner.cleanup()

@@ -54,12 +54,9 @@ def loopback_server(broker: EmbeddedBroker, **options: Any) -> Iterator[Loopback
             stop.append(asyncio.Event())
             started.set()
             await stop[0].wait()
-            app.stopping = True
-            broker.service.stop_waiting()
-            await app.wait_idle(10.0)
+            await app.drain(10.0)
         finally:
             await runner.cleanup()
-            await asyncio.to_thread(app.close_pools)
 
     def main() -> None:
         try:
