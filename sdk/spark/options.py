@@ -5,7 +5,7 @@ Option names follow Spark's Kafka source:
 * ``path`` (required): the store directory, opened read-only by the planner and every task.
 * ``topics`` (required): comma-separated topic names.
 * ``queues``: comma-separated queue ids to read (default: every queue of each topic).
-* ``startingOffsets``: ``earliest`` (default), ``latest``, or JSON
+* ``startingOffsets``: ``earliest`` (default; ``latest`` for streaming), ``latest``, or JSON
   ``{"orders": {"0": 12, "1": -2}}`` (queue offsets, inclusive; -2 earliest, -1 latest; a
   queue not named starts at earliest).
 * ``endingOffsets``: ``latest`` (default) or JSON (exclusive; -1 latest; a queue not named
@@ -14,6 +14,14 @@ Option names follow Spark's Kafka source:
 * ``includeBody`` (``true``): with ``false`` the ``body`` column is left out.
 * ``includeProperties`` (``false``): with ``true`` a ``properties`` column holds the user's
   properties.
+* ``failOnDataLoss`` (``true``): a requested start below a queue's earliest readable offset
+  (retention removed it) fails the read with :class:`~sdk.spark.dataloss.DataLossError`; with
+  ``false`` it logs a warning and starts at the earliest offset.
+* ``maxOffsetsPerTrigger`` (streaming): at most this many records per micro-batch, shared
+  across the queues in proportion to their backlog.
+
+A streaming read (``streaming=True``) starts at ``latest`` unless ``startingOffsets`` says
+otherwise, as Kafka's source does, and takes no ``endingOffsets``.
 
 Spark hands options over as strings with lower-cased keys; every lookup here is
 case-insensitive, so a mapping with the user's spelling reads the same. An option that cannot
@@ -48,6 +56,9 @@ _KNOWN = (
     "minpartitions",
     "includebody",
     "includeproperties",
+    # the data-loss and streaming options
+    "failondataloss",
+    "maxoffsetspertrigger",
 )
 
 
@@ -65,11 +76,15 @@ class ReadOptions:
     min_partitions: int | None
     include_body: bool
     include_properties: bool
+    # the data-loss and streaming options
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
-    """``options`` (Spark's, any key case) checked and parsed; :class:`InvalidArgumentError`
-    naming the option for a missing, unknown or malformed one."""
+def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    """``options`` (Spark's, any key case) checked and parsed, for a batch read or, with
+    ``streaming``, a streaming one; :class:`InvalidArgumentError` naming the option for a
+    missing, unknown or malformed one."""
     lowered = {key.lower(): value for key, value in options.items()}
     unknown = sorted(key for key in lowered if key not in _KNOWN)
     if unknown:
@@ -77,15 +92,21 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             f"{unknown[0]}: unknown option of the quiver source (known: {', '.join(_KNOWN)})"
         )
     topics = _topics(lowered)
+    if streaming and "endingoffsets" in lowered:
+        raise InvalidArgumentError("endingOffsets: a streaming read has no end (batch reads only)")
     return ReadOptions(
         path=_required(lowered, "path"),
         topics=topics,
         queues=_queues(lowered.get("queues")),
-        starting_offsets=_offsets(lowered, "startingOffsets", topics, EARLIEST),
+        starting_offsets=_offsets(
+            lowered, "startingOffsets", topics, LATEST if streaming else EARLIEST
+        ),
         ending_offsets=_offsets(lowered, "endingOffsets", topics, LATEST),
         min_partitions=_min_partitions(lowered.get("minpartitions")),
         include_body=_flag(lowered, "includeBody", default=True),
         include_properties=_flag(lowered, "includeProperties", default=False),
+        fail_on_data_loss=_flag(lowered, "failOnDataLoss", default=True),
+        max_offsets_per_trigger=_positive(lowered, "maxOffsetsPerTrigger"),
     )
 
 
@@ -176,6 +197,19 @@ def _min_partitions(text: str | None) -> int | None:
         count = 0
     if count < 1:
         raise InvalidArgumentError(f"minPartitions: expected an integer >= 1, got {text!r}")
+    return count
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise InvalidArgumentError(f"{name}: expected an integer >= 1, got {text!r}")
     return count
 
 

@@ -4,8 +4,9 @@ resolved from the options against a store's offsets, then cut into at least
 
 Invariants: the ranges of one topic and queue are disjoint and adjacent, so every queue offset
 of the read is in exactly one range; an empty range is left out; a bound the store cannot
-serve (below the queue's earliest readable offset, beyond its latest, or an end before its
-start) is refused with :class:`InvalidArgumentError` naming the option, never clamped.
+serve (beyond its latest, or an end before its start) is refused with
+:class:`InvalidArgumentError` naming the option, never clamped; a start below the queue's
+earliest readable offset is data loss (:mod:`sdk.spark.dataloss`, ``failOnDataLoss``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from quiver_errors import InvalidArgumentError
+from sdk.spark.dataloss import start_within
 from sdk.spark.options import (
     EARLIEST,
     EARLIEST_SENTINEL,
@@ -82,16 +84,17 @@ def _queue_range(
     where = f"{topic!r} queue {queue_id}"
     start = _bound(options.starting_offsets, topic, queue_id, earliest, latest, EARLIEST)
     end = _bound(options.ending_offsets, topic, queue_id, earliest, latest, LATEST)
-    if not earliest <= start <= latest:
+    if start > latest:
         raise InvalidArgumentError(
-            f"startingOffsets: {where} offset {start} is outside the readable "
-            f"[{earliest}, {latest}] (below: removed by retention)"
+            f"startingOffsets: {where} offset {start} is beyond the latest, {latest}"
         )
     if not start <= end <= latest:
         raise InvalidArgumentError(
             f"endingOffsets: {where} offset {end} is outside [{start} (the start), {latest}]"
         )
-    return QueueRange(topic, queue_id, start, end)
+    if start < end:
+        start = start_within(topic, queue_id, start, earliest, options.fail_on_data_loss)
+    return QueueRange(topic, queue_id, start, max(start, end))
 
 
 def _bound(

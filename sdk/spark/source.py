@@ -18,13 +18,16 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from localstore.errors import StoreDirectoryError
 from localstore.read_only import ReadOnlyStore
-from quiver_errors import IllegalStateError, InvalidArgumentError
+from localstore.results import GetResult, GetStatus
+from quiver_errors import IllegalStateError
 from sdk.spark.batches import records_to_batch
+from sdk.spark.dataloss import start_within
 from sdk.spark.options import ReadOptions, parse_read_options
 from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.schema import schema_ddl
+from sdk.spark.store_access import open_store
+from sdk.spark.stream import QuiverStreamReader
 
 CHUNK_RECORDS = 4096  # records per get, and so per record batch
 
@@ -45,6 +48,12 @@ class QuiverDataSource(DataSource):
     def reader(self, schema: StructType) -> QuiverBatchReader:
         return QuiverBatchReader(parse_read_options(self.options))
 
+    def streamReader(self, schema: StructType) -> QuiverStreamReader:  # noqa: N802 (pyspark names it)
+        """The streaming read (``spark.readStream.format("quiver")``): see
+        :mod:`sdk.spark.stream`. Its tasks are the batch read's."""
+        options = parse_read_options(self.options, streaming=True)
+        return QuiverStreamReader(options, QuiverBatchReader(options))
+
 
 class QueueRangePartition(InputPartition):
     """One Spark task: queue offsets ``[start_offset, end_offset)`` of ``topic``/``queue_id``."""
@@ -62,7 +71,11 @@ class QuiverBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRangePartition]:
         with open_store(self.read_options.path) as store:
-            ranges = plan_ranges(store, self.read_options)
+            return self.partitions_of(plan_ranges(store, self.read_options))
+
+    @staticmethod
+    def partitions_of(ranges: list[QueueRange]) -> list[QueueRangePartition]:
+        """A task per range."""
         return [QueueRangePartition(queue_range) for queue_range in ranges]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
@@ -71,30 +84,35 @@ class QuiverBatchReader(DataSourceReader):
         options = self.read_options
         with open_store(options.path) as store:
             yield from read_range(
-                store, partition.queue_range, options.include_body, options.include_properties
+                store,
+                partition.queue_range,
+                options.include_body,
+                options.include_properties,
+                options.fail_on_data_loss,
             )
 
 
-def open_store(path: str) -> ReadOnlyStore:
-    """The store at ``path`` opened read-only; :class:`InvalidArgumentError` naming the
-    ``path`` option when there is none."""
-    try:
-        return ReadOnlyStore(path)
-    except StoreDirectoryError as exc:
-        raise InvalidArgumentError(f"path: {exc}") from exc
-
-
 def read_range(
-    store: ReadOnlyStore, queue_range: QueueRange, include_body: bool, include_properties: bool
+    store: ReadOnlyStore,
+    queue_range: QueueRange,
+    include_body: bool,
+    include_properties: bool,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``queue_range``, a batch per chunk of at most :data:`CHUNK_RECORDS`.
-    :class:`IllegalStateError` when the store no longer serves an offset of the range (removed
-    by retention, or a topic deleted, since the planner looked)."""
+    Offsets retention removed since the planner looked are data loss
+    (:func:`~sdk.spark.dataloss.start_within`: an error, or with ``fail_on_data_loss`` false a
+    warning and the rest of the range); :class:`IllegalStateError` when the store serves no
+    offset of the rest (a topic deleted)."""
     topic, queue_id = queue_range.topic, queue_range.queue_id
     offset = queue_range.start_offset
     while offset < queue_range.end_offset:
         count = min(CHUNK_RECORDS, queue_range.end_offset - offset)
         got = store.get_message_bytes(topic, queue_id, offset, max_count=count)
+        removed_until = _removed_until(got, offset)
+        if removed_until is not None:
+            offset = start_within(topic, queue_id, offset, removed_until, fail_on_data_loss)
+            continue
         if not got.count or got.next_offset <= offset:
             raise IllegalStateError(
                 f"{topic!r} queue {queue_id} offset {offset} is no longer served by the store "
@@ -102,3 +120,16 @@ def read_range(
             )
         yield records_to_batch(got.raw, include_body, include_properties)
         offset = got.next_offset
+
+
+def _removed_until(got: GetResult, offset: int) -> int | None:
+    """When retention removed the records a get from ``offset`` asked for: the first offset
+    past them (the queue's min offset, or past the units whose segment went since the
+    snapshot); otherwise None."""
+    if got.count:
+        return None
+    if offset < got.min_offset:
+        return got.min_offset
+    if got.status is GetStatus.MESSAGE_WAS_REMOVING and got.next_offset > offset:
+        return got.next_offset
+    return None

@@ -88,7 +88,6 @@ def test_json_bounds_take_sentinels_and_leave_unnamed_queues_at_the_defaults():
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ({"startingOffsets": '{"orders": {"1": 3}}'}, "startingOffsets"),  # removed
         ({"startingOffsets": '{"orders": {"0": 11}}'}, "startingOffsets"),  # beyond
         ({"endingOffsets": '{"orders": {"0": 11}}'}, "endingOffsets"),
         (
