@@ -1,5 +1,6 @@
 """``QuiverDataSource``: Spark's ``quiver`` format, a batch read of topics from a store
-directory (``path``) that every executor can open.
+directory (``path``) that every executor can open (the streaming read, whose tasks are these,
+is :mod:`sdk.spark.stream`).
 
 The planner opens the store read-only once (no lock, no recovery, nothing created: safe while
 an application writes it), resolves the offset options to queue ranges and returns one
