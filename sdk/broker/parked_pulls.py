@@ -87,12 +87,13 @@ class ParkedPulls:
 
     async def wait_async(self, batch: PullBatch, offload: Offload | None = None) -> PullBatchResult:
         """:meth:`wait` for an event loop: the wait parks a future, not a thread. ``offload``
-        runs each read (a server gives a thread pool's, so the loop never waits on the disk);
-        without it, reads run on the loop."""
+        runs each read of the log (a server gives a thread pool's, so the loop never waits on
+        the disk) but the read of queues an arrival woke, whose records were just written and
+        lie in memory; without it, every read runs on the loop."""
 
-        async def read(pulls: Sequence[QueuePull]) -> PullBatchResult:
+        async def read(pulls: Sequence[QueuePull], *, fresh: bool = False) -> PullBatchResult:
             call = functools.partial(self._read, batch, pulls)
-            return call() if offload is None else await offload(call)
+            return call() if offload is None or fresh else await offload(call)
 
         generation = self._groups.generation(batch.group)
         if self._answers_unparked(batch, generation):
@@ -119,7 +120,10 @@ class ParkedPulls:
             # Changed before the wait: look at every queue (an arrival may have fired the
             # watch for one queue while another was the one not caught up).
             woken_by = frozenset() if changed else watch.woken_by()
-            result = await read(_arrived(batch, woken_by))
+            arrived_at = _arrived_at(batch, woken_by)
+            # Queues that were caught up when the pull parked hold only what arrived since:
+            # records just written, in memory, so they are read on the loop, without the hop.
+            result = await read(arrived_at or batch.pulls, fresh=bool(arrived_at))
             if _answer_now(batch, woken_by, generation, result):
                 return result
 
@@ -162,8 +166,12 @@ class ParkedPulls:
 
 def _arrived(batch: PullBatch, woken_by: frozenset[tuple[str, int]]) -> Sequence[QueuePull]:
     """The queues to read after a wake-up: those that got messages, or all when unknown."""
-    arrived = [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
-    return arrived or batch.pulls
+    return _arrived_at(batch, woken_by) or batch.pulls
+
+
+def _arrived_at(batch: PullBatch, woken_by: frozenset[tuple[str, int]]) -> list[QueuePull]:
+    """The queues of ``batch`` that got messages (none when only its group's key woke it)."""
+    return [p for p in batch.pulls if (p.topic, p.queue_id) in woken_by]
 
 
 def _answer_now(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sdk.errors import InvalidArgumentError
-from sdk.perf.defaults import DEFAULT_SIZES
+from sdk.perf.defaults import DEFAULT_SIZES, REMOTE_PULL_BATCH
 from sdk.server import event_loop
 
 # A benchmark record's header, topic and properties take less than this beside its body.
@@ -163,6 +163,12 @@ def _add_remote(commands: Any, name: str) -> None:
     remote.add_argument("--count", type=int, default=1_000_000, help="messages")
     remote.add_argument("--size", type=int, default=100, help="body size in bytes")
     remote.add_argument("--batch", type=int, default=100, help="messages per send and per poll")
+    remote.add_argument(
+        "--pull-batch",
+        type=int,
+        default=REMOTE_PULL_BATCH,
+        help="messages per queue per pull (the consumers' prefetch; a poll hands out --batch)",
+    )
     remote.add_argument("--json", action="store_true", help="one JSON line per figure")
     remote.add_argument("--quiet", action="store_true", help="no progress on stderr")
     _add_broker_options(remote)
@@ -436,7 +442,9 @@ def _run_remote(args: argparse.Namespace) -> int:
     from sdk.perf.remote_bench import RemoteBenchConfig, run_remote_bench
     from sdk.perf.spawn import spawned_broker
 
-    _check_positive(args, "count", "size", "batch", "producers", "consumers", "latency_samples")
+    _check_positive(
+        args, "count", "size", "batch", "pull_batch", "producers", "consumers", "latency_samples"
+    )
     if (args.broker is None) == (not args.spawn_broker):
         raise _usage("give --broker URL or --spawn-broker (one of them)")
     config = RemoteBenchConfig(
@@ -446,6 +454,7 @@ def _run_remote(args: argparse.Namespace) -> int:
         batch=args.batch,
         producers=args.producers,
         consumers=args.consumers,
+        pull_batch=args.pull_batch,
         latency_samples=args.latency_samples,
         loop=args.loop,
     )

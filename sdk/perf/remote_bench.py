@@ -9,7 +9,10 @@ Figures, named as ``../shared/bench/peers.py`` names Redis Streams' (so ``peers.
   Before the clock starts the topic is created and one batch goes to each queue.
 * ``consume_msgs_per_s``: ``--consumers`` :class:`sdk.AsyncPullConsumer` s of one group
   draining what is stored (``poll`` of up to ``--batch`` records), from their start until every
-  message was received; the topic has as many queues as consumers (at least 4). The consumers
+  message was received; the topic has as many queues as consumers (at least 4). A consumer's
+  pull fetches up to ``--pull-batch`` records per queue (``pull_batch_size``) and its polls
+  hand them out, as Kafka's consumer fetches up to 1 MiB a partition per request whatever its
+  ``max.poll.records``. The consumers
   commit as Kafka's and RocketMQ's do by default: their positions every 5 seconds during polls
   (``auto_commit``) and on close, not after every poll. ``consume`` alone first stores
   ``--count`` messages (not timed).
@@ -37,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sdk import AsyncAdmin, AsyncProducer, AsyncPullConsumer, ConsumeFrom, Message
+from sdk.perf.defaults import REMOTE_PULL_BATCH
 from sdk.perf.report import Figure, Progress, bench_body, percentile
 from sdk.server import event_loop
 
@@ -52,6 +56,7 @@ class RemoteBenchConfig:
     batch: int = 100
     producers: int = 4
     consumers: int = 4
+    pull_batch: int = REMOTE_PULL_BATCH  # records per queue per pull (consume)
     latency_samples: int = 2000
     broker_pid: int | None = None  # a spawned broker's process: its memory is reported
     loop: str = "auto"  # the clients' event loop (sdk.server.event_loop)
@@ -151,7 +156,7 @@ async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) ->
             group,
             consume_from=ConsumeFrom.FIRST_OFFSET,
             max_poll_records=config.batch,
-            pull_batch_size=config.batch,
+            pull_batch_size=config.pull_batch,
         )
         for _ in range(config.consumers)
     ]

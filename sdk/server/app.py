@@ -9,10 +9,11 @@ each. Besides:
 (:mod:`sdk.server.openapi`).
 
 The event loop never waits on the disk. Every call that appends (sends, send-backs, half
-messages, transaction ends, topic changes, offset resets) runs on one writer thread, in the
-order the requests came; reads of the log (pulls, queries by time, key and id, the admin's
-reports) run on
-a small reader pool; the calls that only touch memory (membership, leases, offsets, queue
+messages, transaction ends, topic changes, offset resets) goes through one writer
+(:mod:`sdk.server.writer`), in the order the requests came: on its thread, but for a small
+send under async flush, which is copied into the mapped log on the loop when the thread is idle;
+reads of the log (pulls, queries by time, key and id, the admin's reports) run on a small
+reader pool; the calls that only touch memory (membership, leases, offsets, queue
 bounds) run on the loop. A pull with nothing new parks a future (long polling) and is woken
 by the arrival of a message.
 
@@ -55,10 +56,11 @@ from sdk.protocol.shapes import SEND_RESULT
 from sdk.server.metrics import Gauges, ServerMetrics, render
 from sdk.server.openapi import openapi_document
 from sdk.server.produce import refuse_broker_properties
+from sdk.server.writer import Writer
 from sdk.transport.in_process import InProcessTransport
 from sdk.transport.models import PullBatch, SendResult
 
-__all__ = ["ON_LOOP", "WRITES", "BrokerApp"]
+__all__ = ["INLINE_APPEND_BYTES", "ON_LOOP", "WRITES", "BrokerApp"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,11 @@ MAX_PULL_ANSWER_BYTES = 64 << 20
 """The most record bytes one pull answer holds, whatever its queues ask for (a pull may name
 thousands of queues, each with its own ``max_bytes``): the answer is built in memory."""
 
+INLINE_APPEND_BYTES = 4 << 10
+"""A produce body up to this size is appended on the event loop when the writer thread is idle
+and the store flushes asynchronously (:mod:`sdk.server.writer`): copying it into the mapped
+commitlog costs less than the thread hand-over."""
+
 _JSON = "application/json"
 _BINARY = "application/octet-stream"
 _MIB = 1 << 20
@@ -126,7 +133,7 @@ class BrokerApp:
         if max_request_bytes is None:
             max_request_bytes = service.store.geometry.max_message_size + 4 * _MIB
         self.max_request_bytes = max_request_bytes
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="quiver-writer")
+        self._writer = Writer(inline_allowed=service.store.geometry.flush_mode == "async")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="quiver-reader")
         self.stopping = False
         # what GET /metrics reports as open connections (the runner serving the app sets it)
@@ -159,17 +166,19 @@ class BrokerApp:
         call = functools.partial(getattr(self.transport, operation.name), *args, **kwargs)
         if operation.name in ON_LOOP:
             value = call()
+        elif operation.name in WRITES:
+            value = await self._write(call)
         else:
-            pool = self._writer if operation.name in WRITES else self._readers
-            value = await self._run(pool, call)
+            value = await self._run(self._readers, call)
         return _json(encode_answer(operation, value))
 
     async def _send(self, request: web.Request) -> web.Response:
         body = await request.read()
         messages, stamp = decode_send_query(request.query, body)
         refuse_broker_properties(messages)
-        result: SendResult = await self._run(
-            self._writer, functools.partial(self.service.send, messages, stamp=stamp)
+        result: SendResult = await self._write(
+            functools.partial(self.service.send, messages, stamp=stamp),
+            inline=len(body) <= INLINE_APPEND_BYTES,
         )
         if result.stored:
             self.metrics.put_messages += len(result.phys_offsets)
@@ -183,7 +192,7 @@ class BrokerApp:
         messages, stamp = decode_send_query(request.query, await request.read(), half=True)
         refuse_broker_properties(messages)
         call = functools.partial(self.service.send_half, group, messages[0], stamp=stamp)
-        result: SendResult = await self._run(self._writer, call)
+        result: SendResult = await self._write(call, inline=True)
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _pull(self, request: web.Request) -> web.Response:
@@ -279,6 +288,12 @@ class BrokerApp:
         self._check_serving()
         return await _submit(pool, call)
 
+    async def _write(self, call: Callable[[], T], *, inline: bool = False) -> T:
+        """``call`` (an append or a config write) through the one writer; ``inline``: it is a
+        small append, which may run on the loop (see :class:`~sdk.server.writer.Writer`)."""
+        self._check_serving()
+        return await self._writer.run(call, inline=inline)
+
     def _offload_read(self, call: Callable[[], T]) -> Awaitable[T]:
         return _submit(self._readers, call)
 
@@ -336,7 +351,7 @@ class BrokerApp:
 
     def close_pools(self) -> None:
         """Finish the writes queued on the writer thread, then stop both pools."""
-        self._writer.shutdown(wait=True)
+        self._writer.shutdown()
         self._readers.shutdown(wait=True)
 
 

@@ -1,0 +1,170 @@
+"""One queue's stored records, laid end to end as a pull answer carries them, decoded into
+:class:`sdk.message.ReceivedMessage` s in one loop: the consumer's hot loop.
+
+In the common case the records share their shape: v1 magic, IPv4 hosts, the pulled queue's
+topic, a body length seen before. For such a record one cached ``Struct`` reads everything but
+the properties in one call:
+
+    HEADER_V4 (TOTALSIZE .. BODYLENGTH)  BODY (B bytes)  TOPIC field (1 + T bytes)  PROPLEN (h)
+
+and the properties are the ``PROPLEN`` bytes that end the record. The record is taken this way
+only if its fields agree with each other: magic v1, no IPv6 bit, the topic field the pulled
+topic's, TOTALSIZE the sum of its parts, the record inside the buffer, its properties valid
+UTF-8. Anything else (another shape, another topic, or damage) goes through
+:func:`localstore.record.codec.decode_record`, which decodes every shape and names what is
+wrong; both routes give equal messages.
+
+The messages are made without ``ReceivedMessage.__init__`` (slot stores in the loop, no call per
+record): every slot its ``__init__`` sets must be set here. The properties stay their stored
+text, parsed on first read, as ``__init__`` keeps them.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from localstore.record.codec import HOST_TEXTS, RecordError, decode_record, host_text
+from localstore.record.layout import (
+    BODY_LENGTH_AT_V4,
+    HEADER_V4_SIZE,
+    INT,
+    MAGIC_V1,
+    PROPERTIES_LENGTH_BYTES,
+    SYSFLAG_HOSTS_V6,
+    header_with_body_format,
+    topic_field,
+)
+from sdk.message import ReceivedMessage
+
+__all__ = ["decode_received"]
+
+_INT_AT = INT.unpack_from
+_MAX_LAYOUT_BODY = 1 << 16  # larger bodies: one unpack saves nothing next to the copy
+_LAYOUTS_PER_TOPIC = 256  # body lengths remembered per topic; others take the general decode
+_TOPICS_LIMIT = 4096
+
+
+class _TopicLayouts:
+    """A v1 topic's encoded field and the one-unpack layouts of its IPv4 records."""
+
+    __slots__ = ("by_body_length", "field", "fixed_size")
+
+    def __init__(self, field: bytes):
+        self.field = field
+        self.by_body_length: dict[int, struct.Struct] = {}
+        # all but body and properties
+        self.fixed_size = HEADER_V4_SIZE + len(field) + PROPERTIES_LENGTH_BYTES
+
+    def layout(self, body_length: int) -> struct.Struct | None:
+        """The layout for ``body_length``-byte bodies, made now; None where none is kept."""
+        layouts = self.by_body_length
+        if not 0 <= body_length <= _MAX_LAYOUT_BODY or len(layouts) >= _LAYOUTS_PER_TOPIC:
+            return None
+        made = layouts[body_length] = struct.Struct(
+            f"{header_with_body_format(body_length)}{len(self.field)}sh"
+        )
+        return made
+
+
+_TOPICS: dict[str, _TopicLayouts | None] = {}  # None: a v2 topic, never the fast shape
+
+
+def _layouts_for(topic: str) -> _TopicLayouts | None:
+    if topic in _TOPICS:
+        return _TOPICS[topic]
+    magic, field = topic_field(topic)
+    layouts = _TopicLayouts(field) if magic == MAGIC_V1 else None
+    if len(_TOPICS) < _TOPICS_LIMIT:
+        _TOPICS[topic] = layouts
+    return layouts
+
+
+def decode_received(raw: bytes, topic: str) -> tuple[list[ReceivedMessage], RecordError | None]:
+    """The records of ``raw`` (pulled from a queue of ``topic``) as received messages, up to
+    the first that does not decode: the messages before it, and its error (None when every
+    record decoded)."""
+    layouts = _layouts_for(topic)
+    messages: list[ReceivedMessage] = []
+    append = messages.append
+    end = len(raw)
+    position = 0
+    if layouts is not None:
+        known = layouts.by_body_length
+        expected_field = layouts.field
+        fixed_size = layouts.fixed_size
+        room = end - fixed_size  # a record at p with a b-byte body fits if p + b <= room
+        hosts = HOST_TEXTS
+        new = object.__new__
+        while position <= room:
+            body_length = _INT_AT(raw, position + BODY_LENGTH_AT_V4)[0]
+            layout = known.get(body_length) or layouts.layout(body_length)
+            if layout is None or position + body_length > room:
+                break
+            (
+                total,
+                magic,
+                _crc,
+                queue_id,
+                flag,
+                queue_offset,
+                phys,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                reconsume,
+                _prepared,
+                body_length,
+                body,
+                field,
+                props_length,
+            ) = layout.unpack_from(raw, position)
+            record_end = position + total
+            if (
+                magic != MAGIC_V1
+                or sys_flag & SYSFLAG_HOSTS_V6
+                or field != expected_field
+                or total != fixed_size + body_length + props_length
+                or props_length < 0
+                or record_end > end
+            ):
+                break  # another shape, or damage: the general decode decides
+            try:
+                props = str(raw[record_end - props_length : record_end], "utf-8")
+            except UnicodeDecodeError:
+                break
+            message = new(ReceivedMessage)
+            message.stored_topic = topic
+            message.queue_id = queue_id
+            message.queue_offset = queue_offset
+            message.phys_offset = phys
+            message.store_size = total
+            message.flag = flag
+            message.born_timestamp = born_ts
+            message.born_host = hosts.get(born_host) or host_text(born_host)
+            message.store_timestamp = store_ts
+            message.store_host = hosts.get(store_host) or host_text(store_host)
+            message.reconsume_times = reconsume
+            message.body = body
+            message._properties = props
+            message._store_host_raw = store_host
+            append(message)
+            position = record_end
+    return _decode_rest(raw, position, messages)
+
+
+def _decode_rest(
+    raw: bytes, position: int, messages: list[ReceivedMessage]
+) -> tuple[list[ReceivedMessage], RecordError | None]:
+    """The records from ``position`` on, one by one by the general decode (any shape), added
+    to ``messages``; stops at the first that does not decode."""
+    end = len(raw)
+    while position < end:
+        try:
+            message = decode_record(raw, position, make=ReceivedMessage)
+        except RecordError as exc:
+            return messages, exc
+        messages.append(message)
+        position += message.store_size
+    return messages, None
