@@ -1,5 +1,7 @@
 """``QuiverDataSource``: Spark's ``quiver`` format, a batch read of topics from a store
-directory (``path``) that every executor can open.
+directory (``path``) that every executor can open, or from brokers over HTTP (``broker``:
+:mod:`sdk.spark.broker_source`, batch and streaming), and a sink that sends rows to a broker
+(:mod:`sdk.spark.writer`, batch and streaming).
 
 The planner opens the store read-only once (no lock, no recovery, nothing created: safe while
 an application writes it), resolves the offset options to queue ranges and returns one
@@ -15,16 +17,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from localstore.errors import StoreDirectoryError
 from localstore.read_only import ReadOnlyStore
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.spark.batches import records_to_batch
+from sdk.spark.broker_source import QuiverBrokerReader, QuiverBrokerStreamReader
 from sdk.spark.options import ReadOptions, parse_read_options
 from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.schema import schema_ddl
+from sdk.spark.writer import QuiverBatchWriter, QuiverStreamWriter, parse_write_options
 
 CHUNK_RECORDS = 4096  # records per get, and so per record batch
 
@@ -42,8 +51,24 @@ class QuiverDataSource(DataSource):
         read = parse_read_options(self.options)
         return schema_ddl(read.include_body, read.include_properties)
 
-    def reader(self, schema: StructType) -> QuiverBatchReader:
-        return QuiverBatchReader(parse_read_options(self.options))
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_read_options(self.options)
+        if options.brokers:
+            return QuiverBrokerReader(options)
+        return QuiverBatchReader(options)
+
+    # -- brokers over HTTP (sdk.spark.broker_source, sdk.spark.writer) ----------------------------
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        options = parse_read_options(self.options)
+        if not options.brokers:
+            raise InvalidArgumentError("broker: a streaming read of a store directory needs broker")
+        return QuiverBrokerStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> QuiverBatchWriter:
+        return QuiverBatchWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> QuiverStreamWriter:  # noqa: N802
+        return QuiverStreamWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
 
 
 class QueueRangePartition(InputPartition):
