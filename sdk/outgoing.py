@@ -366,15 +366,8 @@ class MessageBuilder:
             _check_properties_size(properties, topic)
         return NewMessage(topic, body, queue_id, properties, message.flag, 0, now_ms)
 
-    def build_batch(
-        self,
-        messages: Sequence[Message],
-        queue_id: int,
-        msg_ids: Sequence[str] | None = None,
-    ) -> UniformBatch | BuiltBatch:
+    def build_batch(self, messages: Sequence[Message], queue_id: int) -> UniformBatch | BuiltBatch:
         """One batch for one topic-queue; no delays (a batch is appended as it is).
-        ``msg_ids``: the messages' ``UNIQ_KEY``s, one a message (a writer that must give a
-        message the same id every time it sends it, as the Spark sink does); default: new ones.
 
         Built as a :class:`localstore.UniformBatch` (columns: no message object is made, and
         each message's properties are written once, as stored), unless the messages' flags
@@ -386,14 +379,7 @@ class MessageBuilder:
         topic = messages[0].topic
         self._check_topic(topic)
         now = time.time_ns() // 1_000_000
-        if msg_ids is None:
-            ids: Sequence[str] = self._ids.next_many(len(messages))
-        elif len(msg_ids) != len(messages):
-            raise InvalidMessageError(
-                f"msg_ids: {len(msg_ids)} ids for a batch of {len(messages)} messages"
-            )
-        else:
-            ids = msg_ids
+        ids = self._ids.next_many(len(messages))
         checked_fields = self._checked_fields
         tags_start, keys_start, uniq_key_start, end = (  # locals: the loop looks them up often
             TAGS_PAIR_START,
@@ -462,7 +448,7 @@ class MessageBuilder:
         built = BuiltBatch(batch.messages())
         for made, message in zip(built, messages, strict=True):
             made.flag = message.flag
-        built.msg_ids = list(ids)
+        built.msg_ids = ids
         return built
 
     def select_queue(

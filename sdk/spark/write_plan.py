@@ -1,7 +1,8 @@
 """What a write task sends, decided from its rows alone: the queue of each row, the batches per
-queue, each message's id and each batch's producer stamp. Plain data and pyarrow, no pyspark
-and no I/O, so a task run again over the same rows sends the very same batches with the very
-same stamps, and the broker's idempotent produce stores none of them twice.
+queue, each message's id and each batch's producer stamp, and each batch's produce body
+(:mod:`sdk.spark.produce_rows`, column at a time). Plain data and pyarrow, no pyspark and no
+I/O, so a task run again over the same rows sends the very same batches with the very same
+stamps, and the broker's idempotent produce stores none of them twice.
 
 Identity. A write has a *write key* (a batch write's ``writeId`` option, else an id drawn once
 by the driver; a streaming write's query id and micro-batch id), a task its partition id, a
@@ -22,7 +23,8 @@ keeps in all (``idempotence_max_stamps``, the keys used longest ago leave first)
 broker restart, how far back its rebuild reads the log (``idempotence_rebuild_bytes``).
 
 Routing, per row: a ``queue_id`` column wins; else a ``sharding_key`` picks the queue as the
-SDK's producer does (:func:`sdk.outgoing.select_by_key`, so rows of one key keep one queue);
+SDK's producer does (``abs(java_hash(key)) % queue count``, :func:`sdk.outgoing.select_by_key`,
+so rows of one key keep one queue);
 else rows fill one queue's batch after another, starting at ``p % queue count`` (whole batches
 per queue, as Kafka's sticky partitioner does, deterministic by row position).
 """
@@ -33,11 +35,13 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from localstore.record.javahash import java_hash
 from quiver_errors import InvalidArgumentError
-from sdk.message import Message
-from sdk.outgoing import MessageBuilder, select_by_key
+from sdk.spark import produce_rows
 from sdk.transport.models import ProducerStamp
 
 CHUNK_BATCHES = 32  # batches per producer id: the broker's default window per queue
@@ -49,9 +53,14 @@ def write_hash(write_key: str) -> str:
     return hashlib.sha256(write_key.encode()).hexdigest()
 
 
+def id_prefix(hashed: str, partition_id: int) -> str:
+    """The first 20 hex digits of every message id of a partition (see the module doc)."""
+    return f"{hashed[:12]}{partition_id & 0xFFFFFFFF:08X}".upper()
+
+
 def message_id(hashed: str, partition_id: int, row: int) -> str:
     """The ``UNIQ_KEY`` of row ``row`` of partition ``partition_id`` (see the module doc)."""
-    return f"{hashed[:12]}{partition_id & 0xFFFFFFFF:08X}{row & 0xFFFFFFFFFFFF:012X}".upper()
+    return f"{id_prefix(hashed, partition_id)}{row & 0xFFFFFFFFFFFF:012X}"
 
 
 def batch_stamp(hashed: str, partition_id: int, batch_index: int) -> ProducerStamp:
@@ -78,20 +87,24 @@ def check_write_columns(names: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class PlannedBatch:
-    """One send: ``messages`` to ``topic``/``queue_id`` with their ids and its stamp."""
+    """One send: ``count`` messages to ``topic``/``queue_id``, their produce ``body`` (magic
+    0 records end to end), the first message's id and the batch's stamp."""
 
     topic: str
     queue_id: int
-    messages: list[Message]
-    msg_ids: list[str]
+    count: int
+    body: bytes
+    first_msg_id: str
     stamp: ProducerStamp
 
 
 @dataclass
 class _Pending:
-    messages: list[Message] = field(default_factory=list)
-    msg_ids: list[str] = field(default_factory=list)
-    body_bytes: int = 0
+    """Rows routed to one topic-queue and not yet sent."""
+
+    records: list[pa.Array] = field(default_factory=list)
+    body_lengths: list[np.ndarray] = field(default_factory=list)
+    first_ids: list[pa.Array] = field(default_factory=list)
     sent_batches: int = 0
 
 
@@ -121,110 +134,146 @@ class WritePlan:
         self._counts: dict[str, int] = {}
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._unkeyed: dict[str, int] = {}  # rows sent round-robin so far, per topic
-        self._builder = MessageBuilder()
+        self._prefix = id_prefix(self.hashed, partition_id)
         self.rows = 0
 
     def add(self, batch: pa.RecordBatch) -> Iterator[PlannedBatch]:
         """Route the rows of ``batch``; yields each batch that became full meanwhile."""
-        columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-        body_name = "body" if "body" in columns else "value"
-        bodies = columns[body_name]
-        none = [None] * batch.num_rows
-        topics = columns.get("topic", none)
-        tags = columns.get("tags", none)
-        keys = columns.get("keys", none)
-        properties = columns.get("properties", none)
-        queue_ids = columns.get("queue_id", none)
-        sharding = columns.get("sharding_key", none)
-        for index in range(batch.num_rows):
-            row = self.rows
-            self.rows += 1
-            topic = topics[index] or self.default_topic
-            if not topic:
-                raise InvalidArgumentError(
-                    f"topic: row {row} of partition {self.partition_id} has no topic "
-                    "(give a topic column value or the topic option)"
-                )
-            message = _message(topic, bodies[index], tags[index], keys[index], properties[index])
-            queue_id = self._queue_of(topic, queue_ids[index], sharding[index], row)
-            full = self._append(topic, queue_id, message, row)
-            if full is not None:
-                yield full
+        first_row, count = self.rows, batch.num_rows
+        self.rows += count
+        if not count:
+            return
+        names = batch.schema.names
+        column = {name: batch.column(name) for name in names}
+        ids = produce_rows.message_ids(self._prefix, first_row, count)
+        body = produce_rows.bodies(column["body" if "body" in column else "value"], first_row)
+        text = produce_rows.properties_texts(
+            ids, column.get("tags"), column.get("keys"), column.get("properties"), first_row
+        )
+        records, body_lengths = produce_rows.records(body, text)
+        for topic, rows in self._topics(column.get("topic"), first_row, count):
+            queues = self._queues_of(topic, rows, column, first_row)
+            for queue_id in np.unique(queues).tolist():
+                chosen = rows[queues == queue_id]
+                taken = pa.array(chosen)
+                pending = self._pending.setdefault((topic, queue_id), _Pending())
+                pending.records.append(records.take(taken))
+                pending.body_lengths.append(body_lengths[chosen])
+                pending.first_ids.append(ids.take(taken))
+                yield from self._cut(topic, queue_id, pending, final=False)
 
     def finish(self) -> Iterator[PlannedBatch]:
         """The batches still open, in a fixed order (topic, then queue id)."""
         for topic, queue_id in sorted(self._pending):
-            pending = self._pending[topic, queue_id]
-            if pending.messages:
-                yield self._close(topic, queue_id, pending)
+            yield from self._cut(topic, queue_id, self._pending[topic, queue_id], final=True)
 
-    def build(self, planned: PlannedBatch) -> object:
-        """``planned`` as what a transport's ``send`` takes (a checked UniformBatch);
-        :class:`~sdk.errors.InvalidMessageError` names a row the broker would refuse."""
-        return self._builder.build_batch(planned.messages, planned.queue_id, planned.msg_ids)
+    # -- routing -------------------------------------------------------------------------------
+    def _topics(
+        self, topics: pa.Array | None, first_row: int, count: int
+    ) -> Iterator[tuple[str, np.ndarray]]:
+        """``(topic, positions of its rows in the batch)``, topics in order of first row."""
+        everything = np.arange(count)
+        if topics is None or topics.null_count == count:
+            yield self._topic_or_refuse(self.default_topic, first_row), everything
+            return
+        if topics.null_count:
+            topics = pc.fill_null(topics, self.default_topic or "")
+        encoded = pc.dictionary_encode(topics)
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        for code, name in enumerate(encoded.dictionary.to_pylist()):
+            rows = everything[codes == code]
+            if len(rows):
+                yield self._topic_or_refuse(name, first_row + int(rows[0])), rows
 
-    # -- routing and batching ----------------------------------------------------------------
-    def _queue_of(
-        self, topic: str, queue_id: int | None, sharding_key: str | None, row: int
-    ) -> int:
+    def _topic_or_refuse(self, topic: str | None, row: int) -> str:
+        if not topic:
+            raise InvalidArgumentError(
+                f"topic: row {row} of partition {self.partition_id} has no topic "
+                "(give a topic column value or the topic option)"
+            )
+        return topic
+
+    def _queues_of(
+        self, topic: str, rows: np.ndarray, column: dict[str, pa.Array], first_row: int
+    ) -> np.ndarray:
+        """The queue of each of ``rows``: queue_id, else sharding_key, else round-robin."""
         count = self._counts.get(topic)
         if count is None:
             count = self._counts[topic] = self._queue_count(topic)
             if count < 1:
                 raise InvalidArgumentError(f"topic: {topic!r} has no writable queue")
-        if queue_id is not None:
-            if not 0 <= queue_id < count:
+        chosen = np.full(len(rows), -1, np.int64)
+        explicit = column.get("queue_id")
+        if explicit is not None:
+            given = explicit.take(pa.array(rows))
+            values = pc.fill_null(given, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+            wrong = (values >= count) | (values < -1)
+            if wrong.any():
+                row = first_row + int(rows[np.argmax(wrong)])
                 raise InvalidArgumentError(
                     f"queue_id: row {row} of partition {self.partition_id} names queue "
-                    f"{queue_id}, but {topic!r} has queues 0-{count - 1}"
+                    f"{values[np.argmax(wrong)]}, but {topic!r} has queues 0-{count - 1}"
                 )
-            return int(queue_id)
-        if sharding_key is not None:
-            return select_by_key(sharding_key, count)
-        sent = self._unkeyed.get(topic, 0)
-        self._unkeyed[topic] = sent + 1
-        return (self.partition_id + sent // self.batch_rows) % count
+            chosen = values
+        keys = column.get("sharding_key")
+        if keys is not None:
+            chosen = np.where(chosen >= 0, chosen, _by_key(keys.take(pa.array(rows)), count))
+        unkeyed = chosen < 0
+        if unkeyed.any():
+            sent = self._unkeyed.get(topic, 0)
+            order = sent + np.arange(int(unkeyed.sum()))
+            self._unkeyed[topic] = sent + int(unkeyed.sum())
+            chosen[unkeyed] = (self.partition_id + order // self.batch_rows) % count
+        return chosen
 
-    def _append(self, topic: str, queue_id: int, message: Message, row: int) -> PlannedBatch | None:
-        pending = self._pending.get((topic, queue_id))
-        if pending is None:
-            pending = self._pending[topic, queue_id] = _Pending()
-        size = len(message.body)
-        if pending.messages and pending.body_bytes + size > self.batch_bytes:
-            closed = self._close(topic, queue_id, pending)
-            self._add_to(pending, message, row, size)
-            return closed
-        self._add_to(pending, message, row, size)
-        if len(pending.messages) >= self.batch_rows:
-            return self._close(topic, queue_id, pending)
-        return None
+    # -- batching ------------------------------------------------------------------------------
+    def _cut(
+        self, topic: str, queue_id: int, pending: _Pending, *, final: bool
+    ) -> Iterator[PlannedBatch]:
+        """The full batches of ``pending`` (all of it when ``final``): a batch ends at
+        ``batch_rows`` rows or before the row that would take its bodies past
+        ``batch_bytes`` (a longer row alone), whatever record batches the rows came in."""
+        if not pending.records:
+            return
+        records = pa.concat_arrays(pending.records)
+        lengths = np.concatenate(pending.body_lengths)
+        ids = pa.concat_arrays(pending.first_ids)
+        before = np.concatenate(([0], np.cumsum(lengths)))
+        total, start = len(lengths), 0
+        while start < total:
+            fit = int(np.searchsorted(before, before[start] + self.batch_bytes, side="right")) - 1
+            end = min(start + self.batch_rows, total, max(fit, start + 1))
+            if end == total and end - start < self.batch_rows and not final:
+                break  # not full yet: more rows may join it
+            yield self._planned(topic, queue_id, pending, records, ids, start, end)
+            start = end
+        pending.records = [records.slice(start)] if start < total else []
+        pending.body_lengths = [lengths[start:]] if start < total else []
+        pending.first_ids = [ids.slice(start)] if start < total else []
 
-    def _add_to(self, pending: _Pending, message: Message, row: int, size: int) -> None:
-        pending.messages.append(message)
-        pending.msg_ids.append(message_id(self.hashed, self.partition_id, row))
-        pending.body_bytes += size
-
-    def _close(self, topic: str, queue_id: int, pending: _Pending) -> PlannedBatch:
+    def _planned(
+        self,
+        topic: str,
+        queue_id: int,
+        pending: _Pending,
+        records: pa.Array,
+        ids: pa.Array,
+        start: int,
+        end: int,
+    ) -> PlannedBatch:
         stamp = batch_stamp(self.hashed, self.partition_id, pending.sent_batches)
-        planned = PlannedBatch(topic, queue_id, pending.messages, pending.msg_ids, stamp)
         pending.sent_batches += 1
-        pending.messages, pending.msg_ids, pending.body_bytes = [], [], 0
-        return planned
+        body = produce_rows.concatenated(records.slice(start, end - start))
+        return PlannedBatch(topic, queue_id, end - start, body, ids[start].as_py(), stamp)
 
 
-def _message(
-    topic: str,
-    body: bytes | str | None,
-    tags: str | None,
-    keys: Sequence[str] | str | None,
-    properties: Sequence[tuple[str, str]] | dict[str, str] | None,
-) -> Message:
-    if body is None:
-        raise InvalidArgumentError(f"body: a row for {topic!r} has a null body")
-    return Message(
-        topic,
-        body.encode() if isinstance(body, str) else body,
-        tags=tags,
-        keys=() if keys is None else keys,
-        properties={} if properties is None else dict(properties),
+def _by_key(keys: pa.Array, count: int) -> np.ndarray:
+    """The queue of each sharding key (-1 for a null one), as the SDK's producer picks it:
+    ``abs(java_hash(key)) % count``, hashed once per distinct key."""
+    encoded = pc.dictionary_encode(keys)
+    queues = np.array(
+        [abs(java_hash(key)) % count for key in encoded.dictionary.to_pylist()] + [-1], np.int64
     )
+    codes = pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+    chosen: np.ndarray = queues[codes]
+    return chosen

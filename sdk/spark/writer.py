@@ -29,6 +29,7 @@ micro-batch again. A batch the broker refuses fails the task (Spark retries it).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -40,11 +41,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from localstore.record.uniform_batch import DEFAULT_BORN_HOST
 from quiver_errors import IllegalStateError, InvalidArgumentError
+from sdk.protocol.calls import CALLS, WireRequest
 from sdk.spark.write_plan import PlannedBatch, WritePlan, check_write_columns
-from sdk.transport.http_common import Stamper
 from sdk.transport.http_sync import HttpTransport
-from sdk.transport.models import ProducerStamp, SendResult
+from sdk.transport.models import SendResult
 
 try:  # pyspark 4.1+: a streaming sink fed Arrow record batches
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
@@ -200,9 +202,7 @@ def send_partition(
     """Send one task's rows (every batch answered as stored, or an error that fails the task).
     Usable outside Spark: the same ``write_key``, ``partition_id`` and rows send the same
     batches with the same stamps."""
-    stamps = _GivenStamps()
     with HttpTransport(options.broker) as transport:
-        transport.stamper = stamps  # every send's stamp is the plan's
         plan = WritePlan(
             write_key,
             partition_id,
@@ -217,11 +217,9 @@ def send_partition(
 
             def submit(planned: PlannedBatch) -> None:
                 nonlocal sent
-                built = plan.build(planned)
-                stamps.give(planned.msg_ids[0], planned.stamp)
                 while len(in_flight) >= options.max_in_flight:
                     _check_stored(in_flight.popleft().result())
-                in_flight.append(pool.submit(transport.send, built))
+                in_flight.append(pool.submit(send_planned, transport, planned))
                 sent += 1
 
             for batch in batches:
@@ -234,24 +232,28 @@ def send_partition(
     return WriteReport(partition_id, plan.rows, sent)
 
 
+def send_planned(transport: HttpTransport, planned: PlannedBatch) -> SendResult:
+    """``POST /v1/send`` of a planned batch (its body already encoded, its stamp given), with
+    the transport's retry policy (a stamped send may be resent: the broker stores it once)."""
+    query = {
+        "topic": planned.topic,
+        "queue_id": str(planned.queue_id),
+        "count": str(planned.count),
+        "born_timestamp": str(time.time_ns() // 1_000_000),
+        "born_host": DEFAULT_BORN_HOST.hex(),
+        "producer": planned.stamp.producer_id,
+        "sequence": str(planned.stamp.sequence),
+    }
+    request = WireRequest("/v1/send", planned.body, query, binary=True)
+    send = CALLS["send"]
+    answer = transport.policy.run(lambda: transport._post(request), send.idempotent)
+    result: SendResult = send.answer(answer)
+    return result
+
+
 def _check_stored(result: SendResult) -> None:
     if not result.stored:
         raise IllegalStateError(
             f"the broker refused a batch for {result.topic!r} queue {result.queue_id}: "
             f"{result.status} {result.detail}"
         )
-
-
-class _GivenStamps(Stamper):
-    """A transport's stamper that hands each send the stamp its plan gave the batch, found
-    by the batch's first message id (ids are unique within a write)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._by_first_id: dict[str, ProducerStamp] = {}
-
-    def give(self, first_msg_id: str, stamp: ProducerStamp) -> None:
-        self._by_first_id[first_msg_id] = stamp
-
-    def stamp(self, messages: Any) -> ProducerStamp:
-        return self._by_first_id.pop(messages.uniq_keys[0])
