@@ -167,6 +167,23 @@ def test_a_partition_written_again_stores_nothing_twice(broker: BrokerProcess) -
     assert bodies == Counter(f"x{i}".encode() for i in range(1000))
 
 
+def test_a_partition_written_again_after_a_broker_restart_stores_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    rows = pa.RecordBatch.from_pydict({"value": [f"y{i}" for i in range(1000)]})
+    data = tmp_path / "data"
+    with BrokerProcess(data) as first:
+        options = parse_write_options(
+            {"broker": first.url, "topic": "restarted", "batchRows": "3"}, False
+        )
+        send_partition(options, "restart-1", 5, iter([rows]))
+        assert first.stop() == 0
+        with BrokerProcess(data, port=first.port) as second:  # its windows rebuilt from the log
+            send_partition(options, "restart-1", 5, iter([rows]))
+            bodies = Counter(row["body"] for row in stored(second.url, "restarted"))
+    assert bodies == Counter(f"y{i}".encode() for i in range(1000))
+
+
 def test_the_same_write_id_run_twice_stores_each_row_once(
     spark: Any, broker: BrokerProcess
 ) -> None:
