@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,41 +39,22 @@ class SparkWriteBenchConfig:
 
 def run_spark_write_bench(config: SparkWriteBenchConfig) -> Iterator[Figure]:
     """Yield ``spark_write_rows_per_s`` (see the module docstring)."""
-    from pyspark.sql import SparkSession  # noqa: PLC0415 (the spark extra, only when run)
-    from pyspark.sql import functions as f  # noqa: PLC0415
+    from sdk.spark.write_bench import timed_write  # noqa: PLC0415 (pyspark, only when run)
 
-    from sdk.spark import QuiverDataSource  # noqa: PLC0415
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     topic = f"spark-write-{os.getpid()}"
     with (
         tempfile.TemporaryDirectory(prefix="quiver-spark-write-") as data,
         spawned_broker(Path(data) / "broker") as broker,
     ):
-        session = (
-            SparkSession.builder.master(config.master)
-            .appName("quiver-perf-spark-write")
-            .config("spark.ui.enabled", "false")
-            .getOrCreate()
+        elapsed = timed_write(
+            broker.url,
+            topic,
+            count=config.count,
+            size=config.size,
+            partitions=config.partitions,
+            batch_rows=config.batch_rows,
+            master=config.master,
         )
-        try:
-            session.dataSource.register(QuiverDataSource)
-            pad = "x" * max(0, config.size - 12)
-            frame = session.range(0, config.count, numPartitions=config.partitions).select(
-                f.concat(f.lpad(f.col("id").cast("string"), 12, "0"), f.lit(pad)).alias("value")
-            )
-            started = time.perf_counter()
-            (
-                frame.write.format("quiver")
-                .option("broker", broker.url)
-                .option("topic", topic)
-                .option("batchRows", str(config.batch_rows))
-                .mode("append")
-                .save()
-            )
-            elapsed = time.perf_counter() - started
-        finally:
-            session.stop()
         _check_stored(broker.url, topic, config.count)
     yield Figure("spark_write_rows_per_s", config.count / elapsed, config.count, config.size, 0)
 

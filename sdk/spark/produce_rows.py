@@ -100,7 +100,7 @@ def properties_texts(
     return text.cast(pa.binary())
 
 
-def records(body: pa.Array, text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def encode_records(body: pa.Array, text: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """Each row's produce-body record (a binary array) and its body's length (numpy)."""
     count = len(body)
     body_lengths = pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int64)

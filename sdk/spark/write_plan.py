@@ -41,7 +41,13 @@ import pyarrow.compute as pc
 
 from localstore.record.javahash import java_hash
 from quiver_errors import InvalidArgumentError
-from sdk.spark import produce_rows
+from sdk.spark.produce_rows import (
+    bodies,
+    concatenated,
+    encode_records,
+    message_ids,
+    properties_texts,
+)
 from sdk.transport.models import ProducerStamp
 
 CHUNK_BATCHES = 32  # batches per producer id: the broker's default window per queue
@@ -145,19 +151,19 @@ class WritePlan:
             return
         names = batch.schema.names
         column = {name: batch.column(name) for name in names}
-        ids = produce_rows.message_ids(self._prefix, first_row, count)
-        body = produce_rows.bodies(column["body" if "body" in column else "value"], first_row)
-        text = produce_rows.properties_texts(
+        ids = message_ids(self._prefix, first_row, count)
+        body = bodies(column["body" if "body" in column else "value"], first_row)
+        text = properties_texts(
             ids, column.get("tags"), column.get("keys"), column.get("properties"), first_row
         )
-        records, body_lengths = produce_rows.records(body, text)
+        encoded, body_lengths = encode_records(body, text)
         for topic, rows in self._topics(column.get("topic"), first_row, count):
             queues = self._queues_of(topic, rows, column, first_row)
             for queue_id in np.unique(queues).tolist():
                 chosen = rows[queues == queue_id]
                 taken = pa.array(chosen)
                 pending = self._pending.setdefault((topic, queue_id), _Pending())
-                pending.records.append(records.take(taken))
+                pending.records.append(encoded.take(taken))
                 pending.body_lengths.append(body_lengths[chosen])
                 pending.first_ids.append(ids.take(taken))
                 yield from self._cut(topic, queue_id, pending, final=False)
@@ -263,7 +269,7 @@ class WritePlan:
     ) -> PlannedBatch:
         stamp = batch_stamp(self.hashed, self.partition_id, pending.sent_batches)
         pending.sent_batches += 1
-        body = produce_rows.concatenated(records.slice(start, end - start))
+        body = concatenated(records.slice(start, end - start))
         return PlannedBatch(topic, queue_id, end - start, body, ids[start].as_py(), stamp)
 
 
