@@ -25,6 +25,14 @@ replayed micro-batch) sends the same batches with the same stamps and the broker
 copies from its windows instead of storing them. A streaming write's identity is its query id
 and micro-batch id, both the same when a query restarted from its checkpoint runs a
 micro-batch again. A batch the broker refuses fails the task (Spark retries it).
+
+What that asks of the input: a task's rows must be the same, in the same order, in every
+attempt (a read of a source, a sorted or cached frame; not the rows of a non-deterministic
+shuffle such as ``repartition(n)`` after a non-deterministic stage), as Kafka's sink asks too:
+a batch whose stamp the broker holds is answered as stored whatever rows it carries now. The
+bounds (:mod:`sdk.spark.write_plan`): a retry's stamps must still be among the broker's newest
+``idempotence_max_stamps``, and after a broker restart within its last
+``idempotence_rebuild_bytes`` of log.
 """
 
 from __future__ import annotations
