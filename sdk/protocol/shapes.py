@@ -280,7 +280,7 @@ def list_of(shape: Shape, *, as_tuple: bool = False) -> Shape:
 def _all_int64(value: list[Any]) -> bool:
     """Every item of ``value`` is a JSON integer that fits a Java long (no bool)."""
     return not value or (
-        set(map(type, value)) == {int} and INT64_MIN <= min(value) and max(value) <= INT64_MAX
+        set(map(type, value)) == {int} and min(value) >= INT64_MIN and max(value) <= INT64_MAX
     )
 
 

@@ -2,7 +2,11 @@
 
 Option names follow Spark's Kafka source:
 
-* ``path`` (required): the store directory, opened read-only by the planner and every task.
+* ``path``: the store directory, opened read-only by the planner and every task; or
+* ``broker``: comma-separated broker URLs (``http://h:8080,http://h2:8080``), each a broker
+  of its own whose queues the read covers (:mod:`sdk.spark.broker_source`); one of the two.
+* ``consumerGroup`` (with ``broker``): a group whose broker offsets a streaming read advances
+  at each commit, for lag monitoring (the read's own offsets stay in Spark's checkpoint).
 * ``topics`` (required): comma-separated topic names.
 * ``queues``: comma-separated queue ids to read (default: every queue of each topic).
 * ``startingOffsets``: ``earliest`` (default; ``latest`` for streaming), ``latest``, or JSON
@@ -59,6 +63,8 @@ _KNOWN = (
     # the data-loss and streaming options
     "failondataloss",
     "maxoffsetspertrigger",
+    "broker",
+    "consumergroup",
 )
 
 
@@ -79,6 +85,8 @@ class ReadOptions:
     # the data-loss and streaming options
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    brokers: tuple[str, ...] = ()
+    consumer_group: str | None = None
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
@@ -94,8 +102,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
     topics = _topics(lowered)
     if streaming and "endingoffsets" in lowered:
         raise InvalidArgumentError("endingOffsets: a streaming read has no end (batch reads only)")
+    brokers, path, consumer_group = _source(lowered)
     return ReadOptions(
-        path=_required(lowered, "path"),
+        path=path,
         topics=topics,
         queues=_queues(lowered.get("queues")),
         starting_offsets=_offsets(
@@ -107,7 +116,25 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         include_properties=_flag(lowered, "includeProperties", default=False),
         fail_on_data_loss=_flag(lowered, "failOnDataLoss", default=True),
         max_offsets_per_trigger=_positive(lowered, "maxOffsetsPerTrigger"),
+        brokers=brokers,
+        consumer_group=consumer_group,
     )
+
+
+def _source(options: Mapping[str, str]) -> tuple[tuple[str, ...], str, str | None]:
+    """``(broker URLs, path, consumer group)``: a store directory or brokers, not both."""
+    broker_text = options.get("broker", "").strip()
+    group = options.get("consumergroup", "").strip() or None
+    if not broker_text:
+        if group is not None:
+            raise InvalidArgumentError("consumerGroup: is an option of a broker read only")
+        return (), _required(options, "path"), None
+    if options.get("path", "").strip():
+        raise InvalidArgumentError("path: give path (a store directory) or broker, not both")
+    urls = tuple(dict.fromkeys(url.strip() for url in broker_text.split(",")))
+    if not all(urls):
+        raise InvalidArgumentError(f"broker: an empty URL in {broker_text!r}")
+    return urls, "", group
 
 
 def _required(options: Mapping[str, str], name: str) -> str:

@@ -1,6 +1,8 @@
 """``QuiverDataSource``: Spark's ``quiver`` format, a batch read of topics from a store
-directory (``path``) that every executor can open (the streaming read, whose tasks are these,
-is :mod:`sdk.spark.stream`).
+directory (``path``) that every executor can open, or from brokers over HTTP (``broker``:
+:mod:`sdk.spark.broker_source`), in batch and streaming (the streaming read of a store, whose
+tasks are the batch read's, is :mod:`sdk.spark.stream`), and a sink that sends rows to a broker
+(:mod:`sdk.spark.writer`, batch and streaming).
 
 The planner opens the store read-only once (no lock, no recovery, nothing created: safe while
 an application writes it), resolves the offset options to queue ranges and returns one
@@ -16,19 +18,26 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from localstore.read_only import ReadOnlyStore
 from localstore.results import GetResult, GetStatus
 from quiver_errors import IllegalStateError
 from sdk.spark.batches import records_to_batch
+from sdk.spark.broker_source import QuiverBrokerReader, QuiverBrokerStreamReader
 from sdk.spark.dataloss import start_within
 from sdk.spark.options import ReadOptions, parse_read_options
 from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.schema import schema_ddl
 from sdk.spark.store_access import open_store
 from sdk.spark.stream import QuiverStreamReader
+from sdk.spark.writer import QuiverBatchWriter, QuiverStreamWriter, parse_write_options
 
 CHUNK_RECORDS = 4096  # records per get, and so per record batch
 
@@ -46,13 +55,25 @@ class QuiverDataSource(DataSource):
         read = parse_read_options(self.options)
         return schema_ddl(read.include_body, read.include_properties)
 
-    def reader(self, schema: StructType) -> QuiverBatchReader:
-        return QuiverBatchReader(parse_read_options(self.options))
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_read_options(self.options)
+        if options.brokers:
+            return QuiverBrokerReader(options)
+        return QuiverBatchReader(options)
 
-    def streamReader(self, schema: StructType) -> QuiverStreamReader:  # noqa: N802 (pyspark names it)
-        """The streaming read (``spark.readStream.format("quiver")``): see
-        :mod:`sdk.spark.stream`. Its tasks are the batch read's."""
+    def writer(self, schema: StructType, overwrite: bool) -> QuiverBatchWriter:
+        return QuiverBatchWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> QuiverStreamWriter:  # noqa: N802
+        return QuiverStreamWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (pyspark names it)
+        """The streaming read (``spark.readStream.format("quiver")``): of a store directory
+        (:mod:`sdk.spark.stream`, whose tasks are the batch read's) or of brokers
+        (:mod:`sdk.spark.broker_source`)."""
         options = parse_read_options(self.options, streaming=True)
+        if options.brokers:
+            return QuiverBrokerStreamReader(options)
         return QuiverStreamReader(options, QuiverBatchReader(options))
 
 

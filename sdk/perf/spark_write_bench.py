@@ -1,0 +1,88 @@
+"""The write figure of ``quiver perf spark``: rows a Spark batch write stores through a broker.
+
+``spark_write_rows_per_s``: a ``local[2]`` session (``--master``) writes ``--count`` rows of
+``--size``-byte bodies, in ``--partitions`` tasks, with ``frame.write.format("quiver")`` to a
+``quiver broker`` spawned for the run (``--port 0``, a fresh data directory), timed from the
+write's start to its end. The rows come from ``spark.range`` (made in the JVM, nothing read), so
+the figure is the sink's: rows to Arrow batches, to produce bodies, over HTTP, stored. After the
+clock stops the broker's queue ends are summed and must equal ``--count`` (every row stored
+once), or the run fails.
+
+Runs on its own (``python -m sdk.perf.spark_write_bench --json``) and as
+:func:`run_spark_write_bench`, which yields :class:`~sdk.perf.report.Figure` s for the CLI.
+pyspark is imported when a run starts (the ``spark`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sdk.errors import IllegalStateError
+from sdk.perf.report import Figure, emit
+from sdk.perf.spawn import spawned_broker
+from sdk.transport.http_sync import HttpTransport
+
+
+@dataclass(frozen=True, slots=True)
+class SparkWriteBenchConfig:
+    count: int = 1_000_000
+    size: int = 100
+    partitions: int = 2
+    batch_rows: int = 1000
+    master: str = "local[2]"
+
+
+def run_spark_write_bench(config: SparkWriteBenchConfig) -> Iterator[Figure]:
+    """Yield ``spark_write_rows_per_s`` (see the module docstring)."""
+    from sdk.spark.write_bench import timed_write  # noqa: PLC0415 (pyspark, only when run)
+
+    topic = f"spark-write-{os.getpid()}"
+    with (
+        tempfile.TemporaryDirectory(prefix="quiver-spark-write-") as data,
+        spawned_broker(Path(data) / "broker") as broker,
+    ):
+        elapsed = timed_write(
+            broker.url,
+            topic,
+            count=config.count,
+            size=config.size,
+            partitions=config.partitions,
+            batch_rows=config.batch_rows,
+            master=config.master,
+        )
+        _check_stored(broker.url, topic, config.count)
+    yield Figure("spark_write_rows_per_s", config.count / elapsed, config.count, config.size, 0)
+
+
+def _check_stored(url: str, topic: str, count: int) -> None:
+    with HttpTransport(url) as transport:
+        queues = transport.queue_count(topic)
+        stored = sum(transport.max_offset(topic, queue_id) for queue_id in range(queues))
+    if stored != count:
+        raise IllegalStateError(f"the write stored {stored} rows of {count}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--batch-rows", type=int, default=1000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = SparkWriteBenchConfig(
+        args.count, args.size, args.partitions, args.batch_rows, args.master
+    )
+    for figure in run_spark_write_bench(config):
+        emit(figure, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
