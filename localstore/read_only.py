@@ -231,6 +231,10 @@ class ReadOnlyStore:
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for (t, q) in self.queues.queues if t == topic)
 
+    def topic_names(self) -> list[str]:
+        """The topics that have a queue in this snapshot, sorted."""
+        return sorted({topic for topic, _ in self.queues.queues})
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
         self._ensure_open()

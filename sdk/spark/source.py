@@ -24,6 +24,7 @@ from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.spark.batches import records_to_batch
 from sdk.spark.options import ReadOptions, parse_read_options
 from sdk.spark.ranges import QueueRange, plan_ranges
+from sdk.spark.row_filters import keep_tags
 from sdk.spark.schema import schema_ddl
 
 CHUNK_RECORDS = 4096  # records per get, and so per record batch
@@ -70,9 +71,10 @@ class QuiverBatchReader(DataSourceReader):
             return  # Spark's stand-in partition when partitions() planned none: nothing to read
         options = self.read_options
         with open_store(options.path) as store:
-            yield from read_range(
+            batches = read_range(
                 store, partition.queue_range, options.include_body, options.include_properties
             )
+            yield from keep_tags(batches, options.tags)
 
 
 def open_store(path: str) -> ReadOnlyStore:
