@@ -23,7 +23,7 @@ from localstore.read_only import ReadOnlyStore
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.spark.batches import records_to_batch
 from sdk.spark.options import ReadOptions, parse_read_options
-from sdk.spark.ranges import QueueRange, plan_ranges
+from sdk.spark.ranges import QueueOffsets, QueueRange, plan_ranges
 from sdk.spark.row_filters import keep_tags
 from sdk.spark.schema import schema_ddl
 
@@ -63,8 +63,12 @@ class QuiverBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRangePartition]:
         with open_store(self.read_options.path) as store:
-            ranges = plan_ranges(store, self.read_options)
+            ranges = self.plan(store)
         return [QueueRangePartition(queue_range) for queue_range in ranges]
+
+    def plan(self, store: QueueOffsets) -> list[QueueRange]:
+        """The ranges the read's tasks cover (a subclass may narrow them)."""
+        return plan_ranges(store, self.read_options)
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRangePartition):
