@@ -6,7 +6,8 @@ an application writes it), resolves the offset options to queue ranges and retur
 :class:`QueueRangePartition` per range; each executor task opens the store read-only itself
 and yields the range's records as Arrow record batches, in chunks. Only complete records are
 ever served (the read-only open's rule), and a range ends where the planner fixed it, so a
-read of a store being written sees each planned offset exactly once.
+read of a store being written sees each planned offset exactly once. With ``scan=commitlog``
+the partitions are ranges of the log instead (:mod:`sdk.spark.commitlog_scan`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from localstore.errors import StoreDirectoryError
 from localstore.read_only import ReadOnlyStore
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.spark.batches import records_to_batch
-from sdk.spark.options import ReadOptions, parse_read_options
+from sdk.spark.commitlog_scan import LogRangePartition, plan_log_ranges, read_log_partition
+from sdk.spark.options import SCAN_COMMITLOG, ReadOptions, parse_read_options
 from sdk.spark.ranges import QueueOffsets, QueueRange, plan_ranges
 from sdk.spark.row_filters import keep_tags
 from sdk.spark.schema import schema_ddl
@@ -61,8 +63,11 @@ class QuiverBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.read_options = options
 
-    def partitions(self) -> list[QueueRangePartition]:
+    def partitions(self) -> list[InputPartition]:
         with open_store(self.read_options.path) as store:
+            if self.read_options.scan == SCAN_COMMITLOG:
+                log_ranges = plan_log_ranges(store, self.read_options.min_partitions)
+                return [LogRangePartition(log_range) for log_range in log_ranges]
             ranges = self.plan(store)
         return [QueueRangePartition(queue_range) for queue_range in ranges]
 
@@ -71,9 +76,13 @@ class QuiverBatchReader(DataSourceReader):
         return plan_ranges(store, self.read_options)
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        options = self.read_options
+        if isinstance(partition, LogRangePartition):
+            with open_store(options.path) as store:
+                yield from read_log_partition(store, partition.log_range, options)
+            return
         if not isinstance(partition, QueueRangePartition):
             return  # Spark's stand-in partition when partitions() planned none: nothing to read
-        options = self.read_options
         with open_store(options.path) as store:
             batches = read_range(
                 store, partition.queue_range, options.include_body, options.include_properties
