@@ -29,7 +29,11 @@ from sdk.spark.ranges import QueueOffsets, QueueRange, plan_ranges
 from sdk.spark.row_filters import keep_tags
 from sdk.spark.schema import schema_ddl
 
-CHUNK_RECORDS = 4096  # records per get, and so per record batch
+CHUNK_RECORDS = 16384  # records per get, and so per record batch
+# Bytes per get at most: the count limits a chunk of common records, this one a chunk of large
+# ones. Above the store's default, so that a chunk's records are copied in one piece when they
+# lie back to back, not walked unit by unit.
+CHUNK_BYTES = 64 * 1024 * 1024
 
 
 class QuiverDataSource(DataSource):
@@ -102,14 +106,17 @@ def open_store(path: str) -> ReadOnlyStore:
 def read_range(
     store: ReadOnlyStore, queue_range: QueueRange, include_body: bool, include_properties: bool
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``queue_range``, a batch per chunk of at most :data:`CHUNK_RECORDS`.
+    """The records of ``queue_range``, a batch per chunk of at most :data:`CHUNK_RECORDS`
+    records and :data:`CHUNK_BYTES` bytes (one record at least).
     :class:`IllegalStateError` when the store no longer serves an offset of the range (removed
     by retention, or a topic deleted, since the planner looked)."""
     topic, queue_id = queue_range.topic, queue_range.queue_id
     offset = queue_range.start_offset
     while offset < queue_range.end_offset:
         count = min(CHUNK_RECORDS, queue_range.end_offset - offset)
-        got = store.get_message_bytes(topic, queue_id, offset, max_count=count)
+        got = store.get_message_bytes(
+            topic, queue_id, offset, max_count=count, max_bytes=CHUNK_BYTES
+        )
         if not got.count or got.next_offset <= offset:
             raise IllegalStateError(
                 f"{topic!r} queue {queue_id} offset {offset} is no longer served by the store "
