@@ -36,6 +36,7 @@ from pathlib import Path
 from types import TracebackType
 
 from localstore.commitlog.log import CommitLog
+from localstore.commitlog.offset_index import stored_split_points
 from localstore.errors import StoreDirectoryError, StoreError
 from localstore.files.json_shape import backup_path
 from localstore.files.mapped_file import NAME_DIGITS, MappedFile
@@ -231,6 +232,10 @@ class ReadOnlyStore:
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for (t, q) in self.queues.queues if t == topic)
 
+    def topic_names(self) -> list[str]:
+        """The topics that have a queue in this snapshot, sorted."""
+        return sorted({topic for topic, _ in self.queues.queues})
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
         self._ensure_open()
@@ -255,6 +260,13 @@ class ReadOnlyStore:
         return offset_for_timestamp(
             self.queues.get(topic, queue_id), self.commitlog, None, timestamp_ms
         )
+
+    def split_points(self, parts: int) -> list[int]:
+        """As :meth:`MessageStore.split_points`, within the snapshot: commitlog offsets that
+        cut the visible log into at most ``parts`` ranges at record starts, found through the
+        holder's offset index files as they lie (read, never repaired)."""
+        self._ensure_open()
+        return stored_split_points(self.root, self.commitlog, parts)
 
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time (ms) of the message at ``queue_offset``; -1 when there is none."""

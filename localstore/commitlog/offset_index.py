@@ -420,6 +420,52 @@ def stored_record_starts(root: Path, segment_start: int) -> list[int]:
     return [position for _, position in ENTRY.iter_unpack(stored) if position]
 
 
+def stored_split_points(root: Path, commitlog: CommitLog, n: int) -> list[int]:
+    """As :meth:`CommitLogOffsetIndex.split_points`, for a log another process holds
+    (:class:`~localstore.read_only.ReadOnlyStore`): the readable log [min offset, max offset)
+    cut into at most ``n`` ranges at record starts, reading the stored index files as they lie
+    and writing nothing. Each inner boundary is chosen as ``split_points`` chooses it, among
+    the cut's segment's start, the next segment's start and the positions the segment's stored
+    file names that hold a record of the log (a stale or missing file only makes the ranges
+    less even)."""
+    if n < 1:
+        raise InvalidArgumentError(f"n must be positive, got {n}")
+    low, high = commitlog.min_offset, commitlog.max_offset
+    if high <= low:
+        return [low]
+    size = commitlog.segment_size
+    starts: dict[int, list[int]] = {}
+    points = [low]
+    for k in range(1, n):
+        target = low + (high - low) * k // n
+        segment = target - target % size
+        if segment not in starts:
+            starts[segment] = _checked_starts(root, commitlog, segment, high)
+        below = max(start for start in starts[segment] if start <= target)
+        above = min((start for start in starts[segment] if start > target), default=segment + size)
+        nearest = below if above >= high or target - below <= above - target else above
+        if points[-1] < nearest < high:
+            points.append(nearest)
+    points.append(high)
+    return points
+
+
+def _checked_starts(root: Path, commitlog: CommitLog, segment_start: int, high: int) -> list[int]:
+    """The log offsets of the record starts of one segment that its stored index file names
+    and that hold a record below ``high``, the segment's start first."""
+    located = commitlog.segment_view(segment_start)
+    if located is None:
+        return [segment_start]
+    view = located[0]
+    limit = max(0, min(commitlog.segment_size, high - segment_start))
+    hints = stored_record_starts(root, segment_start)
+    return [segment_start] + [
+        segment_start + position
+        for position in hints
+        if _is_record(view, segment_start, position, limit)
+    ]
+
+
 def _is_record(view: Buffer, start: int, position: int, limit: int) -> bool:
     """Whether a record (not the blank one) of the segment at ``start`` begins at
     ``position`` and ends within ``limit``."""

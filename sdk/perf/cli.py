@@ -32,6 +32,7 @@ def add_parser(subparsers: Any) -> None:
     _add_recovery(commands)
     _add_e2e(commands)
     _add_rebalance(commands)
+    _add_spark(commands)
     for name in ("produce", "consume"):
         _add_remote(commands, name)
 
@@ -219,6 +220,22 @@ def _add_rebalance(commands: Any) -> None:
     rebalance.set_defaults(func=_run_rebalance)
 
 
+def _add_spark(commands: Any) -> None:
+    spark = commands.add_parser(
+        "spark",
+        help="the quiver Spark source's reads beside Parquet and JSON lines (pyspark, Java)",
+        description="Fill a store, then on local[2] read it through the quiver source with 1, 2 "
+        "and 4 partitions and the same rows as Parquet and as JSON lines, with a query touching "
+        "every column: rows/s and ratios (needs the spark extra and Java 17+).",
+    )
+    spark.add_argument("--data", type=Path, default=None, help="empty directory (default: temp)")
+    spark.add_argument("--count", type=int, default=1_000_000, help="messages")
+    spark.add_argument("--size", type=int, default=100, help="body size in bytes")
+    spark.add_argument("--json", action="store_true", help="one JSON line per figure")
+    spark.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    spark.set_defaults(func=_run_spark)
+
+
 def _run_bench(
     args: argparse.Namespace,
     make_figures: Callable[[Path, Progress], Iterator[Figure]],
@@ -284,6 +301,22 @@ def _check_body_size(size: int, geometry: StoreGeometry) -> None:
             f"bytes (--commitlog-file-size): a record takes its body and up to "
             f"{RECORD_ALLOWANCE} bytes more"
         )
+
+
+def _run_spark(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("pyspark") is None:
+        raise _usage("quiver perf spark needs pyspark: pip install 'quiver[spark]'")
+    from sdk.perf.spark_bench import SparkBenchConfig, run_spark_bench
+
+    _check_positive(args, "count", "size")
+    _check_body_size(args.size, _geometry())
+    return _run_bench(
+        args,
+        lambda data, progress: run_spark_bench(
+            SparkBenchConfig(data, args.count, args.size), progress
+        ),
+        ("store", "copies"),
+    )
 
 
 def _run_lookup(args: argparse.Namespace) -> int:

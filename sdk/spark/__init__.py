@@ -6,7 +6,8 @@ Importing this package imports pyspark and pyarrow; ``import sdk`` never does.
     from sdk.spark import QuiverDataSource
 
     spark = SparkSession.builder.getOrCreate()
-    spark.dataSource.register(QuiverDataSource)
+    spark.dataSource.register(QuiverDataSource)  # or register(spark): filter pushdown when
+    # the session sets spark.sql.python.filterPushdown.enabled (see sdk.spark.registration)
     orders = (
         spark.read.format("quiver")
         .option("path", "/data/quiver-store")
@@ -18,6 +19,7 @@ Importing this package imports pyspark and pyarrow; ``import sdk`` never does.
 
 from __future__ import annotations
 
+from sdk.spark.registration import register
 from sdk.spark.source import QuiverDataSource
 
-__all__ = ["QuiverDataSource"]
+__all__ = ["QuiverDataSource", "register"]

@@ -37,6 +37,7 @@ from sdk.spark.options import (
     ReadOptions,
 )
 from sdk.spark.ranges import QueueRange, plan_ranges, split_ranges
+from sdk.spark.row_filters import keep_tags
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import PullBatch, QueuePull
 
@@ -59,6 +60,13 @@ class BrokerQueues:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return int(self.transport.max_offset(topic, queue_id))
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return int(self.transport.offset_for_timestamp(topic, queue_id, timestamp_ms))
+
+    def topic_names(self) -> list[str]:
+        """The broker's topics, sorted (for ``topicPattern``)."""
+        return sorted(topic.name for topic in self.transport.list_topics())
 
 
 @dataclass(frozen=True)
@@ -144,9 +152,10 @@ def _read_partition(
 ) -> Iterator[pa.RecordBatch]:
     found = partition.broker_range
     with HttpTransport(found.url) as transport:
-        yield from read_broker_range(
+        batches = read_broker_range(
             transport, found.queue_range, options.include_body, options.include_properties
         )
+        yield from keep_tags(batches, options.tags)
 
 
 # -- streaming ---------------------------------------------------------------------------------

@@ -20,23 +20,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Protocol
 
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.spark.dataloss import start_within
 from sdk.spark.options import EARLIEST, ReadOptions
-from sdk.spark.ranges import QueueRange, _bound, check_json_queues, split_ranges
+from sdk.spark.ranges import (
+    QueueOffsets,
+    QueueRange,
+    _bound,
+    check_json_queues,
+    read_topics,
+    split_ranges,
+)
+from sdk.spark.timestamps import resolve_time_bound
 
 # A queue read: (topic, queue id).
 QueueKey = tuple[str, int]
-
-
-class StoreOffsets(Protocol):
-    """What offset planning reads of a store (``localstore.ReadOnlyStore`` has it)."""
-
-    def queue_ids(self, topic: str) -> list[int]: ...
-    def min_offset(self, topic: str, queue_id: int) -> int: ...
-    def max_offset(self, topic: str, queue_id: int) -> int: ...
 
 
 def to_json(offsets: Mapping[QueueKey, int]) -> dict[str, int]:
@@ -59,31 +58,33 @@ def from_json(offset: Mapping[str, object]) -> dict[QueueKey, int]:
     return parsed
 
 
-def read_queues(store: StoreOffsets, options: ReadOptions) -> list[QueueKey]:
+def read_queues(store: QueueOffsets, options: ReadOptions) -> list[QueueKey]:
     """The queues the stream reads now: every queue of each topic (those of ``queues`` when
-    given) the store has; a topic not created yet has none."""
+    given, of the topics ``topicPattern`` matches now when given) the store has; a topic not
+    created yet has none."""
     return [
         (topic, queue_id)
-        for topic in options.topics
+        for topic in read_topics(store, options)
         for queue_id in store.queue_ids(topic)
         if options.queues is None or queue_id in options.queues
     ]
 
 
-def latest_offsets(store: StoreOffsets, options: ReadOptions) -> dict[QueueKey, int]:
+def latest_offsets(store: QueueOffsets, options: ReadOptions) -> dict[QueueKey, int]:
     """One past the last readable offset of every queue read."""
     return {key: store.max_offset(*key) for key in read_queues(store, options)}
 
 
-def initial_offsets(store: StoreOffsets, options: ReadOptions) -> dict[QueueKey, int]:
-    """Where a new stream starts (``startingOffsets``): :class:`InvalidArgumentError` for a
-    JSON offset beyond a queue's latest or naming a queue not read. A start below a queue's
-    earliest is judged when read (``failOnDataLoss``)."""
+def initial_offsets(store: QueueOffsets, options: ReadOptions) -> dict[QueueKey, int]:
+    """Where a new stream starts (``startingOffsets``, or a start by time):
+    :class:`InvalidArgumentError` for a JSON offset beyond a queue's latest or naming a queue
+    not read. A start below a queue's earliest is judged when read (``failOnDataLoss``)."""
     check_json_queues(options, store)
     offsets = {}
     for key in read_queues(store, options):
         earliest, latest = store.min_offset(*key), store.max_offset(*key)
         start = _bound(options.starting_offsets, *key, earliest, latest, EARLIEST)
+        start = resolve_time_bound(store, options.timestamps.starting, *key, start)
         if start > latest:
             raise InvalidArgumentError(
                 f"startingOffsets: {key[0]!r} queue {key[1]} offset {start} is beyond the "
@@ -94,7 +95,7 @@ def initial_offsets(store: StoreOffsets, options: ReadOptions) -> dict[QueueKey,
 
 
 def next_end(
-    store: StoreOffsets,
+    store: QueueOffsets,
     options: ReadOptions,
     start: Mapping[QueueKey, int],
     max_rows: int | None,
@@ -140,7 +141,7 @@ def cap_offsets(
 
 
 def micro_batch_ranges(
-    store: StoreOffsets,
+    store: QueueOffsets,
     options: ReadOptions,
     start: Mapping[QueueKey, int],
     end: Mapping[QueueKey, int],

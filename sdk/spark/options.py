@@ -7,14 +7,24 @@ Option names follow Spark's Kafka source:
   of its own whose queues the read covers (:mod:`sdk.spark.broker_source`); one of the two.
 * ``consumerGroup`` (with ``broker``): a group whose broker offsets a streaming read advances
   at each commit, for lag monitoring (the read's own offsets stay in Spark's checkpoint).
-* ``topics`` (required): comma-separated topic names.
+* ``topics`` (required, or ``topicPattern``): comma-separated topic names.
+* ``topicPattern``: a regular expression over the store's topic names, instead of ``topics``
+  (:mod:`sdk.spark.selection`).
 * ``queues``: comma-separated queue ids to read (default: every queue of each topic).
 * ``startingOffsets``: ``earliest`` (default; ``latest`` for streaming), ``latest``, or JSON
   ``{"orders": {"0": 12, "1": -2}}`` (queue offsets, inclusive; -2 earliest, -1 latest; a
   queue not named starts at earliest).
 * ``endingOffsets``: ``latest`` (default) or JSON (exclusive; -1 latest; a queue not named
   ends at latest).
+* ``startingTimestamp``, ``startingOffsetsByTimestamp``, ``endingTimestamp``,
+  ``endingOffsetsByTimestamp``: bounds by store time instead of offsets
+  (:mod:`sdk.spark.timestamps`).
+* ``tags``: a tag expression (``"a || b"``); only rows with one of its tags are read.
 * ``minPartitions``: cut the queue ranges into at least this many Spark tasks.
+* ``scan``: ``queues`` (default) reads the topics' queues; ``commitlog`` reads every record of
+  the store's log in order, in ranges cut at record boundaries (a full-log export; see
+  :mod:`sdk.spark.commitlog_scan`): offsets, times and ``queues`` do not apply to it, and
+  ``topics``, ``topicPattern`` and ``tags`` become row filters.
 * ``includeBody`` (``true``): with ``false`` the ``body`` column is left out.
 * ``includeProperties`` (``false``): with ``true`` a ``properties`` column holds the user's
   properties.
@@ -35,15 +45,24 @@ with the option's name: nothing is read with an option half understood.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import orjson
 
 from quiver_errors import InvalidArgumentError
+from sdk.spark.selection import parse_tags, parse_topic_selection
+from sdk.spark.timestamps import (
+    NO_TIMESTAMPS,
+    TIMESTAMP_OPTIONS,
+    TimestampOptions,
+    parse_timestamp_options,
+)
 
 EARLIEST = "earliest"
 LATEST = "latest"
+SCAN_QUEUES = "queues"
+SCAN_COMMITLOG = "commitlog"
 # In the JSON form, as Kafka's: -2 is the queue's earliest offset, -1 its latest.
 EARLIEST_SENTINEL = -2
 LATEST_SENTINEL = -1
@@ -65,14 +84,22 @@ _KNOWN = (
     "maxoffsetspertrigger",
     "broker",
     "consumergroup",
+    "topicpattern",
+    *(name.lower() for name in TIMESTAMP_OPTIONS),
+    "tags",
+    "scan",
 )
+# What a commitlog scan refuses: it reads the whole log, not queue ranges.
+_NOT_FOR_COMMITLOG = ("queues", "startingOffsets", "endingOffsets", *TIMESTAMP_OPTIONS)
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     """What a batch read asks for: the store directory, the topics (and optionally a subset of
     their queue ids), the offset bounds, the least number of partitions, and which of the
-    optional columns to fill."""
+    optional columns to fill; then the topic pattern (``topics`` is empty with one: the store's
+    topics decide, :func:`sdk.spark.ranges.read_topics`), the bounds by time, the tags kept
+    (None: every message) and the scan (:data:`SCAN_QUEUES` or :data:`SCAN_COMMITLOG`)."""
 
     path: str
     topics: tuple[str, ...]
@@ -87,6 +114,10 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     brokers: tuple[str, ...] = ()
     consumer_group: str | None = None
+    topic_pattern: str | None = None
+    timestamps: TimestampOptions = NO_TIMESTAMPS
+    tags: tuple[str, ...] | None = None
+    scan: str = SCAN_QUEUES
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
@@ -99,18 +130,25 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         raise InvalidArgumentError(
             f"{unknown[0]}: unknown option of the quiver source (known: {', '.join(_KNOWN)})"
         )
-    topics = _topics(lowered)
-    if streaming and "endingoffsets" in lowered:
-        raise InvalidArgumentError("endingOffsets: a streaming read has no end (batch reads only)")
+    scan = _scan(lowered)
+    selection = parse_topic_selection(lowered, required=scan == SCAN_QUEUES)
+    if streaming:
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if name.lower() in lowered:
+                raise InvalidArgumentError(
+                    f"{name}: a streaming read has no end (batch reads only)"
+                )
     brokers, path, consumer_group = _source(lowered)
+    if brokers and scan == SCAN_COMMITLOG:
+        raise InvalidArgumentError("scan: commitlog reads a store directory (path), not brokers")
     return ReadOptions(
         path=path,
-        topics=topics,
+        topics=selection.names,
         queues=_queues(lowered.get("queues")),
         starting_offsets=_offsets(
-            lowered, "startingOffsets", topics, LATEST if streaming else EARLIEST
+            lowered, "startingOffsets", selection.covers, LATEST if streaming else EARLIEST
         ),
-        ending_offsets=_offsets(lowered, "endingOffsets", topics, LATEST),
+        ending_offsets=_offsets(lowered, "endingOffsets", selection.covers, LATEST),
         min_partitions=_min_partitions(lowered.get("minpartitions")),
         include_body=_flag(lowered, "includeBody", default=True),
         include_properties=_flag(lowered, "includeProperties", default=False),
@@ -118,6 +156,10 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         max_offsets_per_trigger=_positive(lowered, "maxOffsetsPerTrigger"),
         brokers=brokers,
         consumer_group=consumer_group,
+        topic_pattern=selection.pattern,
+        timestamps=parse_timestamp_options(lowered, selection.covers),
+        tags=parse_tags(lowered.get("tags")),
+        scan=scan,
     )
 
 
@@ -137,18 +179,24 @@ def _source(options: Mapping[str, str]) -> tuple[tuple[str, ...], str, str | Non
     return urls, "", group
 
 
+def _scan(options: Mapping[str, str]) -> str:
+    scan = options.get("scan", SCAN_QUEUES).strip().lower()
+    if scan not in (SCAN_QUEUES, SCAN_COMMITLOG):
+        raise InvalidArgumentError(f"scan: expected queues or commitlog, got {scan!r}")
+    if scan == SCAN_COMMITLOG:
+        for name in _NOT_FOR_COMMITLOG:
+            if name.lower() in options:
+                raise InvalidArgumentError(
+                    f"{name}: does not apply to scan=commitlog (it reads the whole log)"
+                )
+    return scan
+
+
 def _required(options: Mapping[str, str], name: str) -> str:
     value = options.get(name.lower(), "").strip()
     if not value:
         raise InvalidArgumentError(f"{name}: the option is required")
     return value
-
-
-def _topics(options: Mapping[str, str]) -> tuple[str, ...]:
-    names = [name.strip() for name in _required(options, "topics").split(",")]
-    if not all(names):
-        raise InvalidArgumentError(f"topics: an empty topic name in {options['topics']!r}")
-    return tuple(dict.fromkeys(names))
 
 
 def _queues(text: str | None) -> tuple[int, ...] | None:
@@ -166,7 +214,7 @@ def _queues(text: str | None) -> tuple[int, ...] | None:
 
 
 def _offsets(
-    options: Mapping[str, str], name: str, topics: tuple[str, ...], default: str
+    options: Mapping[str, str], name: str, is_read_topic: Callable[[str], bool], default: str
 ) -> OffsetSpec:
     text = options.get(name.lower(), default).strip()
     if text.lower() in (EARLIEST, LATEST):
@@ -180,15 +228,17 @@ def _offsets(
             f"{name}: expected 'earliest', 'latest' or JSON such as "
             f'{{"topic": {{"0": 12}}}}, got {text!r}'
         ) from None
-    return _offset_table(parsed, name, topics)
+    return _offset_table(parsed, name, is_read_topic)
 
 
-def _offset_table(parsed: object, name: str, topics: tuple[str, ...]) -> dict[str, dict[int, int]]:
+def _offset_table(
+    parsed: object, name: str, is_read_topic: Callable[[str], bool]
+) -> dict[str, dict[int, int]]:
     if not isinstance(parsed, dict):
         raise InvalidArgumentError(f"{name}: the JSON must be an object of topics")
     table: dict[str, dict[int, int]] = {}
     for topic, per_queue in parsed.items():
-        if topic not in topics:
+        if not is_read_topic(topic):
             raise InvalidArgumentError(f"{name}: topic {topic!r} is not among topics")
         if not isinstance(per_queue, dict):
             raise InvalidArgumentError(f"{name}: {topic!r} must map queue ids to offsets")

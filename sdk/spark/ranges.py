@@ -1,6 +1,7 @@
 """The queue ranges a batch read covers: ``[start, end)`` queue offsets per topic and queue,
-resolved from the options against a store's offsets, then cut into at least
-``minPartitions`` pieces. Plain data, no pyspark.
+resolved from the options against a store's offsets (bounds by time through its seek by time,
+:mod:`sdk.spark.timestamps`), then cut into at least ``minPartitions`` pieces. Plain data, no
+pyspark.
 
 Invariants: the ranges of one topic and queue are disjoint and adjacent, so every queue offset
 of the read is in exactly one range; an empty range is left out; a bound the store cannot
@@ -26,6 +27,8 @@ from sdk.spark.options import (
     OffsetSpec,
     ReadOptions,
 )
+from sdk.spark.selection import TopicSelection
+from sdk.spark.timestamps import named_queues, resolve_time_bound
 
 
 class QueueOffsets(Protocol):
@@ -34,6 +37,8 @@ class QueueOffsets(Protocol):
     def queue_ids(self, topic: str) -> list[int]: ...
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+    def topic_names(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -52,14 +57,26 @@ class QueueRange:
 
 def plan_ranges(store: QueueOffsets, options: ReadOptions) -> list[QueueRange]:
     """The non-empty ranges the read covers, split to honour ``minPartitions``."""
+    return split_ranges(whole_ranges(store, options), options.min_partitions)
+
+
+def whole_ranges(store: QueueOffsets, options: ReadOptions) -> list[QueueRange]:
+    """The non-empty ranges the read covers, one per queue (not split)."""
     ranges = []
-    for topic in options.topics:
+    for topic in read_topics(store, options):
         for queue_id in _selected_queues(store, topic, options):
             found = _queue_range(store, topic, queue_id, options)
             if found.count:
                 ranges.append(found)
     check_json_queues(options, store)
-    return split_ranges(ranges, options.min_partitions)
+    return ranges
+
+
+def read_topics(store: QueueOffsets, options: ReadOptions) -> tuple[str, ...]:
+    """The topics the read covers: ``topics``, or the store's topics ``topicPattern``
+    matches (sorted; none is no error: the read is empty)."""
+    selection = TopicSelection(options.topics, options.topic_pattern)
+    return selection.resolve(store.topic_names() if options.topic_pattern else ())
 
 
 def _selected_queues(store: QueueOffsets, topic: str, options: ReadOptions) -> list[int]:
@@ -84,13 +101,17 @@ def _queue_range(
     where = f"{topic!r} queue {queue_id}"
     start = _bound(options.starting_offsets, topic, queue_id, earliest, latest, EARLIEST)
     end = _bound(options.ending_offsets, topic, queue_id, earliest, latest, LATEST)
+    times = options.timestamps
+    start = resolve_time_bound(store, times.starting, topic, queue_id, start)
+    end = resolve_time_bound(store, times.ending, topic, queue_id, end)
     if start > latest:
         raise InvalidArgumentError(
             f"startingOffsets: {where} offset {start} is beyond the latest, {latest}"
         )
     if not start <= end <= latest:
+        named = "endingOffsets" if times.ending is None else times.ending.option
         raise InvalidArgumentError(
-            f"endingOffsets: {where} offset {end} is outside [{start} (the start), {latest}]"
+            f"{named}: {where} offset {end} is outside [{start} (the start), {latest}]"
         )
     if start < end:
         start = start_within(topic, queue_id, start, earliest, options.fail_on_data_loss)
@@ -112,9 +133,11 @@ def _bound(
 def check_json_queues(options: ReadOptions, store: QueueOffsets) -> None:
     """Refuse JSON offsets that name a queue the read does not cover (a typo would otherwise
     read the whole queue from its default bound)."""
+    times = options.timestamps
     for name, spec in (
         ("startingOffsets", options.starting_offsets),
         ("endingOffsets", options.ending_offsets),
+        *((bound.option, named_queues(bound)) for bound in (times.starting, times.ending) if bound),
     ):
         if isinstance(spec, str):
             continue

@@ -9,7 +9,8 @@ an application writes it), resolves the offset options to queue ranges and retur
 :class:`QueueRangePartition` per range; each executor task opens the store read-only itself
 and yields the range's records as Arrow record batches, in chunks. Only complete records are
 ever served (the read-only open's rule), and a range ends where the planner fixed it, so a
-read of a store being written sees each planned offset exactly once.
+read of a store being written sees each planned offset exactly once. With ``scan=commitlog``
+the partitions are ranges of the log instead (:mod:`sdk.spark.commitlog_scan`).
 """
 
 from __future__ import annotations
@@ -31,15 +32,21 @@ from localstore.results import GetResult, GetStatus
 from quiver_errors import IllegalStateError
 from sdk.spark.batches import records_to_batch
 from sdk.spark.broker_source import QuiverBrokerReader, QuiverBrokerStreamReader
+from sdk.spark.commitlog_scan import LogRangePartition, plan_log_ranges, read_log_partition
 from sdk.spark.dataloss import start_within
-from sdk.spark.options import ReadOptions, parse_read_options
-from sdk.spark.ranges import QueueRange, plan_ranges
+from sdk.spark.options import SCAN_COMMITLOG, ReadOptions, parse_read_options
+from sdk.spark.ranges import QueueOffsets, QueueRange, plan_ranges
+from sdk.spark.row_filters import keep_tags
 from sdk.spark.schema import schema_ddl
 from sdk.spark.store_access import open_store
 from sdk.spark.stream import QuiverStreamReader
 from sdk.spark.writer import QuiverBatchWriter, QuiverStreamWriter, parse_write_options
 
-CHUNK_RECORDS = 4096  # records per get, and so per record batch
+CHUNK_RECORDS = 16384  # records per get, and so per record batch
+# Bytes per get at most: the count limits a chunk of common records, this one a chunk of large
+# ones. Above the store's default, so that a chunk's records are copied in one piece when they
+# lie back to back, not walked unit by unit.
+CHUNK_BYTES = 64 * 1024 * 1024
 
 
 class QuiverDataSource(DataSource):
@@ -91,27 +98,39 @@ class QuiverBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.read_options = options
 
-    def partitions(self) -> list[QueueRangePartition]:
+    def partitions(self) -> list[InputPartition]:
         with open_store(self.read_options.path) as store:
-            return self.partitions_of(plan_ranges(store, self.read_options))
+            if self.read_options.scan == SCAN_COMMITLOG:
+                log_ranges = plan_log_ranges(store, self.read_options.min_partitions)
+                return [LogRangePartition(log_range) for log_range in log_ranges]
+            return list(self.partitions_of(self.plan(store)))
 
     @staticmethod
     def partitions_of(ranges: list[QueueRange]) -> list[QueueRangePartition]:
         """A task per range."""
         return [QueueRangePartition(queue_range) for queue_range in ranges]
 
+    def plan(self, store: QueueOffsets) -> list[QueueRange]:
+        """The ranges the read's tasks cover (a subclass may narrow them)."""
+        return plan_ranges(store, self.read_options)
+
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        options = self.read_options
+        if isinstance(partition, LogRangePartition):
+            with open_store(options.path) as store:
+                yield from read_log_partition(store, partition.log_range, options)
+            return
         if not isinstance(partition, QueueRangePartition):
             return  # Spark's stand-in partition when partitions() planned none: nothing to read
-        options = self.read_options
         with open_store(options.path) as store:
-            yield from read_range(
+            batches = read_range(
                 store,
                 partition.queue_range,
                 options.include_body,
                 options.include_properties,
                 options.fail_on_data_loss,
             )
+            yield from keep_tags(batches, options.tags)
 
 
 def read_range(
@@ -121,16 +140,18 @@ def read_range(
     include_properties: bool,
     fail_on_data_loss: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``queue_range``, a batch per chunk of at most :data:`CHUNK_RECORDS`.
-    Offsets retention removed since the planner looked are data loss
-    (:func:`~sdk.spark.dataloss.start_within`: an error, or with ``fail_on_data_loss`` false a
-    warning and the rest of the range); :class:`IllegalStateError` when the store serves no
-    offset of the rest (a topic deleted)."""
+    """The records of ``queue_range``, a batch per chunk of at most :data:`CHUNK_RECORDS`
+    records and :data:`CHUNK_BYTES` bytes (one record at least). Offsets retention removed
+    since the planner looked are data loss (:func:`~sdk.spark.dataloss.start_within`: an
+    error, or with ``fail_on_data_loss`` false a warning and the rest of the range);
+    :class:`IllegalStateError` when the store serves no offset of the rest (a topic deleted)."""
     topic, queue_id = queue_range.topic, queue_range.queue_id
     offset = queue_range.start_offset
     while offset < queue_range.end_offset:
         count = min(CHUNK_RECORDS, queue_range.end_offset - offset)
-        got = store.get_message_bytes(topic, queue_id, offset, max_count=count)
+        got = store.get_message_bytes(
+            topic, queue_id, offset, max_count=count, max_bytes=CHUNK_BYTES
+        )
         removed_until = _removed_until(got, offset)
         if removed_until is not None:
             offset = start_within(topic, queue_id, offset, removed_until, fail_on_data_loss)

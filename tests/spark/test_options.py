@@ -13,7 +13,8 @@ BASE = {"path": "/data/store", "topics": "orders"}
 
 
 class Offsets:
-    """Queue offsets of a store: {(topic, queue id): (min offset, max offset)}."""
+    """Queue offsets of a store: {(topic, queue id): (min offset, max offset)}; the message at
+    offset o is stored at time ``1000 + 10 * o`` (ms)."""
 
     def __init__(self, bounds: dict[tuple[str, int], tuple[int, int]]) -> None:
         self.bounds = bounds
@@ -26,6 +27,13 @@ class Offsets:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.bounds[topic, queue_id][1]
+
+    def topic_names(self) -> list[str]:
+        return sorted({t for t, _ in self.bounds})
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        low, high = self.bounds[topic, queue_id]
+        return min(max(low, -(-(timestamp_ms - 1000) // 10)), high)
 
 
 STORE = Offsets({("orders", 0): (0, 10), ("orders", 1): (4, 6), ("orders", 2): (0, 0)})
@@ -58,7 +66,16 @@ def test_defaults_read_every_queue_from_earliest_to_latest_with_bodies():
         ({"minPartitions": "many"}, "minPartitions"),
         ({"includeBody": "yes"}, "includeBody"),
         ({"includeProperties": "1"}, "includeProperties"),
-        ({"startingTimestamp": "1000"}, "startingtimestamp"),
+        ({"startingTimestamp": "-5"}, "startingTimestamp"),
+        ({"startingTimestamp": "1", "startingOffsets": "latest"}, "startingOffsets"),
+        ({"endingOffsetsByTimestamp": '{"orders": {"0": "x"}}'}, "endingOffsetsByTimestamp"),
+        ({"startingOffsetsByTimestamp": "[]"}, "startingOffsetsByTimestamp"),
+        ({"topicPattern": "a["}, "topics"),  # with topics: the conflict comes first
+        ({"tags": " || "}, "tags"),
+        ({"scan": "everything"}, "scan"),
+        ({"scan": "commitlog", "queues": "1"}, "queues"),
+        ({"scan": "commitlog", "endingTimestamp": "1"}, "endingTimestamp"),
+        ({"startingOffset": "1"}, "startingoffset"),  # unknown
     ],
 )
 def test_a_malformed_option_is_refused_naming_it(extra: dict[str, str], named: str):
@@ -121,3 +138,37 @@ def test_min_partitions_cuts_ranges_in_proportion_each_offset_once():
         assert max(p.count for p in mine) - min(p.count for p in mine) <= 1
     assert split_ranges(ranges, 3) == ranges  # already as many ranges as asked
     assert split_ranges(ranges, None) == ranges
+
+
+def test_time_bounds_resolve_through_the_seek_by_time_clamped_to_the_queue():
+    options = parse_read_options(
+        {**BASE, "startingTimestamp": "1025", "endingOffsetsByTimestamp": '{"orders": {"0": 1071}}'}
+    )
+    assert plan_ranges(STORE, options) == [
+        QueueRange("orders", 0, 3, 8),  # first stored at or after: 1030 (3) .. 1080 (8)
+        QueueRange("orders", 1, 4, 6),  # 1025 is before the earliest readable (4)
+    ]
+    past = parse_read_options({**BASE, "startingTimestamp": "999999"})
+    assert plan_ranges(STORE, past) == []  # past the end: every queue's end
+
+
+def test_topic_pattern_selects_the_store_topics_it_matches_whole():
+    store = Offsets({("orders", 0): (0, 2), ("orders-eu", 0): (0, 1), ("audit", 0): (0, 1)})
+    options = parse_read_options({"path": "/data/store", "topicPattern": "orders.*"})
+    assert (options.topics, options.topic_pattern) == ((), "orders.*")
+    assert plan_ranges(store, options) == [
+        QueueRange("orders", 0, 0, 2),
+        QueueRange("orders-eu", 0, 0, 1),
+    ]
+    with pytest.raises(InvalidArgumentError, match=r"^startingOffsets: topic 'audit'"):
+        parse_read_options(
+            {"path": "/s", "topicPattern": "orders.*", "startingOffsets": '{"audit": {"0": 0}}'}
+        )
+
+
+def test_tags_and_scan_parse():
+    options = parse_read_options({**BASE, "tags": "b || a"})
+    assert (options.tags, options.scan) == (("a", "b"), "queues")
+    assert parse_read_options({**BASE, "tags": "*"}).tags is None
+    whole_log = parse_read_options({"path": "/s", "scan": "CommitLog"})
+    assert (whole_log.scan, whole_log.topics, whole_log.topic_pattern) == ("commitlog", (), None)
