@@ -231,6 +231,11 @@ def _add_spark(commands: Any) -> None:
     spark.add_argument("--data", type=Path, default=None, help="empty directory (default: temp)")
     spark.add_argument("--count", type=int, default=1_000_000, help="messages")
     spark.add_argument("--size", type=int, default=100, help="body size in bytes")
+    spark.add_argument(
+        "--write",
+        action="store_true",
+        help="also time a Spark write of --count rows through a broker it spawns",
+    )
     spark.add_argument("--json", action="store_true", help="one JSON line per figure")
     spark.add_argument("--quiet", action="store_true", help="no progress on stderr")
     spark.set_defaults(func=_run_spark)
@@ -307,16 +312,18 @@ def _run_spark(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("pyspark") is None:
         raise _usage("quiver perf spark needs pyspark: pip install 'quiver[spark]'")
     from sdk.perf.spark_bench import SparkBenchConfig, run_spark_bench
+    from sdk.perf.spark_write_bench import SparkWriteBenchConfig, run_spark_write_bench
 
     _check_positive(args, "count", "size")
     _check_body_size(args.size, _geometry())
-    return _run_bench(
-        args,
-        lambda data, progress: run_spark_bench(
-            SparkBenchConfig(data, args.count, args.size), progress
-        ),
-        ("store", "copies"),
-    )
+
+    def figures(data: Path, progress: Progress) -> Iterator[Figure]:
+        yield from run_spark_bench(SparkBenchConfig(data, args.count, args.size), progress)
+        if args.write:
+            yield from run_spark_write_bench(SparkWriteBenchConfig(args.count, args.size))
+            progress.done("a Spark write through a spawned broker")
+
+    return _run_bench(args, figures, ("store", "copies"))
 
 
 def _run_lookup(args: argparse.Namespace) -> int:

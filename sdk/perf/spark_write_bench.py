@@ -8,14 +8,12 @@ the figure is the sink's: rows to Arrow batches, to produce bodies, over HTTP, s
 clock stops the broker's queue ends are summed and must equal ``--count`` (every row stored
 once), or the run fails.
 
-Runs on its own (``python -m sdk.perf.spark_write_bench --json``) and as
-:func:`run_spark_write_bench`, which yields :class:`~sdk.perf.report.Figure` s for the CLI.
-pyspark is imported when a run starts (the ``spark`` extra).
+``quiver perf spark --write`` runs it after the reads (:func:`run_spark_write_bench` yields its
+:class:`~sdk.perf.report.Figure`). pyspark is imported when a run starts (the ``spark`` extra).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sdk.errors import IllegalStateError
-from sdk.perf.report import Figure, emit
+from sdk.perf.report import Figure
 from sdk.perf.spawn import spawned_broker
 from sdk.transport.http_sync import HttpTransport
 
@@ -65,24 +63,3 @@ def _check_stored(url: str, topic: str, count: int) -> None:
         stored = sum(transport.max_offset(topic, queue_id) for queue_id in range(queues))
     if stored != count:
         raise IllegalStateError(f"the write stored {stored} rows of {count}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=1_000_000)
-    parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--batch-rows", type=int, default=1000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    config = SparkWriteBenchConfig(
-        args.count, args.size, args.partitions, args.batch_rows, args.master
-    )
-    for figure in run_spark_write_bench(config):
-        emit(figure, args.json)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

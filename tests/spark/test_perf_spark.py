@@ -24,7 +24,7 @@ def test_perf_spark_prints_every_figure_and_cleans_up(tmp_path: Path):
     data = tmp_path / "bench"
     done = subprocess.run(
         [sys.executable, "-m", "sdk.cli.main", "perf", "spark", "--data", str(data),
-         "--count", "2000", "--json", "--quiet"],
+         "--count", "2000", "--write", "--json", "--quiet"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
         timeout=600, check=False,
     )  # fmt: skip
@@ -36,6 +36,7 @@ def test_perf_spark_prints_every_figure_and_cleans_up(tmp_path: Path):
         "spark_quiver_p1_rows_per_s", "spark_quiver_p2_rows_per_s",
         "spark_quiver_p4_rows_per_s", "spark_parquet_rows_per_s", "spark_json_rows_per_s",
         "spark_quiver_vs_parquet", "spark_quiver_vs_json", "spark_quiver_p2_vs_p1",
+        "spark_write_rows_per_s",
     }  # fmt: skip
     assert all(isinstance(value, float | int) and value > 0 for value in got.values())
     assert all(line["count"] == 2000 and line["size"] == 100 for line in lines)
