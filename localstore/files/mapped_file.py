@@ -318,8 +318,8 @@ class MappedFile:
     def append_publishing_last(self, data: bytes, heads: list[tuple[int, int, int]]) -> None:
         """``append`` for commitlog runs (records one after another, a blank record maybe
         last), published in log order: ``data`` is the run with every record's size and magic
-        (its first 8 bytes) zeroed, and ``heads`` those 8 bytes as (commitlog offset, size,
-        magic), in log order, as the batch encoder gives them. The run is copied, then the
+        (its first 8 bytes) zeroed, and ``heads`` those 8 bytes as (position in the segment,
+        size, magic), in log order, as the batch encoder gives them. The run is copied, then the
         heads are stored record by record, first to last. A process killed mid-way leaves
         whole records of a prefix of the run, then records without their magic: a torn tail,
         which recovery cuts (with the records before it when they are a put's first records:
@@ -334,9 +334,8 @@ class MappedFile:
         mapped = self._map
         mapped[position:end] = data
         publish = _HEAD.pack_into
-        base = self.start_offset
-        for phys, size, magic in heads:
-            publish(mapped, phys - base, size, magic)
+        for head_at, size, magic in heads:  # first to last
+            publish(mapped, head_at, size, magic)
         self.wrote_position = end
 
     def append_split(self, first: bytes, rest: bytes | memoryview) -> None:

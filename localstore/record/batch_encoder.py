@@ -6,7 +6,8 @@ to a list, then one ``b"".join`` per segment run. The caller writes the runs; no
 I/O, so the function is pure and testable on its own.
 
 Unpublished runs: every record's size and magic (its first 8 bytes, the blank record's too) are
-zero in the runs, and given apart as ``heads`` (commitlog offset, size, magic), in log order, so
+zero in the runs, and given apart as ``heads`` (position in its segment, size, magic), in log
+order, so
 that the writer stores a run and then publishes its records first to last without parsing or
 copying it again (:meth:`~localstore.files.mapped_file.MappedFile.append_publishing_last`);
 :meth:`EncodedBatch.published_runs` gives the runs as they read once written.
@@ -70,7 +71,7 @@ class RejectedMessageError(Exception):
         self.detail = detail
 
 
-Head = tuple[int, int, int]  # a record's commitlog offset, its TOTALSIZE and its MAGICCODE
+Head = tuple[int, int, int]  # a record's position in its segment, its TOTALSIZE and MAGICCODE
 
 
 class EncodedBatch(NamedTuple):
@@ -186,7 +187,7 @@ def encode_batch(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_sizes(messages, message, size, props_len, max_record_size, segment_size)
-            position = _end_segment(parts, runs, heads, position, segment_end)
+            position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
             segment_end += segment_size
             fits_below += segment_size
         if sys_flag & prepared_or_rollback:
@@ -204,7 +205,7 @@ def encode_batch(
                 )
             units += (position, size, code)
             unit_end = position + size
-        add_head((position, size, magic))
+        add_head((position % segment_size, size, magic))
         append(
             header.pack(
                 0,  # size and magic: published by the writer (heads)
@@ -308,7 +309,7 @@ def encode_uniform(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_record(index, size, props_len, max_record_size, segment_size)
-            position = _end_segment(parts, runs, heads, position, segment_end)
+            position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
             segment_end += segment_size
             fits_below += segment_size
         if tags_column is None:
@@ -318,7 +319,7 @@ def encode_uniform(
             known_code = tag_codes.get(tags)
             code = known_code if known_code is not None else tag_code(tags)
         units += (position, size, code)
-        add_head((position, size, magic))
+        add_head((position % segment_size, size, magic))
         append(
             pack(
                 0,  # size and magic: published by the writer (heads)
@@ -354,30 +355,34 @@ def encode_uniform(
 
 
 def _end_segment(
-    parts: list[bytes], runs: list[bytes], heads: list[Head], position: int, segment_end: int
+    parts: list[bytes],
+    runs: list[bytes],
+    heads: list[Head],
+    position: int,
+    segment_end: int,
+    segment_size: int,
 ) -> int:
     """Close the current segment's run with the blank record that fills it from ``position``
     (unpublished, as the records are); returns where the next record goes (the next segment's
     start)."""
     parts.append(_UNPUBLISHED_BLANK)
-    heads.append((position, segment_end - position, BLANK_MAGIC))
+    heads.append((position % segment_size, segment_end - position, BLANK_MAGIC))
     runs.append(b"".join(parts))
     parts.clear()
     return segment_end
 
 
 def _heads_by_run(heads: list[Head], runs: list[bytes]) -> list[list[Head]]:
-    """``heads`` (of every run, in log order) cut into each run's."""
+    """``heads`` (of every run, in log order) cut into each run's: every run but the last
+    ends with its segment's blank record."""
     if len(runs) == 1:
         return [heads]
     by_run, first = [], 0
-    for run in runs:
-        end = heads[first][0] + len(run)
-        last = first
-        while last < len(heads) and heads[last][0] < end:
-            last += 1
-        by_run.append(heads[first:last])
-        first = last
+    for last, head in enumerate(heads):
+        if head[2] == BLANK_MAGIC:
+            by_run.append(heads[first : last + 1])
+            first = last + 1
+    by_run.append(heads[first:])
     return by_run
 
 

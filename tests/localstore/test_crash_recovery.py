@@ -49,9 +49,10 @@ while True:
 
 
 def writer_batches(start: int, stop: int) -> Iterator[range]:
-    """The sequence numbers of each batch a writer started at ``start`` puts, up to ``stop``."""
+    """The sequence numbers of each batch a writer started at ``start`` puts, those that end
+    before ``stop`` (where the next writer starts)."""
     seq = start
-    while seq < stop:
+    while seq + 1 + seq % 3 <= stop:
         yield range(seq, seq + 1 + seq % 3)
         seq += 1 + seq % 3
 
