@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
-from localstore import MessageStore, NewMessage
+from localstore import MessageStore, NewMessage, PutStatus, UniformBatch
 from localstore.files import mapped_file
 from localstore.files.mapped_file import MappedFile
+from localstore.record.properties import PROPERTY_PUT_RECORDS, encode_properties
 from localstore.record.walk import walk_segment
 from localstore.recovery.verify import verify_store
 
@@ -249,3 +250,28 @@ def test_verify_names_a_put_the_log_ends_inside(tmp_path: Path) -> None:
     unfinished = [p for p in report.problems if "unfinished put" in p.message]
     assert [p.phys_offset for p in unfinished] == [result.phys_offsets[0]]
     assert "a put of 3 records starts here, but only 2" in unfinished[0].message
+
+
+def test_the_put_mark_is_the_store_s_own(tmp_path: Path) -> None:
+    """Readers never see the mark a batch's first record carries, and a put that names it is
+    refused (a mark the store did not write could make recovery cut an acknowledged put)."""
+    with MessageStore(tmp_path / "store", **GEOMETRY) as store:
+        assert store.put_batch([NewMessage(TOPIC, b"a", 0, {"K": "1"}), NewMessage(TOPIC, b"b", 0)])
+        got = store.get_messages(TOPIC, 0, 0, max_count=2)
+        assert [m.properties for m in got.messages] == [{"K": "1"}, {}]
+        raw = bytes(store.get_message_bytes(TOPIC, 0, 0, max_count=1).raw)
+        assert PROPERTY_PUT_RECORDS.encode() + b"\x012\x02" in raw  # on disk, for recovery
+        forged = {PROPERTY_PUT_RECORDS: "5"}
+        for put in (
+            lambda: store.put(NewMessage(TOPIC, b"x", 0, forged)),
+            lambda: store.put_batch(
+                [NewMessage(TOPIC, b"x", 0), NewMessage(TOPIC, b"y", 0, forged)]
+            ),
+            lambda: store.put_batch(
+                UniformBatch(TOPIC, 0, [b"x"], [encode_properties(forged).encode()], [None], [None])
+            ),
+        ):
+            result = put()
+            assert result.status is PutStatus.MESSAGE_ILLEGAL
+            assert "store's own" in result.detail
+        assert store.max_offset(TOPIC, 0) == 2
