@@ -60,6 +60,7 @@ from typing import NamedTuple
 from localstore.files.atomic_file import fsync_directory
 from localstore.files.mapped_file import MappedFile, segment_name, warm_file
 from localstore.files.segments import SegmentQueue
+from localstore.record.batch_encoder import Head, publish
 from localstore.record.codec import RecordError
 from localstore.record.frame import head_problem
 from localstore.record.layout import BLANK_RECORD_SIZE, SIZE_AND_MAGIC
@@ -67,7 +68,7 @@ from localstore.runtime.closing import close_all
 
 log = logging.getLogger(__name__)
 
-Write = tuple[MappedFile, int, bytes]  # (segment, position in it, bytes)
+Write = tuple[MappedFile, int, bytes | bytearray]  # (segment, position in it, bytes)
 
 
 class TakenFlush(NamedTuple):
@@ -137,14 +138,22 @@ class CommitLog:
     def confirmed_offset(self) -> int:
         return self.flushed_offset if self.sync_flush else self.max_offset
 
-    def set_end(self, offset: int) -> None:
+    def set_end(self, offset: int, *, cut_records_to: int | None = None) -> None:
         """After recovery: ``offset`` is the end of valid data (everything there is on disk).
-        Later segments go; the remains of a torn write after ``offset`` are zeroed."""
+        Later segments go; the remains of a torn write after ``offset`` are zeroed.
+        ``cut_records_to``: whole records lie from ``offset`` to there (an unfinished put that
+        recovery cuts), zeroed exactly, whatever all-zero pages they hold, so that none of them
+        is found again."""
         self._close_window()
         self.segments.truncate(offset)
         last = self.segments.find(offset)
         if last is not None:
-            if last.zero_from(offset - last.start_offset):
+            zeroed = 0
+            if cut_records_to is not None and cut_records_to > offset:
+                stop = min(cut_records_to, last.end_offset) - last.start_offset
+                zeroed = stop - (offset - last.start_offset)
+                last.write_at(offset - last.start_offset, bytes(zeroed))
+            if last.zero_from(offset - last.start_offset + zeroed) or zeroed:
                 # Synced now: a sync-flush write later makes only its own range durable.
                 last.sync()
             if self._allocator is not None:
@@ -152,8 +161,14 @@ class CommitLog:
         self.max_offset = self.flushed_offset = offset
 
     # -- writing ---------------------------------------------------------------------------
-    def write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
+    def write_runs(
+        self, runs: list[bytes], heads: list[list[Head]], end_offset: int, store_timestamp: int
+    ) -> None:
         """Write encoded runs: the first at ``max_offset``, each later one in a new segment.
+        The runs are unpublished (every record's size and magic zeroed), ``heads`` gives those
+        per run (see :mod:`localstore.record.batch_encoder`): under async flush they are stored
+        after the run, first to last; under sync flush the write-behind list gets the runs
+        published (:meth:`MappedFile.pwrite` orders them on the way to the file).
 
         All or nothing: when a segment cannot be created or given disk blocks (ENOSPC, EMFILE),
         what this call wrote is taken back (:meth:`_take_back`) and the OSError raised; the log
@@ -162,13 +177,15 @@ class CommitLog:
         start, count = self.max_offset, len(self.segments.segments)
         prepare_next_at = self._prepare_next_at
         try:
-            self._write_runs(runs, end_offset, store_timestamp)
+            self._write_runs(runs, heads, end_offset, store_timestamp)
         except BaseException:
             self._take_back(start, count)
             self._prepare_next_at = prepare_next_at  # the segment it was set for is gone
             raise
 
-    def _write_runs(self, runs: list[bytes], end_offset: int, store_timestamp: int) -> None:
+    def _write_runs(
+        self, runs: list[bytes], heads: list[list[Head]], end_offset: int, store_timestamp: int
+    ) -> None:
         if end_offset >= self._prepare_next_at and self._allocator is not None:
             self._prepare_next_at = _NEVER
             self._allocator.prepare(end_offset - end_offset % self.segment_size + self.segment_size)
@@ -179,18 +196,19 @@ class CommitLog:
         else:
             segment = segments.segment_for_append(self.max_offset)
         if not self.sync_flush:
-            segment.append_publishing_last(runs[0])
-            for run in runs[1:]:
+            segment.append_publishing_last(runs[0], heads[0])
+            for run, run_heads in zip(runs[1:], heads[1:], strict=True):
                 segment = segments.add_segment(segment.end_offset)
-                segment.append_publishing_last(run)
+                segment.append_publishing_last(run, run_heads)
             self.last_store_timestamp = store_timestamp  # before max_offset: the flush
             self.max_offset = end_offset  # thread reads them in the other order
             return
-        writes = [(segment, segment.wrote_position, runs[0])]
-        segment.wrote_position += len(runs[0])
-        for run in runs[1:]:
+        first = publish(runs[0], heads[0])
+        writes: list[Write] = [(segment, segment.wrote_position, first)]
+        segment.wrote_position += len(first)
+        for run, run_heads in zip(runs[1:], heads[1:], strict=True):
             segment = segments.add_segment(segment.end_offset)
-            writes.append((segment, 0, run))
+            writes.append((segment, 0, publish(run, run_heads)))
             segment.wrote_position = len(run)
         with self._pending_lock:
             self._pending.extend(writes)
@@ -511,7 +529,7 @@ def _write_through(pending: list[Write], *, durably: bool) -> bool:
 def _coalesce(writes: list[Write]) -> list[Write]:
     """Join writes that continue each other in one segment: one pwrite (one GIL hand-off) each."""
     merged: list[Write] = []
-    run: list[bytes] = []
+    run: list[bytes | bytearray] = []
     segment, start, end = writes[0][0], writes[0][1], writes[0][1]
     for seg, position, data in writes:
         if seg is not segment or position != end:

@@ -315,26 +315,27 @@ class MappedFile:
         os.posix_fallocate(self._fd, self.reserved, target - self.reserved)
         self.reserved = target
 
-    def append_publishing_last(self, data: bytes) -> None:
+    def append_publishing_last(self, data: bytes, heads: list[tuple[int, int, int]]) -> None:
         """``append`` for commitlog runs (records one after another, a blank record maybe
-        last), published in log order: the run is copied with every record's size and magic
-        (its first 8 bytes) zeroed, then those 8 bytes are stored record by record, first to
-        last. A process killed mid-way leaves whole records of a prefix of the run, then
-        records without their magic: a torn tail, which recovery cuts. Never a record whose
-        body made it but whose properties did not, and never a record of the run without the
-        ones before it (recovery steps over damage to the valid records after it, so a later
-        record published before an earlier one would leave a "damaged" range behind a plain
-        kill)."""
+        last), published in log order: ``data`` is the run with every record's size and magic
+        (its first 8 bytes) zeroed, and ``heads`` those 8 bytes as (position in the segment,
+        size, magic), in log order, as the batch encoder gives them. The run is copied, then the
+        heads are stored record by record, first to last. A process killed mid-way leaves
+        whole records of a prefix of the run, then records without their magic: a torn tail,
+        which recovery cuts (with the records before it when they are a put's first records:
+        :mod:`localstore.record.put_mark`). Never a record whose body made it but whose
+        properties did not, and never a record of the run without the ones before it
+        (recovery steps over damage to the valid records after it, so a later record
+        published before an earlier one would leave a "damaged" range behind a plain kill)."""
         position = self.wrote_position
         end = position + len(data)
         if end > self.reserved:
             self._reserve(end)
-        zeroed, heads = _unpublished(data)
         mapped = self._map
-        mapped[position:end] = zeroed
+        mapped[position:end] = data
         publish = _HEAD.pack_into
-        for start, size, magic in heads:
-            publish(mapped, position + start, size, magic)
+        for head_at, size, magic in heads:  # first to last
+            publish(mapped, head_at, size, magic)
         self.wrote_position = end
 
     def append_split(self, first: bytes, rest: bytes | memoryview) -> None:
@@ -352,7 +353,7 @@ class MappedFile:
         mapped[position:start] = first
         self.wrote_position = end
 
-    def pwrite(self, position: int, data: bytes) -> None:
+    def pwrite(self, position: int, data: bytes | bytearray) -> None:
         """Write a commitlog run (see :meth:`append_publishing_last`) through the file (not the
         mapping) at ``position``; positions are the caller's. Within one page a single write is
         enough: the kernel copies a write into the page cache page by page, from the start, and
@@ -366,10 +367,10 @@ class MappedFile:
         than publishing needs."""
         view = memoryview(data)
         if not _within_one_page(position, len(data)):
-            self._pwrite_all(position, memoryview(_unpublished(data)[0]))
+            self._pwrite_all(position, memoryview(_unpublished(data)))
         self._pwrite_all(position, view)
 
-    def pwrite_durably(self, position: int, data: bytes) -> bool:
+    def pwrite_durably(self, position: int, data: bytes | bytearray) -> bool:
         """Write ``data`` at ``position`` and make it durable with ``pwritev(RWF_DSYNC)`` (the
         write, then what an fdatasync of its range does). False, and nothing written, where the
         flag is missing; the caller then uses ``pwrite`` and ``sync``.
@@ -382,7 +383,7 @@ class MappedFile:
         if _RWF_DSYNC is None:
             return False
         if not _within_one_page(position, len(data)):
-            self._pwrite_all(position, memoryview(_unpublished(data)[0]))
+            self._pwrite_all(position, memoryview(_unpublished(data)))
         written = os.pwritev(self._fd, [data], position, _RWF_DSYNC)
         if written < len(data):  # not seen for a regular file; finish the ordinary way
             self._pwrite_all(position + written, memoryview(data)[written:])
@@ -472,22 +473,19 @@ class _ClosedSegment(MappedFile):
             return _POOL.open(self, name)
 
 
-def _unpublished(run: bytes) -> tuple[bytearray, list[tuple[int, int, int]]]:
+def _unpublished(run: bytes | bytearray) -> bytearray:
     """A copy of a commitlog run (records one after another, each led by its size and magic,
-    a blank record maybe last) with every record's size and magic zeroed, and those heads as
-    (position in the run, size, magic), in run order."""
+    a blank record maybe last) with every record's size and magic zeroed."""
     zeroed = bytearray(run)
-    heads = []
     unpack, pack = _HEAD.unpack_from, _HEAD.pack_into
     start, length = 0, len(run)
     while start + _HEAD_BYTES <= length:
-        size, magic = unpack(run, start)
+        size = unpack(run, start)[0]
         pack(zeroed, start, 0, 0)
-        heads.append((start, size, magic))
         if size < _HEAD_BYTES:
             break
         start += size  # past the run's end after a blank record, which declares the segment's rest
-    return zeroed, heads
+    return zeroed
 
 
 def _within_one_page(position: int, length: int) -> bool:

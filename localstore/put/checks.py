@@ -1,6 +1,8 @@
 """The checks a put makes before it encodes anything: its topic (RocketMQ's rules,
-:func:`localstore.record.validation.topic_error`), its batch's shape (one topic-queue) and its
-bodies' sizes. A refused put is answered MESSAGE_ILLEGAL with the reason and writes nothing.
+:func:`localstore.record.validation.topic_error`), its batch's shape (one topic-queue), its
+bodies' sizes and the store's own property (:data:`PROPERTY_PUT_RECORDS`, which only the store
+writes: :mod:`localstore.record.put_mark`). A refused put is answered MESSAGE_ILLEGAL with the
+reason and writes nothing.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localstore.record.codec import NewMessage
+from localstore.record.properties import PROPERTY_PUT_RECORDS
 from localstore.record.uniform_batch import UniformBatch, batch_head
 from localstore.record.validation import topic_error
 from localstore.results import PutResult, PutStatus
@@ -29,17 +32,23 @@ def check_batch(
         valid_topics.add(topic)
     if isinstance(messages, UniformBatch):  # one topic-queue by construction: check bodies
         sizes = list(map(len, messages.bodies))
+        if not messages.plain and messages.holds_property(PROPERTY_PUT_RECORDS):
+            return _reserved_rejection(topic, queue_id)
         if min(sizes) > 0 and max(sizes) <= max_body:
             return None
         index = next(i for i, size in enumerate(sizes) if not 0 < size <= max_body)
         return _body_rejection(index, sizes[index], max_body, topic, queue_id)
     if len(messages) == 1:
         size = len(messages[0].body)
+        if PROPERTY_PUT_RECORDS in messages[0].properties:
+            return _reserved_rejection(topic, queue_id)
         if 0 < size <= max_body:
             return None
         return _body_rejection(0, size, max_body, topic, queue_id)
     for index, message in enumerate(messages):  # one pass: the put path's per-message check
         size = len(message.body)
+        if PROPERTY_PUT_RECORDS in message.properties:
+            return _reserved_rejection(topic, queue_id)
         if message.topic != topic or message.queue_id != queue_id:
             return PutResult(
                 PutStatus.MESSAGE_ILLEGAL,
@@ -57,4 +66,13 @@ def _body_rejection(index: int, size: int, max_body: int, topic: str, queue_id: 
     what = "is empty" if not size else f"is {size} bytes, over the limit {max_body}"
     return PutResult(
         PutStatus.MESSAGE_ILLEGAL, f"message {index}: the body {what}", topic, queue_id
+    )
+
+
+def _reserved_rejection(topic: str, queue_id: int) -> PutResult:
+    return PutResult(
+        PutStatus.MESSAGE_ILLEGAL,
+        f"property {PROPERTY_PUT_RECORDS} is the store's own: a message may not name it",
+        topic,
+        queue_id,
     )

@@ -215,7 +215,7 @@ class PutPath:
             what = f"cannot grow consume queue {topic}/{queue_id}"
             return _not_written(what, exc, topic, queue_id), 0
         try:
-            commitlog.write_runs(encoded.runs, encoded.end_offset, store_timestamp)
+            commitlog.write_runs(encoded.runs, encoded.heads, encoded.end_offset, store_timestamp)
         except OSError as exc:
             state.queue.let_go()
             return _not_written("cannot write the commitlog", exc, topic, queue_id), 0

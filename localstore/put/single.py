@@ -12,7 +12,8 @@ feed of :mod:`localstore.put.key_feed`), never the general path itself. The comm
 
 * a user topic (not ``system``) that passed validation, to a queue already written to;
 * no sys flag (no transaction, no compression), IPv4 born and store hosts;
-* a body of 1 to ``max_message_size`` bytes, properties of at most ``MAX_PROPERTIES_BYTES``;
+* a body of 1 to ``max_message_size`` bytes, properties of at most ``MAX_PROPERTIES_BYTES``,
+  none of them the store's own (``PROPERTY_PUT_RECORDS``);
 * room for the record in the last commitlog segment, with a blank record's 8 bytes behind it,
   and no segment due to be prepared;
 * room for its unit in the consume queue's last file, within the blocks already reserved (the
@@ -51,7 +52,7 @@ from localstore.record.layout import (
     MAX_PROPERTIES_BYTES,
     SIZE_AND_MAGIC,
 )
-from localstore.record.properties import PROPERTY_TAGS, encode_properties
+from localstore.record.properties import PROPERTY_PUT_RECORDS, PROPERTY_TAGS, encode_properties
 from localstore.record.tags import _TAG_CODES, tag_code
 from localstore.results import PutResult, stored_result
 
@@ -137,8 +138,8 @@ class SinglePut:
         properties = message.properties
         if properties:
             props = encode_properties(properties).encode()
-            if len(props) > MAX_PROPERTIES_BYTES:
-                return None
+            if len(props) > MAX_PROPERTIES_BYTES or PROPERTY_PUT_RECORDS in properties:
+                return None  # the general path refuses it, saying why
             tags = properties.get(PROPERTY_TAGS)
             code = _TAG_CODES.get(tags)
             if code is None:

@@ -5,6 +5,17 @@ per record one ``Struct.pack`` of the header, the body, and the topic + properti
 to a list, then one ``b"".join`` per segment run. The caller writes the runs; nothing here does
 I/O, so the function is pure and testable on its own.
 
+Unpublished runs: every record's size and magic (its first 8 bytes, the blank record's too) are
+zero in the runs, and given apart as ``heads`` (position in its segment, size, magic), in log
+order, so
+that the writer stores a run and then publishes its records first to last without parsing or
+copying it again (:meth:`~localstore.files.mapped_file.MappedFile.append_publishing_last`);
+:meth:`EncodedBatch.published_runs` gives the runs as they read once written.
+
+A put of several records is marked: its first record's properties start with the put's record
+count (:mod:`localstore.record.put_mark`), which recovery reads to cut a put that a kill cut
+short.
+
 Segment ends: a record is placed in the current segment only if its size + 8 fits in the room
 left; otherwise the 8-byte blank record ``(room, BLANK_MAGIC)`` ends the segment and the record
 starts the next run (the next segment). Records of PREPARED or ROLLBACK transactions get queue
@@ -31,6 +42,7 @@ from localstore.record.layout import (
     QUEUE_ID_AND_FLAG,
     RECONSUME_AND_PREPARED,
     SHORT,
+    SIZE_AND_MAGIC,
     SYSFLAG_AND_BORN_TIMESTAMP,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_HOSTS_V6,
@@ -41,6 +53,7 @@ from localstore.record.layout import (
 )
 from localstore.record.layout import topic_field as encode_topic_field
 from localstore.record.properties import PROPERTY_DELAY, PROPERTY_TAGS, encode_properties
+from localstore.record.put_mark import mark_pair
 from localstore.record.tags import _TAG_CODES, schedule_tag_code, tag_code
 from localstore.record.uniform_batch import UniformBatch
 
@@ -58,15 +71,38 @@ class RejectedMessageError(Exception):
         self.detail = detail
 
 
+Head = tuple[int, int, int]  # a record's position in its segment, its TOTALSIZE and MAGICCODE
+
+
 class EncodedBatch(NamedTuple):
     """What the commitlog and the consume queue write for one batch."""
 
-    runs: list[bytes]  # runs[0] goes at ``position``; each later run starts a new segment
+    runs: list[bytes]  # runs[0] goes at ``position``; each later run starts a new segment;
+    # every record's size and magic zeroed (unpublished: see the module docstring)
     units: bytes  # consume-queue units, in queue-offset order
     phys_offsets: list[int]  # one per message
     next_queue_offset: int
     end_offset: int  # commitlog offset after the batch
     last_unit_phys_end: int  # end of the last record that got a unit
+    heads: list[list[Head]]  # per run, the size and magic of its records (the blank record's)
+
+    def published_runs(self) -> list[bytearray]:
+        """The runs with every record's size and magic in place: the bytes the log holds
+        once they are written."""
+        return [publish(run, heads) for run, heads in zip(self.runs, self.heads, strict=True)]
+
+
+def publish(run: bytes, heads: list[Head]) -> bytearray:
+    """A copy of an unpublished ``run`` with its ``heads`` stored (its first head is at the
+    run's start)."""
+    published = bytearray(run)
+    if not heads:
+        return published
+    start = heads[0][0]
+    pack = SIZE_AND_MAGIC.pack_into
+    for phys, size, magic in heads:
+        pack(published, phys - start, size, magic)
+    return published
 
 
 def encode_batch(
@@ -109,6 +145,9 @@ def encode_batch(
     runs: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append
+    heads: list[Head] = []
+    add_head = heads.append
+    mark = mark_pair(len(messages)) if len(messages) > 1 else b""
     units: list[int] = []  # (phys, size, tag code) per unit, packed once per batch
     phys_offsets: list[int] = []
     add_phys = phys_offsets.append
@@ -125,6 +164,8 @@ def encode_batch(
         else:
             props = b""
             tags = None
+        if mark:  # the first record of a put of several
+            props, mark = mark + props, b""
         props_len = len(props)
         body = message.body
         body_len = len(body)
@@ -146,7 +187,7 @@ def encode_batch(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_sizes(messages, message, size, props_len, max_record_size, segment_size)
-            position = _end_segment(parts, runs, position, segment_end)
+            position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
             segment_end += segment_size
             fits_below += segment_size
         if sys_flag & prepared_or_rollback:
@@ -164,10 +205,11 @@ def encode_batch(
                 )
             units += (position, size, code)
             unit_end = position + size
+        add_head((position % segment_size, size, magic))
         append(
             header.pack(
-                size,
-                magic,
+                0,  # size and magic: published by the writer (heads)
+                0,
                 crc32(body) & 0x7FFFFFFF,
                 queue_id,
                 message.flag,
@@ -200,6 +242,7 @@ def encode_batch(
         queue_offset,
         position,
         unit_end,
+        _heads_by_run(heads, runs),
     )
 
 
@@ -244,12 +287,19 @@ def encode_uniform(
     runs: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append
+    heads: list[Head] = []
+    add_head = heads.append
+    mark = mark_pair(len(batch)) if len(batch) > 1 else b""
     units: list[int] = []
     phys_offsets: list[int] = []
     add_phys = phys_offsets.append
     first_offset = queue_offset
     size = 0
-    for index, (body, props) in enumerate(zip(batch.bodies, batch.properties, strict=True)):
+    for index, (body, text) in enumerate(zip(batch.bodies, batch.properties, strict=True)):
+        if mark:  # the first record of a put of several
+            props, mark = mark + text, b""
+        else:
+            props = text
         body_len = len(body)
         props_len = len(props)
         size = plain_size + body_len + props_len
@@ -259,7 +309,7 @@ def encode_uniform(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_record(index, size, props_len, max_record_size, segment_size)
-            position = _end_segment(parts, runs, position, segment_end)
+            position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
             segment_end += segment_size
             fits_below += segment_size
         if tags_column is None:
@@ -269,10 +319,11 @@ def encode_uniform(
             known_code = tag_codes.get(tags)
             code = known_code if known_code is not None else tag_code(tags)
         units += (position, size, code)
+        add_head((position % segment_size, size, magic))
         append(
             pack(
-                size,
-                magic,
+                0,  # size and magic: published by the writer (heads)
+                0,
                 crc32(body) & 0x7FFFFFFF,
                 queue_and_flag,
                 queue_offset,
@@ -299,19 +350,44 @@ def encode_uniform(
         queue_offset,
         position,
         position if phys_offsets else 0,
+        _heads_by_run(heads, runs),
     )
 
 
-def _end_segment(parts: list[bytes], runs: list[bytes], position: int, segment_end: int) -> int:
-    """Close the current segment's run with the blank record that fills it from ``position``;
-    returns where the next record goes (the next segment's start)."""
-    parts.append(BLANK_STRUCT.pack(segment_end - position, BLANK_MAGIC))
+def _end_segment(
+    parts: list[bytes],
+    runs: list[bytes],
+    heads: list[Head],
+    position: int,
+    segment_end: int,
+    segment_size: int,
+) -> int:
+    """Close the current segment's run with the blank record that fills it from ``position``
+    (unpublished, as the records are); returns where the next record goes (the next segment's
+    start)."""
+    parts.append(_UNPUBLISHED_BLANK)
+    heads.append((position % segment_size, segment_end - position, BLANK_MAGIC))
     runs.append(b"".join(parts))
     parts.clear()
     return segment_end
 
 
+def _heads_by_run(heads: list[Head], runs: list[bytes]) -> list[list[Head]]:
+    """``heads`` (of every run, in log order) cut into each run's: every run but the last
+    ends with its segment's blank record."""
+    if len(runs) == 1:
+        return [heads]
+    by_run, first = [], 0
+    for last, head in enumerate(heads):
+        if head[2] == BLANK_MAGIC:
+            by_run.append(heads[first : last + 1])
+            first = last + 1
+    by_run.append(heads[first:])
+    return by_run
+
+
 _NO_RECONSUME_NO_PREPARED = RECONSUME_AND_PREPARED.pack(0, 0)
+_UNPUBLISHED_BLANK = BLANK_STRUCT.pack(0, 0)
 _TOPIC_FIELDS: dict[str, tuple[int, bytes]] = {}
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
 

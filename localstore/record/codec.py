@@ -128,6 +128,7 @@ __all__ = [  # the layout's and the properties' names readers of stored records 
     "host_text",
     "make_offset_msg_id",
     "pack_host",
+    "properties_span",
     "read_properties",
     "read_store_timestamp",
     "record_overhead",
@@ -487,6 +488,17 @@ def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
 
     Raises :class:`RecordError` for bytes that do not read as a record's properties (damage
     that still reads, such as a length pointing elsewhere, is left to a full decode)."""
+    start, end = properties_span(buf, pos)
+    try:
+        return decode_properties(str(buf[start:end], "utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc
+
+
+def properties_span(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """[start, end) of the properties text of the record at ``pos`` in ``buf``, read from its
+    length fields (the record's validity is the caller's); :class:`RecordError` when those
+    fields cannot be read."""
     try:
         (magic,) = INT.unpack_from(buf, pos + MAGIC_AT)
         (sys_flag,) = INT.unpack_from(buf, pos + SYSFLAG_AT)
@@ -497,6 +509,6 @@ def read_properties(buf: bytes | memoryview, pos: int) -> dict[str, str]:
         else:
             cursor += 2 + SHORT.unpack_from(buf, cursor)[0]
         (props_len,) = SHORT.unpack_from(buf, cursor)
-        return decode_properties(str(buf[cursor + 2 : cursor + 2 + props_len], "utf-8"))
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+    except (struct.error, IndexError) as exc:
         raise RecordError(f"truncated or malformed record at buffer position {pos}: {exc}") from exc
+    return cursor + 2, cursor + 2 + props_len

@@ -13,6 +13,10 @@ from (an empty value too), for a batch that turns its own columns back into mess
 
 A name or a value holding either separator would cut or forge a pair: writers refuse them
 (:func:`holds_property_separator`).
+
+One pair is the store's own: :data:`PROPERTY_PUT_RECORDS`, which the store writes as the first
+pair of the first record of a put of several records (:mod:`localstore.record.put_mark`). Readers
+never see it: :func:`decode_properties` drops it, and puts that name it are refused.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ __all__ = [
     "KEY_SEPARATOR",
     "MAX_PROPERTIES_BYTES",
     "NAME_VALUE_SEPARATOR",
+    "PROPERTY_PUT_RECORDS",
     "PROPERTY_SEPARATOR",
+    "PUT_RECORDS_PAIR_START",
     "TAGS_PAIR_START",
     "UNIQ_KEY_PAIR_START",
     "LazyProperties",
@@ -57,6 +63,9 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+# The store's own (a reserved name): how many records the put its record opens holds.
+PROPERTY_PUT_RECORDS = "__QUIVER_PUT_RECORDS"
+PUT_RECORDS_PAIR_START = PROPERTY_PUT_RECORDS + NAME_VALUE_SEPARATOR
 
 # The start of the pairs a producer's batch writes itself, one string concatenation per field
 # on its per-message path (no call): TAGS_PAIR_START + tags + PROPERTY_SEPARATOR is the pair
@@ -85,8 +94,11 @@ def decode_properties(text: str) -> dict[str, str]:
     """Parse a properties text the way RocketMQ's ``string2messageProperties`` does.
 
     Segments without a separator, with an empty name or an empty value are skipped; a repeated
-    name keeps the later value.
+    name keeps the later value. The store's own first pair (:data:`PROPERTY_PUT_RECORDS`) is
+    dropped.
     """
+    if text.startswith(PUT_RECORDS_PAIR_START):
+        text = text[text.find(PROPERTY_SEPARATOR) + 1 :]
     items = text.split(PROPERTY_SEPARATOR)
     if not items[-1]:
         items.pop()

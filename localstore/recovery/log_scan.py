@@ -36,7 +36,7 @@ from localstore.record.codec import (
     body_crc,
     decode_record,
 )
-from localstore.record.walk import WALK_INVALID, Buffer, walk_segment
+from localstore.record.walk import WALK_INVALID, Buffer, walk_marking, walk_segment
 from localstore.recovery import parallel_scan
 
 SplitHints = Callable[[int], Sequence[int]]  # segment start -> record starts it believes in
@@ -53,6 +53,7 @@ class LogScan:
     end: int  # end of the last valid record: where the next record goes
     records: int  # valid records seen
     damaged: list[tuple[int, int]] = field(default_factory=list)  # [start, end) followed by valid
+    last_put: int | None = None  # log offset of the last valid record opening a put of several
 
 
 def scan_valid_end(
@@ -78,7 +79,9 @@ def scan_log(
     records follow (module docstring).
 
     The end is where the next record would go: after a segment's last record, the blank record
-    that closes the segment is not part of the valid log unless a record follows it.
+    that closes the segment is not part of the valid log unless a record follows it. The scan
+    notes the last record that opens a put of several records (``last_put``,
+    :mod:`localstore.record.put_mark`), for :mod:`localstore.recovery.unfinished_put`.
 
     ``split_hints`` names positions (relative to a segment's start) where records are believed
     to start, such as the sparse offset index's entries. With them a long walk is cut at those
@@ -96,13 +99,15 @@ def scan_log(
         pos = position - base
         hints = split_hints(base) if split_hints is not None else ()
         if parallel_scan.worth_splitting(pos, hints):
-            pos_after, count, status = parallel_scan.walk_split(
+            pos_after, count, status, last_put = parallel_scan.walk_split(
                 segment.path, segment.view, base, segment.size, pos, hints, check_crc
             )
         else:
-            pos_after, count, status = walk_segment(
+            pos_after, count, status, last_put = walk_marking(
                 segment.view, base, segment.size, pos, segment.size, check_crc
             )
+        if last_put >= 0:
+            scan.last_put = base + last_put
         if count:
             scan.records += count
             scan.end = base + pos_after

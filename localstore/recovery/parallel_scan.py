@@ -9,12 +9,12 @@ its end without landing on it (a hint that was no record start) makes this proce
 rest itself. So the answer is always the sequential walk's; hints decide only how fast it comes.
 
 Each worker is a fresh interpreter running :mod:`localstore.recovery.scan_worker` (answering
-``POSITION RECORDS STATUS`` on stdout): no fork of a process whose threads may hold locks, and
-no re-import of the application's main module as multiprocessing's ``spawn`` would do. Starting
-one costs tens of milliseconds, so a walk is split only when the hinted record starts reach
-:data:`MIN_SPLIT_BYTES` past its start. If a worker cannot be started or fails, this process
-walks the rest itself, in order, and logs a warning; workers still running when the answer is
-known are killed.
+``POSITION RECORDS STATUS LAST_PUT`` on stdout): no fork of a process whose threads may hold
+locks, and no re-import of the application's main module as multiprocessing's ``spawn`` would
+do. Starting one costs tens of milliseconds, so a walk is split only when the hinted record
+starts reach :data:`MIN_SPLIT_BYTES` past its start. If a worker cannot be started or fails,
+this process walks the rest itself, in order, and logs a warning; workers still running when
+the answer is known are killed.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
-from localstore.record.walk import WALK_LIMIT, Buffer, walk_segment
+from localstore.record.walk import WALK_LIMIT, Buffer, walk_marking
 from localstore.runtime.worker_command import worker_command, worker_env
 
 log = logging.getLogger(__name__)
 
 MIN_SPLIT_BYTES = 64 << 20  # below this a walk takes well under a second: not worth the workers
 
-Walk = tuple[int, int, int]  # (position after the last valid record, records, WALK_*)
+# (position after the last valid record, records, WALK_*, last record opening a put or -1)
+Walk = tuple[int, int, int, int]
 
 
 def cpu_count() -> int:
@@ -61,7 +62,7 @@ def walk_split(
     check_crc: bool,
     pieces: int | None = None,
 ) -> Walk:
-    """:func:`localstore.record.walk.walk_segment` from ``pos`` to the end of the segment
+    """:func:`localstore.record.walk.walk_marking` from ``pos`` to the end of the segment
     mapped as ``view`` (file ``path``), cut at ``hints`` into ``pieces`` (default: one per CPU)."""
     inside = [hint for hint in hints if hint < size]  # a damaged index may name any number
     bounds = [pos, *choose_cuts(pos, inside, pieces or cpu_count()), size]
@@ -72,9 +73,9 @@ def walk_split(
     except OSError as exc:
         log.warning("walking the commitlog in one process: cannot start a worker (%s)", exc)
         _stop(workers)
-        return walk_segment(view, base, size, pos, size, check_crc)
+        return walk_marking(view, base, size, pos, size, check_crc)
     try:
-        first = walk_segment(view, base, size, pos, bounds[1], check_crc)
+        first = walk_marking(view, base, size, pos, bounds[1], check_crc)
         return _join(view, base, size, bounds, first, workers, check_crc)
     finally:
         _stop(workers)
@@ -109,8 +110,8 @@ def _join(
 ) -> Walk:
     """The pieces' walks joined in order (see the module docstring); waits only for the
     pieces it needs."""
-    records = 0
-    position, count, status = first
+    records, last_put = 0, -1
+    position, count, status, piece_put = first
     for k in range(len(workers) + 1):
         if k:
             if position != bounds[k]:  # the walk before did not land on this piece's start
@@ -118,12 +119,13 @@ def _join(
             answer = workers[k - 1].result()
             if answer is None:
                 break
-            position, count, status = answer
+            position, count, status, piece_put = answer
         records += count
+        last_put = max(last_put, piece_put)
         if status != WALK_LIMIT:
-            return position, records, status
-    position, count, status = walk_segment(view, base, size, position, size, check_crc)
-    return position, records + count, status
+            return position, records, status, last_put
+    position, count, status, piece_put = walk_marking(view, base, size, position, size, check_crc)
+    return position, records + count, status, max(last_put, piece_put)
 
 
 _WORKER_MODULE = "localstore.recovery.scan_worker"
@@ -157,9 +159,9 @@ class _Worker:
         out, err = self.process.communicate()
         fields = out.split()
         try:
-            if self.process.returncode != 0 or len(fields) != 3:
+            if self.process.returncode != 0 or len(fields) != 4:
                 raise ValueError(f"exit {self.process.returncode}, answer {out.strip()[:80]!r}")
-            position, records, status = map(int, fields)
+            position, records, status, last_put = map(int, fields)
         except ValueError as exc:
             log.warning(
                 "walking the commitlog in one process: a worker failed (%s): %s",
@@ -167,7 +169,7 @@ class _Worker:
                 err.strip()[-500:],
             )
             return None
-        return position, records, status
+        return position, records, status, last_put
 
 
 def _stop(workers: list[_Worker]) -> None:

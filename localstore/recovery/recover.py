@@ -13,7 +13,10 @@ none qualifies, and walk forward from there checking body CRCs. A long walk is c
 starts the sparse offset index names and its pieces walked by worker processes
 (:mod:`localstore.recovery.parallel_scan`), with the same answer.
 
-Recovery cuts only a torn tail (both paths). A damaged record that valid records follow is not a
+Recovery cuts only a torn tail (both paths), and an unfinished put at the log's end: a put of
+several records of which a kill left only the first (:mod:`.unfinished_put`), never
+acknowledged, is cut whole with the tail, logged at WARNING with its offsets and counts and
+reported (``RecoveryReport.unfinished_put``). A damaged record that valid records follow is not a
 torn tail (:func:`localstore.recovery.log_scan.scan_log` resynchronises on the next valid record):
 its
 bytes stay on disk, its range is recorded in :mod:`localstore.recovery.damaged` (``damaged.json``)
@@ -56,6 +59,7 @@ from localstore.recovery.log_scan import (
     scan_log,
 )
 from localstore.recovery.queue_check import QueueCheck, queue_name
+from localstore.recovery.unfinished_put import UnfinishedPut, find_unfinished_put
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,7 @@ class RecoveryReport:
     rebuilt_queues: list[str]  # queues whose files were unsound and were rebuilt
     damaged: list[DamagedRange] = field(default_factory=list)  # found by this recovery, kept
     cut_tail: tuple[int, int] | None = None  # [start, end) of the torn bytes cut, if any
+    unfinished_put: UnfinishedPut | None = None  # a put cut whole because a kill cut it short
 
 
 def recover(
@@ -102,8 +107,14 @@ def recover(
         scan = _scan(commitlog, commitlog.min_offset)
     _forget_mended(commitlog, damaged)
     found = _record_damage(commitlog, damaged, scan.damaged)
-    cut_tail = _cut_tail(commitlog, scan.end)
-    commitlog.set_end(scan.end)
+    unfinished = find_unfinished_put(commitlog, scan)
+    if unfinished is not None:
+        _log_unfinished(commitlog, unfinished)
+        scan.end, scan.records = unfinished.phys_offset, scan.records - unfinished.found
+    cut_tail = _cut_tail(commitlog, scan.end, unfinished)
+    commitlog.set_end(
+        scan.end, cut_records_to=None if unfinished is None else unfinished.end_offset
+    )
     damaged.drop_from(scan.end)
     truncated = sum(queue.truncate_beyond(scan.end) for queue in list(queues.queues.values()))
     old_ends = {name: _old_end(queues, name) for name in unsound}
@@ -148,6 +159,17 @@ def recover(
         rebuilt,
         found,
         cut_tail,
+        unfinished,
+    )
+
+
+def _log_unfinished(commitlog: CommitLog, unfinished: UnfinishedPut) -> None:
+    """Say at WARNING that a put a kill cut short is cut whole (it was never acknowledged)."""
+    log.warning(
+        "commitlog of %s: %s, so a kill stopped it while it was written; it was never "
+        "acknowledged and is cut whole with the tail (all or nothing)",
+        commitlog.directory.parent,
+        unfinished,
     )
 
 
@@ -252,14 +274,19 @@ def _record_damage(
     return fresh
 
 
-def _cut_tail(commitlog: CommitLog, end: int) -> tuple[int, int] | None:
+def _cut_tail(
+    commitlog: CommitLog, end: int, unfinished: UnfinishedPut | None
+) -> tuple[int, int] | None:
     """The byte range of the torn tail past ``end`` that :meth:`CommitLog.set_end` is about to
-    cut (non-zero bytes up to the first all-zero page, and later segments), logged at WARNING;
-    None when only zeros follow ``end``."""
+    cut (an unfinished put's records, then non-zero bytes up to the first all-zero page, and
+    later segments), logged at WARNING; None when only zeros follow ``end``."""
     stop = end
-    segment = commitlog.segments.find(end)
+    records_end = end if unfinished is None else unfinished.end_offset
+    segment = commitlog.segments.find(records_end)
     if segment is not None:
-        stop = segment.start_offset + _nonzero_extent(segment.view, end - segment.start_offset)
+        stop = segment.start_offset + _nonzero_extent(
+            segment.view, records_end - segment.start_offset
+        )
     later = [s for s in commitlog.segments.segments if s.start_offset > end]
     later_data = [s for s in later if _nonzero_extent(s.view, 0)]
     if later_data:

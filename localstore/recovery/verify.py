@@ -5,8 +5,10 @@ record may already be cut off). Pass 1 walks the commitlog from its min to its m
 record needs a v1/v2 magic code, a TOTALSIZE that fits its segment and its fields, a
 PHYSICALOFFSET equal to its position, a matching body CRC and (unless it is a prepared or
 rolled-back transaction) a consume-queue unit at its queue offset pointing at it. A blank record
-must declare the rest of its segment. A broken frame is reported with its file, offset and
-length, and the walk resynchronises on the next valid record
+must declare the rest of its segment. A put of several records must be whole: the record that
+opens it (:mod:`localstore.record.put_mark`) must be followed by the rest of its records
+(recovery cuts a put a kill cut short, so an open store holds none). A broken frame is
+reported with its file, offset and length, and the walk resynchronises on the next valid record
 (:func:`localstore.recovery.log_scan.next_record_start`, as recovery does), so every damaged record
 is listed, not only the first; a bad CRC or offset field is reported and stepped over. Pass 2
 checks every consume-queue unit: it points inside ``[commitlog min, max)`` at a record that
@@ -29,6 +31,7 @@ from localstore.queue.consume_queue import UNIT, ConsumeQueue
 from localstore.record import codec
 from localstore.record.frame import frame_problem
 from localstore.record.layout import BLANK_RECORD_SIZE, BLANK_STRUCT
+from localstore.record.put_mark import announced_records
 from localstore.record.tags import SCHEDULE_TOPIC, parse_delay_levels, unit_tag_code
 from localstore.recovery.log_scan import next_record_start
 from localstore.store import MessageStore
@@ -171,6 +174,7 @@ class _Verifier:
         """Pass 1: every record from the commitlog's min to its max offset."""
         report, end = self.report, self.report.max_offset
         position, first_bad = report.min_offset, -1
+        put = [0, 0, 0]  # the last put of several records: where it starts, its count, found
         span = end - report.min_offset
         self.on_progress("commitlog bytes", 0, span)
 
@@ -213,6 +217,11 @@ class _Verifier:
                 position = resume
                 continue
             report.records += 1
+            announced = announced_records(view, pos)
+            if announced:
+                put = [position, announced, 1]
+            elif put[2] < put[1]:
+                put[2] += 1
             if report.records % _RECORDS_PER_PROGRESS == 0:
                 self.on_progress("commitlog bytes", position - report.min_offset, span)
             if position + record.store_size > end:
@@ -229,6 +238,13 @@ class _Verifier:
                     problem(message)
             position += record.store_size
         report.valid_to = first_bad if first_bad >= 0 else position
+        start, announced, found = put
+        if found < announced and first_bad < start:
+            message = (
+                f"a put of {announced} records starts here, but only {found} of them lie before "
+                f"the max offset {end}: an unfinished put (recovery cuts it)"
+            )
+            report.add(Problem("commitlog", message, phys_offset=start))
 
     def claim(self, record: codec.StoredMessage, position: int) -> str | None:
         """Mark the record's unit sound if it is; say why the record has no unit, or None."""

@@ -295,6 +295,9 @@ def _recovery_json(store: MessageStore) -> dict[str, Any]:
             for d in recovery.damaged
         ],
         "cut_tail": list(recovery.cut_tail) if recovery.cut_tail else None,
+        "unfinished_put": dataclasses.asdict(recovery.unfinished_put)
+        if recovery.unfinished_put
+        else None,
     }
 
 
@@ -311,6 +314,8 @@ def _recovery_cut(recovery: RecoveryReport) -> str | None:
         parts.append(
             f"kept {len(recovery.damaged)} damaged range(s) that valid records follow: {ranges}"
         )
+    if recovery.unfinished_put:
+        parts.append(f"cut an unfinished put: {recovery.unfinished_put}, never acknowledged")
     if recovery.cut_tail:
         start, end = recovery.cut_tail
         parts.append(f"cut the torn tail [{start}, {end}) of the commitlog")

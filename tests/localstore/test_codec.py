@@ -29,6 +29,7 @@ from localstore.record.codec import (
     unpack_host,
 )
 from localstore.record.javahash import java_hash
+from localstore.record.put_mark import mark_pair
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 STORE_HOST = pack_host("127.0.0.1", 10911)
@@ -59,7 +60,7 @@ def encode_one(
         NO_LIMIT,
     )
     assert len(encoded.runs) == 1
-    return encoded.runs[0]
+    return bytes(encoded.published_runs()[0])
 
 
 def java_host(ip: IpAddress, port: int) -> str:
@@ -194,7 +195,7 @@ def test_batch_layout_across_segments(
     base = position - position % segment
     log = bytearray(segment * (len(encoded.runs) + 1))
     cursor = position
-    for i, run in enumerate(encoded.runs):
+    for i, run in enumerate(encoded.published_runs()):
         if i:
             assert cursor % segment == 0
         log[cursor - base : cursor - base + len(run)] = run
@@ -339,7 +340,7 @@ def test_worked_size_example_from_rocketmq() -> None:
         STORE_HOST,
         NO_LIMIT,
     )
-    assert units.end_offset == 1580
+    assert units.end_offset == 1580 + len(mark_pair(10))  # and the put's mark, on its first
 
 
 def test_long_topic_uses_v2_magic_and_two_byte_length() -> None:

@@ -2,10 +2,11 @@
 
 Promise: every message whose put returned PUT_OK is present and intact after the kill, under
 both flush modes (a killed process loses nothing that reached the page cache); no corrupt message
-is ever returned; verify passes; the store accepts new writes (the next writer appends to the
-same store). A kill keeps the page cache, so these tests cannot tell sync flush from async: that
-a sync put returns only once its bytes are on disk is checked against the flushed offset and a
-stalled disk in ``test_flush.py`` and ``test_sync_process.py``.
+is ever returned; a batch is found whole or not at all; verify passes; the store accepts new
+writes (the next writer appends to the same store). A kill keeps the page cache, so these tests
+cannot tell sync flush from async: that a sync put returns only once its bytes are on disk is
+checked against the flushed offset and a stalled disk in ``test_flush.py`` and
+``test_sync_process.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,15 @@ while True:
         print("ACK", seq + i, result.queue_id, result.queue_offset + i, flush=True)
     seq += len(batch)
 """
+
+
+def writer_batches(start: int, stop: int) -> Iterator[range]:
+    """The sequence numbers of each batch a writer started at ``start`` puts, those that end
+    before ``stop`` (where the next writer starts)."""
+    seq = start
+    while seq + 1 + seq % 3 <= stop:
+        yield range(seq, seq + 1 + seq % 3)
+        seq += 1 + seq % 3
 
 
 def expected_body(seq: int) -> bytes:
@@ -88,11 +99,13 @@ def test_kill_loop_keeps_every_acknowledged_message(tmp_path: Path, mode: str):
     rng = random.Random(f"kill-loop-{mode}")
     acked: dict[int, tuple[int, int]] = {}
     next_seq = 0
+    batches: list[range] = []
     for _ in range(KILLS_PER_MODE):
         acks = run_writer_and_kill(tmp_path, mode, next_seq, rng)
         for seq, queue_id, queue_offset in acks:
             acked[seq] = (queue_id, queue_offset)
-        next_seq = max([next_seq, *(seq + 1 for seq, _, _ in acks)]) + 1000
+        start, next_seq = next_seq, max([next_seq, *(seq + 1 for seq, _, _ in acks)]) + 1000
+        batches += writer_batches(start, next_seq)
         with MessageStore(tmp_path) as store:
             assert store.crashed_last_time
             report = verify_store(store)
@@ -102,6 +115,7 @@ def test_kill_loop_keeps_every_acknowledged_message(tmp_path: Path, mode: str):
                 assert got.status is GetStatus.FOUND, (seq, got.status)
                 assert got.messages[0].body == expected_body(seq)
             found = 0
+            found_seqs: set[int] = set()
             for queue_id in range(QUEUES):  # nothing corrupt anywhere
                 offset = store.min_offset(TOPIC, queue_id)
                 while True:
@@ -113,7 +127,10 @@ def test_kill_loop_keeps_every_acknowledged_message(tmp_path: Path, mode: str):
                         seq = int(message.body.split(b"-")[1])
                         assert message.body == expected_body(seq)
                         assert message.keys == [f"k{seq}"]
+                        found_seqs.add(seq)
                     offset = got.next_offset
+            for batch in batches:  # all or nothing, also the batch a kill cut short
+                assert len(found_seqs.intersection(batch)) in (0, len(batch)), batch
     assert len(acked) > KILLS_PER_MODE  # the writers did get work done between kills
     assert found >= len(acked)  # unacknowledged puts may have landed too, never fewer
     print(

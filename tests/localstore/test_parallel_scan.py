@@ -18,7 +18,13 @@ import pytest
 from localstore import MessageStore, NewMessage
 from localstore.commitlog.offset_index import stored_record_starts
 from localstore.record.codec import HEADER_V4
-from localstore.record.walk import WALK_INVALID, WALK_LIMIT, WALK_SEGMENT_END, walk_segment
+from localstore.record.walk import (
+    WALK_INVALID,
+    WALK_LIMIT,
+    WALK_SEGMENT_END,
+    walk_marking,
+    walk_segment,
+)
 from localstore.recovery import parallel_scan as ps
 from localstore.recovery.log_scan import scan_valid_end
 from localstore.recovery.recover import split_hints
@@ -40,13 +46,13 @@ def filled(open_store: StoreFactory) -> MessageStore:
     return store
 
 
-def sequential(store: MessageStore) -> tuple[int, int, int]:
+def sequential(store: MessageStore) -> tuple[int, int, int, int]:
     segment = store.commitlog.segments.find(0)
     assert segment is not None
-    return walk_segment(segment.view, 0, segment.size, 0, segment.size, True)
+    return walk_marking(segment.view, 0, segment.size, 0, segment.size, True)
 
 
-def split(store: MessageStore, hints: list[int], pieces: int = 4) -> tuple[int, int, int]:
+def split(store: MessageStore, hints: list[int], pieces: int = 4) -> tuple[int, int, int, int]:
     segment = store.commitlog.segments.find(0)
     assert segment is not None
     return ps.walk_split(segment.path, segment.view, 0, segment.size, 0, hints, True, pieces)

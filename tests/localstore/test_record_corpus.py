@@ -59,7 +59,7 @@ def _record(topic: str, born_host: bytes = IPV4_HOST, store_host: bytes = IPV4_H
         store_host,
         1 << 20,
     )
-    return encoded.runs[0]
+    return bytes(encoded.published_runs()[0])
 
 
 SHAPES = {

@@ -51,7 +51,7 @@ def encode_run(
         )
         assert len(encoded.runs) == 1, "the run must fit one segment"
         positions.append(at - position)
-        parts.append(encoded.runs[0])
+        parts.append(encoded.published_runs()[0])
         at = encoded.end_offset
     return b"".join(parts), positions
 

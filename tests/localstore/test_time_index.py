@@ -145,7 +145,7 @@ def write_batch(
         HOST,
         1 << 20,
     )
-    commitlog.write_runs(encoded.runs, encoded.end_offset, timestamp)
+    commitlog.write_runs(encoded.runs, encoded.heads, encoded.end_offset, timestamp)
     queue.append(first, encoded.units, encoded.last_unit_phys_end)
     return queue, first
 

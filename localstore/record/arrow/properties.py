@@ -3,7 +3,8 @@
 The rules are :func:`~localstore.record.properties.decode_properties`': a pair starts a text or
 follows a ``\\x02``; its name ends at its first ``\\x01``, its value at the next ``\\x02`` or
 the text's end; a pair with an empty name or value does not count; of pairs of one name the
-last counts (in the first one's place).
+last counts (in the first one's place). The store's own first pair
+(:data:`~localstore.record.properties.PROPERTY_PUT_RECORDS`) does not count.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import pyarrow.compute as pc
 
 from localstore.record.arrow.schema import KEYS, PROPERTIES
 from localstore.record.arrow.slices import ByteSlices
-from localstore.record.properties import decode_properties
+from localstore.record.properties import PUT_RECORDS_PAIR_START, decode_properties
 
 __all__ = ["PropertyFinder", "properties_maps", "split_keys"]
 
 
 _NONE = np.iinfo(np.int64).max  # a position past every buffer
+_PUT_MARK = np.frombuffer(PUT_RECORDS_PAIR_START.encode(), dtype=np.uint8)
 
 
 class PropertyFinder:
@@ -43,6 +45,11 @@ class PropertyFinder:
         first_starts = self.offsets[:-1]
         first_ends = np.minimum(_next(separators, first_starts), text_ends)
         self.first = (first_starts, np.arange(self.count, dtype=np.int64), first_ends)
+        marked = self._pairs_named(self.first, _PUT_MARK)[0]  # the store's own: not counted
+        if len(marked):
+            kept = np.ones(self.count, dtype=bool)
+            kept[marked] = False
+            self.first = (first_starts[kept], self.first[1][kept], first_ends[kept])
         owners = np.searchsorted(self.offsets, separators, side="right") - 1
         after = separators + 1
         later = after < self.offsets[owners + 1]  # not its text's last byte
