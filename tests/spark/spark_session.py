@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -36,3 +37,18 @@ def local_session(app_name: str, **conf: str) -> Iterator[Any]:
             del os.environ["PYSPARK_PYTHON"]
         else:
             os.environ["PYSPARK_PYTHON"] = before
+
+
+def process_until(query: Any, done: Callable[[], bool], timeout_s: float = 200.0) -> None:
+    """Let a running streaming ``query`` process what is available until ``done()`` holds.
+
+    ``processAllAvailable`` alone can return before data written just before it is read: a
+    trigger that asked the source for its latest offsets before the write, and found nothing
+    new, may end after the call and mark the stream idle. So the call is repeated until the
+    test's own condition holds, or ``timeout_s`` passes (then the test fails)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        query.processAllAvailable()
+        if done():
+            return
+        assert time.monotonic() < deadline, "the stream did not process what was written"

@@ -29,6 +29,7 @@ from sdk.spark.write_plan import CHUNK_BATCHES
 from sdk.spark.writer import parse_write_options, send_partition
 from sdk.transport.http_sync import HttpTransport
 from tests.sdk.remote.broker_process import BrokerProcess
+from tests.spark.spark_session import process_until
 
 pytestmark = [
     pytest.mark.spark,
@@ -64,6 +65,14 @@ def spark() -> Iterator[Any]:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("sink") / "data") as process:
         yield process
+
+
+def stored_ends(url: str, topic: str) -> list[int]:
+    """Each queue's end offset of ``topic`` (none for a topic not created yet)."""
+    with HttpTransport(url) as transport:
+        if topic not in {found.name for found in transport.list_topics()}:
+            return []
+        return [transport.max_offset(topic, q) for q in range(transport.queue_count(topic))]
 
 
 def stored(url: str, topic: str) -> list[dict[str, Any]]:
@@ -263,6 +272,7 @@ def test_streaming_read_advances_the_consumer_group(
         spark.readStream.format("quiver")
         .option("broker", broker.url)
         .option("topics", "streamed")
+        .option("startingOffsets", "earliest")  # a stream starts at the latest by default
         .option("consumerGroup", "lag-watch")
         .load()
         .select("body")
@@ -278,7 +288,7 @@ def test_streaming_read_advances_the_consumer_group(
         # Spark commits a micro-batch's source offsets when it plans the next one: a second
         # trigger commits the first's ends as the group's offsets
         produce(broker.url, "streamed", 30)
-        query.processAllAvailable()
+        process_until(query, lambda: sum(stored_ends(broker.url, "streamed-copy")) == 150)
         with HttpTransport(broker.url) as transport:
             name = transport.broker_name
             wait_until(

@@ -17,6 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from sdk.spark import QuiverDataSource
+from tests.spark.spark_session import process_until
 from tests.spark.store_writer import QUEUES, TOPIC, body_of
 from tests.spark.stores import Store
 
@@ -127,9 +128,9 @@ def test_max_offsets_per_trigger_caps_every_micro_batch_each_row_once_in_order(
             minPartitions="4",
         )
         try:
-            query.processAllAvailable()
+            process_until(query, lambda: len(sink.rows) == 300)
             store.write(50)  # seen by the running query
-            query.processAllAvailable()
+            process_until(query, lambda: len(sink.rows) == 350)
         finally:
             query.stop()
     sizes = [len(rows) for _, rows in sink.seen]
@@ -198,7 +199,7 @@ def test_a_new_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path):
         try:
             query.processAllAvailable()
             store.write(25)
-            query.processAllAvailable()
+            process_until(query, lambda: len(sink.rows) >= 25)
         finally:
             query.stop()
     assert numbers(sink.rows) == list(range(40, 65))
