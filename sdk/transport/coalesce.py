@@ -34,8 +34,9 @@ from sdk.transport.models import SendResult
 
 __all__ = ["DEFAULT_COALESCE_BYTES", "SendCoalescer"]
 
-DEFAULT_COALESCE_BYTES = 1 << 20
-"""The most produce-body bytes one coalesced request carries."""
+DEFAULT_COALESCE_BYTES = 256 << 10
+"""The most produce-body bytes one coalesced request carries: enough for tens of batches of
+100 small messages; larger requests only make the broker hold more memory per request."""
 
 Post = Callable[[WireRequest], Awaitable[bytes]]
 """One request out and its answer's body (the error answer or failure raised)."""
@@ -66,8 +67,6 @@ class SendCoalescer:
         self._queue: deque[_Queued] = deque()
         self._busy = False  # a request of this coalescer is in flight
         self._tasks: set[asyncio.Task[None]] = set()
-        self.requests = 0
-        """Requests sent so far (alone or together)."""
 
     async def send(self, request: WireRequest) -> SendResult:
         """The outcome of ``request`` (a ``send`` entry's request), sent at once when nothing
@@ -78,7 +77,6 @@ class SendCoalescer:
             return await queued.outcome
         self._busy = True
         try:
-            self.requests += 1
             answer: SendResult = _SEND.answer(await self._post(request))
             return answer
         finally:
@@ -115,7 +113,6 @@ class SendCoalescer:
 
     async def _send_together(self, batch: list[_Queued]) -> None:
         try:
-            self.requests += 1
             if len(batch) == 1:
                 outcomes: list[SendResult | PartError] = [
                     _SEND.answer(await self._post(batch[0].request))

@@ -67,8 +67,10 @@ def _stored_bodies(broker: EmbeddedBroker, result: SendResult) -> list[bytes]:
     return [bytes(broker.service.store.message_at(p).body) for p in result.phys_offsets]
 
 
-async def _send_all(url: str, batches: list[list[NewMessage]]) -> list[SendResult | BaseException]:
-    async with AsyncHttpTransport(url, retry_deadline_s=30.0) as transport:
+async def _send_all(
+    url: str, batches: list[list[NewMessage]], **options: int
+) -> list[SendResult | BaseException]:
+    async with AsyncHttpTransport(url, retry_deadline_s=30.0, **options) as transport:
         await transport.connect()  # the session's first request: not one of the counted sends
         return await asyncio.gather(
             *(transport.send(batch) for batch in batches), return_exceptions=True
@@ -89,6 +91,16 @@ def test_concurrent_sends_leave_in_two_requests_and_each_gets_its_own_receipts(
         assert (result.topic, result.queue_id) == (TOPIC, batch[0].queue_id)
         assert _stored_bodies(broker, result) == [m.body for m in batch]
     assert sum(broker.service.max_offset(TOPIC, q) for q in range(QUEUES)) == 8 * 3
+
+
+def test_queued_sends_leave_in_requests_of_at_most_coalesce_bytes(broker: EmbeddedBroker) -> None:
+    batches = [_batch(i % QUEUES, f"send{i}") for i in range(7)]
+    body_bytes = len(encode_produce_body(batches[1]))  # every batch's body is as long
+    with loopback_server(broker) as front:
+        results = asyncio.run(_send_all(front.url, batches, coalesce_bytes=2 * body_bytes))
+        assert _answered(front, "/v1/send") == 1  # the first, alone
+        assert _answered(front, "/v1/send-many") == 3  # six queued, two per request
+    assert all(isinstance(result, SendResult) for result in results), results
 
 
 def test_a_refused_part_fails_only_its_caller(broker: EmbeddedBroker) -> None:
