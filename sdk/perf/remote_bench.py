@@ -3,9 +3,11 @@
 Figures, named as ``../shared/bench/peers.py`` names Redis Streams' (so ``peers.py --peer redis
 --with "quiver perf ..."`` prints the ratios):
 
-* ``produce_msgs_per_s``: ``--producers`` asyncio producers (:class:`sdk.AsyncProducer`, one
-  HTTP session each) sending ``--count`` messages of ``--size`` bytes in batches of
-  ``--batch`` (``send_batch``: one request, one append), round-robin over the topic's queues.
+* ``produce_msgs_per_s``: ``--producers`` asyncio producers (:class:`sdk.AsyncProducer`)
+  sending ``--count`` messages of ``--size`` bytes in batches of ``--batch`` (``send_batch``:
+  one append each), round-robin over the topic's queues. They share one transport (one HTTP
+  session), as concurrent senders of one application process would: the batches sent while
+  its request is in flight leave together in the next (:mod:`sdk.transport.coalesce`).
   Before the clock starts the topic is created and one batch goes to each queue.
 * ``consume_msgs_per_s``: ``--consumers`` :class:`sdk.AsyncPullConsumer` s of one group
   draining what is stored (``poll`` of up to ``--batch`` records), from their start until every
@@ -39,7 +41,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sdk import AsyncAdmin, AsyncProducer, AsyncPullConsumer, ConsumeFrom, Message
+from sdk import (
+    AsyncAdmin,
+    AsyncProducer,
+    AsyncPullConsumer,
+    ConsumeFrom,
+    Message,
+    RemoteBroker,
+)
 from sdk.perf.defaults import REMOTE_PULL_BATCH
 from sdk.perf.report import Figure, Progress, bench_body, percentile
 from sdk.server import event_loop
@@ -119,7 +128,8 @@ async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) ->
     """Warm every queue, then time ``config.count`` messages from the producers."""
     body = bench_body(config.size)
     batch = [Message(topic, body) for _ in range(config.batch)]
-    producers = [AsyncProducer(config.url) for _ in range(config.producers)]
+    transport = RemoteBroker(config.url).async_transport()  # shared: see the docstring
+    producers = [AsyncProducer(transport) for _ in range(config.producers)]
     try:
         queues = max(4, config.consumers)
         for queue_id in range(queues):  # warm-up: not timed, not counted
@@ -141,6 +151,7 @@ async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) ->
     finally:
         for client in producers:
             await client.close()
+        await transport.close()
     progress.done("produce")
     return config.count / elapsed
 

@@ -9,6 +9,8 @@ answers of checks and queries); what travels beside a body is in the query strin
     :class:`~sdk.transport.models.SendResult` as JSON. ``born_host`` is the packed host
     (:func:`localstore.record.codec.pack_host`) in hex. ``producer`` and ``sequence`` (both or
     neither) make the send idempotent: :class:`~sdk.transport.models.ProducerStamp`.
+``POST /v1/send-many``
+    Several sends in one request, answered one by one: :mod:`sdk.protocol.send_many`.
 ``POST /v1/send-half?group=G&...`` (the rest of the query as a send's, ``count=1``)
     Body: a produce body of one message; the broker stores it as a half message of producer
     group G. Answer: a SendResult as JSON.

@@ -19,6 +19,7 @@ successful answers, never errors here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -35,7 +36,14 @@ from sdk.errors import (
     UnknownTopicError,
 )
 
-__all__ = ["WIRE_ERRORS", "WireError", "error_answer", "error_from_answer"]
+__all__ = [
+    "WIRE_ERRORS",
+    "WireError",
+    "error_answer",
+    "error_document",
+    "error_from_answer",
+    "error_from_document",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +88,19 @@ def _row_for(exc: BaseException) -> WireError:
     return _INTERNAL
 
 
-def error_answer(exc: BaseException) -> tuple[int, bytes]:
-    """The HTTP status and JSON body the broker answers for ``exc``."""
+def error_document(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and the JSON object (``{code, message, retriable}``) of ``exc``'s
+    answer."""
     row = _row_for(exc)
     retriable = bool(getattr(exc, "retriable", row.retriable))
     body = {"code": row.code, "message": str(exc) or type(exc).__name__, "retriable": retriable}
-    return row.http_status, orjson.dumps(body)
+    return row.http_status, body
+
+
+def error_answer(exc: BaseException) -> tuple[int, bytes]:
+    """The HTTP status and JSON body the broker answers for ``exc``."""
+    status, document = error_document(exc)
+    return status, orjson.dumps(document)
 
 
 def error_from_answer(http_status: int, body: bytes) -> QuiverError:
@@ -96,6 +111,13 @@ def error_from_answer(http_status: int, body: bytes) -> QuiverError:
         document = None
     if not isinstance(document, dict) or not isinstance(document.get("code"), str):
         return _by_status(http_status, f"HTTP {http_status}: {_excerpt(body)}")
+    return error_from_document(http_status, document)
+
+
+def error_from_document(http_status: int, document: Any) -> QuiverError:
+    """:func:`error_from_answer` for an answer already parsed (a part of a send-many answer)."""
+    if not isinstance(document, dict) or not isinstance(document.get("code"), str):
+        return _by_status(http_status, f"HTTP {http_status}: {str(document)[:200]}")
     message = str(document.get("message", ""))
     row = _BY_CODE.get(document["code"])
     if row is None or row is _INTERNAL:

@@ -10,8 +10,9 @@ each. Besides:
 
 The event loop never waits on the disk. Every call that appends (sends, send-backs, half
 messages, transaction ends, topic changes, offset resets) goes through one writer
-(:mod:`sdk.server.writer`), in the order the requests came: on its thread, but for a small
-send under async flush, which is copied into the mapped log on the loop when the thread is idle;
+(:mod:`sdk.server.writer`), in the order the requests came (the parts of a send-many in one
+hand-over, one after the other): on its thread, but for a small send under async flush, which
+is copied into the mapped log on the loop when the thread is idle;
 reads of the log (pulls, queries by time, key and id, the admin's reports) run on a small
 reader pool; the calls that only touch memory (membership, leases, offsets, queue
 bounds) run on the loop. A pull with nothing new parks a future (long polling) and is woken
@@ -29,7 +30,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -37,6 +38,7 @@ import orjson
 from aiohttp import web
 
 from localstore import StoreClosedError
+from localstore.record.codec import NewMessage
 from sdk._version import __version__
 from sdk.broker.service import BrokerService
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError, MalformedBodyError
@@ -49,16 +51,22 @@ from sdk.protocol.data_plane import (
     encode_checks_answer,
     encode_records_answer,
 )
-from sdk.protocol.errors import error_answer
+from sdk.protocol.errors import error_answer, error_document
 from sdk.protocol.operations import CONTROL_OPERATIONS, Operation, decode_request, encode_answer
 from sdk.protocol.pull_body import encode_pull_answer
+from sdk.protocol.send_many import (
+    SEND_MANY_PATH,
+    PartError,
+    decode_send_many_body,
+    encode_send_many_answer,
+)
 from sdk.protocol.shapes import SEND_RESULT
 from sdk.server.metrics import Gauges, ServerMetrics, render
 from sdk.server.openapi import openapi_document
 from sdk.server.produce import refuse_broker_properties
 from sdk.server.writer import Writer
 from sdk.transport.in_process import InProcessTransport
-from sdk.transport.models import PullBatch, SendResult
+from sdk.transport.models import ProducerStamp, PullBatch, SendResult
 
 __all__ = ["INLINE_APPEND_BYTES", "ON_LOOP", "WRITES", "BrokerApp"]
 
@@ -152,6 +160,7 @@ class BrokerApp:
         for operation in CONTROL_OPERATIONS.values():
             router.add_post(operation.path, functools.partial(self._control, operation))
         router.add_post("/v1/send", self._send)
+        router.add_post(SEND_MANY_PATH, self._send_many)
         router.add_post("/v1/send-half", self._send_half)
         router.add_post("/v1/pull", self._pull)
         router.add_post("/v1/fetch-transaction-checks", self._fetch_checks)
@@ -184,6 +193,36 @@ class BrokerApp:
             self.metrics.put_messages += len(result.phys_offsets)
             self.metrics.put_bytes += len(body)
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
+
+    async def _send_many(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        parts = [_decoded_part(query, data) for query, data in decode_send_many_body(body)]
+        outcomes: list[SendResult | PartError] = await self._write(
+            functools.partial(self._store_parts, parts), inline=len(body) <= INLINE_APPEND_BYTES
+        )
+        for part, outcome in zip(parts, outcomes, strict=True):
+            if isinstance(outcome, SendResult) and outcome.stored:
+                self.metrics.put_messages += len(outcome.phys_offsets)
+                self.metrics.put_bytes += part[2] if isinstance(part, tuple) else 0
+        return _json(encode_send_many_answer(outcomes))
+
+    def _store_parts(self, parts: list[_Part | PartError]) -> list[SendResult | PartError]:
+        """Store each decoded part (on the writer), in order; a part's failure is its answer."""
+        outcomes: list[SendResult | PartError] = []
+        for part in parts:
+            if isinstance(part, PartError):
+                outcomes.append(part)
+                continue
+            messages, stamp, _size = part
+            try:
+                outcomes.append(self.service.send(messages, stamp=stamp))
+            except StoreClosedError as exc:
+                outcomes.append(
+                    _part_error(BrokerUnavailableError(f"the broker is closing: {exc}"))
+                )
+            except Exception as exc:
+                outcomes.append(_part_error(exc))
+        return outcomes
 
     async def _send_half(self, request: web.Request) -> web.Response:
         group = request.query.get("group")
@@ -355,6 +394,38 @@ class BrokerApp:
         self._readers.shutdown(wait=True)
 
 
+_Part = tuple[Sequence[NewMessage], ProducerStamp | None, int]
+"""A send-many part ready to store: its messages, its stamp and its produce body's size."""
+
+
+def _decoded_part(query: dict[str, str], body: memoryview) -> _Part | PartError:
+    """A send-many part as :meth:`BrokerApp._send` decodes a send, or the error it is refused
+    with."""
+    try:
+        messages, stamp = decode_send_query(query, body)
+        refuse_broker_properties(messages)
+    except Exception as exc:
+        return _part_error(exc)
+    return messages, stamp, len(body)
+
+
+def _part_error(exc: Exception) -> PartError:
+    """A part's failure as the error answer a send of it alone would get (a bug logged and
+    answered INTERNAL, as :meth:`BrokerApp._answer_errors` does)."""
+    if not _is_expected(exc):
+        log.exception("a part of %s failed", SEND_MANY_PATH)
+        return PartError(500, _INTERNAL_ERROR)
+    status, document = error_document(exc)
+    return PartError(status, document)
+
+
+_INTERNAL_ERROR = {
+    "code": "INTERNAL",
+    "message": "internal error (see the broker's log)",
+    "retriable": False,
+}
+
+
 def _submit(pool: ThreadPoolExecutor, call: Callable[[], T]) -> asyncio.Future[T]:
     """``call`` on ``pool``; a pool already shut down (the server is stopping and its drain ran
     out of time) refuses it as a closing broker (503: the call never ran, a client resends)."""
@@ -371,13 +442,7 @@ def _json(body: bytes, status: int = 200) -> web.Response:
 def _error(exc: BaseException) -> web.Response:
     status, body = error_answer(exc)
     if status == 500:  # a bug: its text may name the broker's internals
-        body = orjson.dumps(
-            {
-                "code": "INTERNAL",
-                "message": "internal error (see the broker's log)",
-                "retriable": False,
-            }
-        )
+        body = orjson.dumps(_INTERNAL_ERROR)
     return _json(body, status)
 
 

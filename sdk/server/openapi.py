@@ -11,6 +11,7 @@ from typing import Any
 from sdk._version import __version__
 from sdk.protocol.data_plane import MAX_PULL_QUEUES
 from sdk.protocol.operations import CONTROL_OPERATIONS, Operation
+from sdk.protocol.send_many import SEND_MANY_PATH
 from sdk.protocol.shapes import INT32_MAX, INT64_MAX, SEND_RESULT
 from sdk.transport.models import MAX_QUERY_COUNT
 
@@ -86,6 +87,21 @@ _PRODUCE_BODY = {
     "content": _BINARY,
 }
 _SEND_ANSWER = {"application/json": {"schema": dict(SEND_RESULT.schema)}}
+_SEND_MANY_ANSWER = {
+    "application/json": {
+        "schema": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "result": dict(SEND_RESULT.schema),
+                    "error": {"$ref": "#/components/schemas/Error"},
+                    "http_status": {"type": "integer"},
+                },
+            },
+        }
+    }
+}
 _PULL_REQUEST = {
     "type": "object",
     "required": ["group", "pulls"],
@@ -160,6 +176,20 @@ def _data_plane() -> dict[str, Any]:
                 "parameters": _SEND_QUERY,
                 "requestBody": _PRODUCE_BODY,
                 "responses": _answer("Where the messages were stored", _SEND_ANSWER),
+            }
+        },
+        SEND_MANY_PATH: {
+            "post": {
+                "operationId": "send_many",
+                "requestBody": {
+                    "required": True,
+                    "description": "Several sends' query fields and produce bodies "
+                    "(see sdk.protocol.send_many)",
+                    "content": _BINARY,
+                },
+                "responses": _answer(
+                    "One answer per part: a send's result or its error", _SEND_MANY_ANSWER
+                ),
             }
         },
         "/v1/send-half": {

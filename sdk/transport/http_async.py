@@ -8,7 +8,9 @@ aiohttp's exceptions end here, each turned once into the SDK's: a connection tha
 opened is a :class:`~sdk.transport.http_common.RequestNotServedError`, a timeout or a broken
 connection a :class:`~sdk.errors.BrokerUnavailableError` (both name the URL), an error answer
 the error of :func:`sdk.protocol.errors.error_from_answer`. Retries, stamps and timeouts follow
-:mod:`sdk.transport.http_common`.
+:mod:`sdk.transport.http_common`. Sends issued concurrently (several tasks, or several producers
+given this one transport) leave together while a request is in flight
+(:mod:`sdk.transport.coalesce`); a send alone goes at once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import aiohttp
 from sdk.errors import BrokerUnavailableError
 from sdk.protocol.calls import WireRequest
 from sdk.transport.base import AsyncBrokerTransport
+from sdk.transport.coalesce import DEFAULT_COALESCE_BYTES, SendCoalescer
 from sdk.transport.derived import install_methods
 from sdk.transport.http_common import (
     DEFAULT_RETRY_DEADLINE_S,
@@ -35,6 +38,7 @@ from sdk.transport.http_common import (
     broker_url,
     closed_error,
     decode_health,
+    part_failure,
     prepare,
     read_timeout_s,
 )
@@ -49,9 +53,10 @@ class AsyncHttpTransport:
     """An asyncio transport to the broker at ``url`` (``http://host:port``).
 
     Options as :class:`sdk.transport.http_sync.HttpTransport`'s (``async_sleep`` in place of
-    ``sleep``). Every operation of :class:`~sdk.transport.base.AsyncBrokerTransport` is a
-    coroutine method, generated from :data:`sdk.protocol.calls.CALLS`. Close it with
-    ``await close()``."""
+    ``sleep``), and ``coalesce_bytes``: the most produce-body bytes that concurrent sends
+    carry in one request (:mod:`sdk.transport.coalesce`). Every operation of
+    :class:`~sdk.transport.base.AsyncBrokerTransport` is a coroutine method, generated from
+    :data:`sdk.protocol.calls.CALLS`. Close it with ``await close()``."""
 
     def __init__(
         self,
@@ -62,11 +67,17 @@ class AsyncHttpTransport:
         producer_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        coalesce_bytes: int = DEFAULT_COALESCE_BYTES,
     ) -> None:
         self.url = broker_url(url)
         self.timeout_s = timeout_s
         self.policy = RetryPolicy(self.url, retry_deadline_s, clock=clock, async_sleep=async_sleep)
         self.stamper = Stamper(producer_id)
+        self.sends = SendCoalescer(
+            self._post,
+            lambda part: part_failure(self.url, part),
+            max_request_bytes=coalesce_bytes,
+        )
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._name: str | None = None
@@ -101,6 +112,8 @@ class AsyncHttpTransport:
 
     async def _call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         call, request = prepare(self.stamper, name, args, kwargs)
+        if name == "send":  # stamped, so every try may be answered from the broker's window
+            return await self.policy.run_async(lambda: self.sends.send(request), True)
         body = await self.policy.run_async(lambda: self._post(request), call.idempotent)
         return call.answer(body)
 

@@ -38,7 +38,8 @@ from localstore.record.properties import PROPERTY_UNIQ_KEY
 from sdk.errors import BrokerUnavailableError, InvalidArgumentError, QuiverError
 from sdk.protocol.calls import CALLS
 from sdk.protocol.data_plane import PRODUCER_ID
-from sdk.protocol.errors import error_from_answer
+from sdk.protocol.errors import error_from_answer, error_from_document
+from sdk.protocol.send_many import PartError
 from sdk.transport.models import ProducerStamp
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "broker_url",
     "closed_error",
     "decode_health",
+    "part_failure",
     "prepare",
     "read_timeout_s",
 ]
@@ -104,7 +106,16 @@ def read_timeout_s(timeout_s: float, hold_ms: int) -> float:
 def answer_failure(url: str, http_status: int, body: bytes) -> QuiverError:
     """The SDK error an error answer stands for; a retriable 503 becomes
     :class:`RequestNotServedError` (the broker did not act), naming ``url``."""
-    error = error_from_answer(http_status, body)
+    return _served_or_not(url, http_status, error_from_answer(http_status, body))
+
+
+def part_failure(url: str, part: PartError) -> QuiverError:
+    """:func:`answer_failure` for a refused part of a send-many: the error a send of it alone
+    would have met."""
+    return _served_or_not(url, part.http_status, error_from_document(part.http_status, part.error))
+
+
+def _served_or_not(url: str, http_status: int, error: QuiverError) -> QuiverError:
     if http_status == 503 and error.retriable:
         return RequestNotServedError(f"broker {url} is not serving: {error}")
     return error

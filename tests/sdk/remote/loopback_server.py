@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,9 +32,15 @@ class LoopbackServer:
 
 
 @contextmanager
-def loopback_server(broker: EmbeddedBroker, **options: Any) -> Iterator[LoopbackServer]:
+def loopback_server(
+    broker: EmbeddedBroker,
+    *,
+    prepare: Callable[[BrokerApp], None] | None = None,
+    **options: Any,
+) -> Iterator[LoopbackServer]:
     """Serve ``broker`` on 127.0.0.1 (a free port) until the block ends; ``options`` are
-    :class:`BrokerApp`'s."""
+    :class:`BrokerApp`'s. ``prepare`` may change the app before it serves (add a fault
+    injecting middleware, say)."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     stop: list[asyncio.Event] = []
@@ -43,6 +49,8 @@ def loopback_server(broker: EmbeddedBroker, **options: Any) -> Iterator[Loopback
 
     async def serve() -> None:
         app = BrokerApp(broker.service, **options)
+        if prepare is not None:
+            prepare(app)
         runner = web.AppRunner(app.app, shutdown_timeout=2.0, access_log=None)
         await runner.setup()
         try:
