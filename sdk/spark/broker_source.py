@@ -9,41 +9,46 @@ it is a raw range read; its answer frames each queue's records as they lie in th
 :mod:`sdk.protocol.pull_body`) and decodes them with the same columnar decoder
 (:func:`sdk.spark.batches.records_to_batch`). No route was added for it.
 
-Several URLs are several brokers: the read covers the topics' queues on each of them (a topic
-a broker lacks has no offsets there, so nothing). Streaming offsets are
-``{"topic/queue": next_offset}`` (with several brokers ``"<url>#topic/queue"``). With
-``consumerGroup`` a streaming read commits each micro-batch's end offsets as that group's
-broker offsets when Spark commits it, so the broker's lag reports (``quiver group lag``) show
-how far the query is behind; the query's own position stays in its checkpoint.
+Several URLs are several brokers: the read covers the topics' queues on each of them. Planning
+names a queue of one of several brokers by a qualified topic, ``"<url>#topic"``
+(:func:`qualified_options`), so the store read's planning (:func:`sdk.spark.ranges.plan_ranges`,
+:mod:`sdk.spark.offsets`) covers every broker at once and streaming offsets are
+``{"topic/queue": next_offset}`` (with several brokers ``"<url>#topic/queue"``). A streaming
+read is :class:`sdk.spark.stream.QuiverStreamReader` with :class:`BrokerBounds` as its bounds
+and :class:`QuiverBrokerReader` as its tasks, so it honours every option a store stream does.
+With ``consumerGroup`` it commits each micro-batch's end offsets as that group's broker offsets
+when Spark commits it, so the broker's lag reports (``quiver group lag``) show how far the
+query is behind; the query's own position stays in its checkpoint.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from offsetstore import MessageQueue
 from quiver_errors import IllegalStateError
 from sdk.spark.batches import records_to_batch
-from sdk.spark.options import (
-    EARLIEST,
-    EARLIEST_SENTINEL,
-    LATEST,
-    LATEST_SENTINEL,
-    ReadOptions,
-)
-from sdk.spark.ranges import QueueRange, plan_ranges, split_ranges
+from sdk.spark.dataloss import start_within
+from sdk.spark.offsets import from_json
+from sdk.spark.options import OffsetSpec, ReadOptions
+from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.row_filters import keep_tags
+from sdk.spark.timestamps import TimeBound
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import PullBatch, QueuePull
 
 PULL_RECORDS = 4096  # records per pull, and so per record batch
 PULL_BYTES = 8 << 20
 READER_GROUP = "quiver-spark-reader"  # the pulls' group: it names no offsets and commits none
+
+_V = TypeVar("_V")
 
 
 class BrokerQueues:
@@ -69,6 +74,120 @@ class BrokerQueues:
         return sorted(topic.name for topic in self.transport.list_topics())
 
 
+class SeveralBrokerQueues:
+    """The queue bounds of several brokers as :class:`sdk.spark.ranges.QueueOffsets`, each
+    topic qualified with its broker's URL (:func:`qualify`)."""
+
+    def __init__(self, by_url: Mapping[str, BrokerQueues]) -> None:
+        self.by_url = by_url
+
+    def _split(self, topic: str) -> tuple[BrokerQueues, str]:
+        url, plain = unqualify(topic, tuple(self.by_url))
+        return self.by_url[url], plain
+
+    def queue_ids(self, topic: str) -> list[int]:
+        queues, plain = self._split(topic)
+        return queues.queue_ids(plain)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queues, plain = self._split(topic)
+        return queues.min_offset(plain, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        queues, plain = self._split(topic)
+        return queues.max_offset(plain, queue_id)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        queues, plain = self._split(topic)
+        return queues.offset_for_timestamp(plain, queue_id, timestamp_ms)
+
+    def topic_names(self) -> list[str]:
+        """Every broker's topics, qualified, sorted (for ``topicPattern``)."""
+        return sorted(
+            qualify(url, topic)
+            for url, queues in self.by_url.items()
+            for topic in queues.topic_names()
+        )
+
+
+def qualify(url: str, topic: str) -> str:
+    """``topic`` on the broker at ``url``, as planning names it when there are several."""
+    return f"{url}#{topic}"
+
+
+def unqualify(topic: str, urls: tuple[str, ...]) -> tuple[str, str]:
+    """``(url, plain topic)`` of a topic as planning names it (:func:`qualified_options`);
+    :class:`IllegalStateError` for a URL the read does not name (a checkpoint of another
+    read)."""
+    if len(urls) == 1:
+        return urls[0], topic
+    url, _, plain = topic.rpartition("#")
+    if url not in urls:
+        raise IllegalStateError(
+            f"{topic!r}: names no broker of this read ({', '.join(urls)}): a checkpoint of "
+            "another read?"
+        )
+    return url, plain
+
+
+def qualified_options(options: ReadOptions) -> ReadOptions:
+    """``options`` with topics named as planning names them: unchanged for one broker; for
+    several, each topic once per broker, ``"<url>#topic"`` (a ``topicPattern`` matching a
+    topic of any broker), JSON bounds applying to it on every broker."""
+    urls = options.brokers
+    if len(urls) <= 1:
+        return options
+
+    def per_broker(spec: Mapping[str, _V]) -> dict[str, _V]:
+        return {qualify(url, topic): value for url in urls for topic, value in spec.items()}
+
+    def offsets(spec: OffsetSpec) -> OffsetSpec:
+        return spec if isinstance(spec, str) else per_broker(spec)
+
+    def time_bound(bound: TimeBound | None) -> TimeBound | None:
+        if bound is None or isinstance(bound.spec, int):
+            return bound
+        return replace(bound, spec=per_broker(bound.spec))
+
+    any_url = "|".join(re.escape(url) for url in urls)
+    pattern = options.topic_pattern
+    times = options.timestamps
+    return replace(
+        options,
+        topics=tuple(qualify(url, topic) for url in urls for topic in options.topics),
+        topic_pattern=None if pattern is None else f"(?:{any_url})#(?:{pattern})",
+        starting_offsets=offsets(options.starting_offsets),
+        ending_offsets=offsets(options.ending_offsets),
+        timestamps=replace(
+            times, starting=time_bound(times.starting), ending=time_bound(times.ending)
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class BrokerBounds:
+    """The queue bounds of the brokers at ``urls`` for a streaming read
+    (:class:`sdk.spark.stream.QueueBounds`), asked over HTTP at each look; ``commit``
+    advances ``consumer_group`` when given."""
+
+    urls: tuple[str, ...]
+    consumer_group: str | None = None
+
+    @contextmanager
+    def open(self) -> Iterator[BrokerQueues | SeveralBrokerQueues]:
+        """Each broker's bounds, its connection open inside the ``with``."""
+        with ExitStack() as stack:
+            by_url = {
+                url: BrokerQueues(stack.enter_context(HttpTransport(url))) for url in self.urls
+            }
+            yield by_url[self.urls[0]] if len(self.urls) == 1 else SeveralBrokerQueues(by_url)
+
+    def commit(self, end: Mapping[str, int]) -> None:
+        """``end`` committed as ``consumer_group``'s offsets (see the module docstring)."""
+        if self.consumer_group is not None:
+            commit_group_offsets(self.urls, self.consumer_group, end)
+
+
 @dataclass(frozen=True)
 class BrokerRange:
     """One task's range on the broker at ``url``."""
@@ -85,42 +204,26 @@ class BrokerRangePartition(InputPartition):
         self.broker_range = broker_range
 
 
-def plan_broker_ranges(options: ReadOptions) -> list[BrokerRange]:
-    """The read's ranges on every broker, split to honour ``minPartitions`` over them all."""
-    found = []
-    for url in options.brokers:
-        with HttpTransport(url) as transport:
-            ranges = plan_ranges(BrokerQueues(transport), replace(options, min_partitions=None))
-        found += [(url, queue_range) for queue_range in ranges]
-    return _split_per_broker(found, options.min_partitions)
-
-
-def _split_per_broker(
-    found: list[tuple[str, QueueRange]], min_partitions: int | None
-) -> list[BrokerRange]:
-    """``found`` cut as :func:`split_ranges` cuts ranges of one store: each range into pieces
-    in proportion to its share of all offsets, when there are fewer than ``min_partitions``."""
-    total = sum(queue_range.count for _url, queue_range in found)
-    if min_partitions is None or len(found) >= min_partitions or total == 0:
-        return [BrokerRange(url, queue_range) for url, queue_range in found]
-    pieces = []
-    for url, queue_range in found:
-        share = -(-queue_range.count * min_partitions // total)  # ceil
-        pieces += [BrokerRange(url, piece) for piece in split_ranges([queue_range], share)]
-    return pieces
-
-
 def read_broker_range(
-    transport: Any, queue_range: QueueRange, include_body: bool, include_properties: bool
+    transport: Any,
+    queue_range: QueueRange,
+    include_body: bool,
+    include_properties: bool,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``queue_range`` pulled from the broker, a batch per pull.
-    :class:`IllegalStateError` when the broker no longer serves an offset of the range."""
+    """The records of ``queue_range`` pulled from the broker, a batch per pull. Offsets
+    retention removed since the planner looked are data loss
+    (:func:`~sdk.spark.dataloss.start_within`); :class:`IllegalStateError` when the broker
+    serves no offset of the rest."""
     topic, queue_id = queue_range.topic, queue_range.queue_id
     offset = queue_range.start_offset
     while offset < queue_range.end_offset:
         count = min(PULL_RECORDS, queue_range.end_offset - offset)
         batch = PullBatch(READER_GROUP, (QueuePull(topic, queue_id, offset),), count, PULL_BYTES)
         (got,) = transport.pull(batch).results
+        if not got.count and offset < got.min_offset:
+            offset = start_within(topic, queue_id, offset, got.min_offset, fail_on_data_loss)
+            continue
         if got.status != "FOUND" or not got.count or got.next_offset <= offset:
             raise IllegalStateError(
                 f"{topic!r} queue {queue_id} offset {offset} is no longer served by the broker "
@@ -133,106 +236,50 @@ def read_broker_range(
 
 
 class QuiverBrokerReader(DataSourceReader):
-    """A batch read of brokers (plain data: it is pickled to tasks)."""
+    """A batch read of brokers, and the tasks of a streaming one (plain data: it is pickled
+    to tasks)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.read_options = options
 
     def partitions(self) -> list[BrokerRangePartition]:
-        return [BrokerRangePartition(found) for found in plan_broker_ranges(self.read_options)]
+        """The read's ranges on every broker, split to honour ``minPartitions`` over them all."""
+        options = self.read_options
+        with BrokerBounds(options.brokers).open() as queues:
+            return self.partitions_of(plan_ranges(queues, qualified_options(options)))
+
+    def partitions_of(self, ranges: list[QueueRange]) -> list[BrokerRangePartition]:
+        """A task per range, its topic named as planning names it (:func:`qualified_options`)."""
+        partitions = []
+        for queue_range in ranges:
+            url, topic = unqualify(queue_range.topic, self.read_options.brokers)
+            plain = replace(queue_range, topic=topic)
+            partitions.append(BrokerRangePartition(BrokerRange(url, plain)))
+        return partitions
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, BrokerRangePartition):
             return  # Spark's stand-in partition when partitions() planned none
-        yield from _read_partition(self.read_options, partition)
-
-
-def _read_partition(
-    options: ReadOptions, partition: BrokerRangePartition
-) -> Iterator[pa.RecordBatch]:
-    found = partition.broker_range
-    with HttpTransport(found.url) as transport:
-        batches = read_broker_range(
-            transport, found.queue_range, options.include_body, options.include_properties
-        )
-        yield from keep_tags(batches, options.tags)
-
-
-# -- streaming ---------------------------------------------------------------------------------
-def offset_key(url: str, topic: str, queue_id: int, several: bool) -> str:
-    """A queue's key in the streaming offsets (see the module docstring)."""
-    return f"{url}#{topic}/{queue_id}" if several else f"{topic}/{queue_id}"
-
-
-def parse_offset_key(key: str, urls: tuple[str, ...]) -> tuple[str, str, int]:
-    """``(url, topic, queue id)`` of an :func:`offset_key`."""
-    url, _, rest = key.rpartition("#") if len(urls) > 1 else ("", "", key)
-    topic, _, queue = rest.rpartition("/")
-    return url or urls[0], topic, int(queue)
-
-
-class QuiverBrokerStreamReader(DataSourceStreamReader):
-    """A streaming read of brokers: each micro-batch reads to the queues' ends as the planner
-    saw them; ``commit`` advances ``consumerGroup``'s broker offsets when one is given."""
-
-    def __init__(self, options: ReadOptions) -> None:
-        self.read_options = options
-
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's name)
-        """Each queue's start as ``startingOffsets`` says (default: earliest)."""
         options = self.read_options
-        several = len(options.brokers) > 1
-        spec = options.starting_offsets
-        starts = {}
-        for url in options.brokers:
-            with HttpTransport(url) as transport:
-                queues = BrokerQueues(transport)
-                for topic in options.topics:
-                    for queue_id in options.queues or queues.queue_ids(topic):
-                        key = offset_key(url, topic, queue_id, several)
-                        starts[key] = _start_offset(queues, spec, topic, queue_id)
-        return starts
-
-    def latestOffset(self, start: Any = None, limit: Any = None) -> dict[str, int]:  # noqa: N802
-        options = self.read_options
-        several = len(options.brokers) > 1
-        ends = {}
-        for url in options.brokers:
-            with HttpTransport(url) as transport:
-                queues = BrokerQueues(transport)
-                for topic in options.topics:
-                    for queue_id in options.queues or queues.queue_ids(topic):
-                        ends[offset_key(url, topic, queue_id, several)] = queues.max_offset(
-                            topic, queue_id
-                        )
-        return ends
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[BrokerRangePartition]:
-        urls = self.read_options.brokers
-        ranges = []
-        for key, end_offset in sorted(end.items()):
-            url, topic, queue_id = parse_offset_key(key, urls)
-            start_offset = start.get(key, 0)
-            if end_offset > start_offset:
-                ranges.append((url, QueueRange(topic, queue_id, start_offset, end_offset)))
-        return [BrokerRangePartition(found) for found in _split_per_broker(ranges, None)]
-
-    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        yield from _read_partition(self.read_options, partition)
-
-    def commit(self, end: dict[str, int]) -> None:
-        group = self.read_options.consumer_group
-        if group is not None:
-            commit_group_offsets(self.read_options.brokers, group, end)
+        found = partition.broker_range
+        with HttpTransport(found.url) as transport:
+            batches = read_broker_range(
+                transport,
+                found.queue_range,
+                options.include_body,
+                options.include_properties,
+                options.fail_on_data_loss,
+            )
+            yield from keep_tags(batches, options.tags)
 
 
 def commit_group_offsets(urls: tuple[str, ...], group: str, end: Mapping[str, int]) -> None:
     """Commit ``end`` (streaming offsets: next offset per queue) as ``group``'s offsets on
     every broker it names."""
     by_url: dict[str, dict[tuple[str, int], int]] = {}
-    for key, offset in end.items():
-        url, topic, queue_id = parse_offset_key(key, urls)
-        by_url.setdefault(url, {})[topic, queue_id] = offset
+    for (topic, queue_id), offset in from_json(end).items():
+        url, plain = unqualify(topic, urls)
+        by_url.setdefault(url, {})[plain, queue_id] = offset
     for url, offsets in by_url.items():
         with HttpTransport(url) as transport:
             name = transport.broker_name
@@ -244,12 +291,3 @@ def commit_group_offsets(urls: tuple[str, ...], group: str, end: Mapping[str, in
                     for (topic, queue_id), o in offsets.items()
                 },
             )
-
-
-def _start_offset(queues: BrokerQueues, spec: Any, topic: str, queue_id: int) -> int:
-    offset = spec if isinstance(spec, str) else spec.get(topic, {}).get(queue_id, EARLIEST)
-    if offset in (EARLIEST, EARLIEST_SENTINEL):
-        return queues.min_offset(topic, queue_id)
-    if offset in (LATEST, LATEST_SENTINEL):
-        return queues.max_offset(topic, queue_id)
-    return int(offset)

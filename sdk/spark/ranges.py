@@ -82,7 +82,8 @@ def read_topics(store: QueueOffsets, options: ReadOptions) -> tuple[str, ...]:
 def _selected_queues(store: QueueOffsets, topic: str, options: ReadOptions) -> list[int]:
     existing = store.queue_ids(topic)
     if not existing:
-        raise InvalidArgumentError(f"topics: topic {topic!r} has no queue in {options.path}")
+        source = options.path or ", ".join(options.brokers)
+        raise InvalidArgumentError(f"topics: topic {topic!r} has no queue in {source}")
     if options.queues is None:
         return existing
     missing = [queue_id for queue_id in options.queues if queue_id not in existing]

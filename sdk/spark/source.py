@@ -1,6 +1,6 @@
 """``QuiverDataSource``: Spark's ``quiver`` format, a batch read of topics from a store
 directory (``path``) that every executor can open, or from brokers over HTTP (``broker``:
-:mod:`sdk.spark.broker_source`), in batch and streaming (the streaming read of a store, whose
+:mod:`sdk.spark.broker_source`), in batch and streaming (the streaming read of either, whose
 tasks are the batch read's, is :mod:`sdk.spark.stream`), and a sink that sends rows to a broker
 (:mod:`sdk.spark.writer`, batch and streaming).
 
@@ -31,14 +31,14 @@ from localstore.read_only import ReadOnlyStore
 from localstore.results import GetResult, GetStatus
 from quiver_errors import IllegalStateError
 from sdk.spark.batches import records_to_batch
-from sdk.spark.broker_source import QuiverBrokerReader, QuiverBrokerStreamReader
+from sdk.spark.broker_source import BrokerBounds, QuiverBrokerReader, qualified_options
 from sdk.spark.commitlog_scan import LogRangePartition, plan_log_ranges, read_log_partition
 from sdk.spark.dataloss import start_within
 from sdk.spark.options import SCAN_COMMITLOG, ReadOptions, parse_read_options
 from sdk.spark.ranges import QueueOffsets, QueueRange, plan_ranges
 from sdk.spark.row_filters import keep_tags
 from sdk.spark.schema import schema_ddl
-from sdk.spark.store_access import open_store
+from sdk.spark.store_access import StoreBounds, open_store
 from sdk.spark.stream import QuiverStreamReader
 from sdk.spark.writer import QuiverBatchWriter, QuiverStreamWriter, parse_write_options
 
@@ -75,13 +75,15 @@ class QuiverDataSource(DataSource):
         return QuiverStreamWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (pyspark names it)
-        """The streaming read (``spark.readStream.format("quiver")``): of a store directory
-        (:mod:`sdk.spark.stream`, whose tasks are the batch read's) or of brokers
-        (:mod:`sdk.spark.broker_source`)."""
+        """The streaming read (``spark.readStream.format("quiver")``,
+        :mod:`sdk.spark.stream`) of a store directory or of brokers, whose tasks are the batch
+        read's."""
         options = parse_read_options(self.options, streaming=True)
         if options.brokers:
-            return QuiverBrokerStreamReader(options)
-        return QuiverStreamReader(options, QuiverBatchReader(options))
+            bounds = BrokerBounds(options.brokers, options.consumer_group)
+            tasks = QuiverBrokerReader(options)
+            return QuiverStreamReader(qualified_options(options), tasks, bounds)
+        return QuiverStreamReader(options, QuiverBatchReader(options), StoreBounds(options.path))
 
 
 class QueueRangePartition(InputPartition):

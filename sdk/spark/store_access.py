@@ -4,6 +4,9 @@ only complete records served): by the batch planner, the stream planner and ever
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from localstore.errors import StoreDirectoryError
 from localstore.read_only import ReadOnlyStore
 from quiver_errors import InvalidArgumentError
@@ -16,3 +19,18 @@ def open_store(path: str) -> ReadOnlyStore:
         return ReadOnlyStore(path)
     except StoreDirectoryError as exc:
         raise InvalidArgumentError(f"path: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class StoreBounds:
+    """The queue bounds of the store at ``path`` for a streaming read
+    (:class:`sdk.spark.stream.QueueBounds`): the store opened read-only at each look."""
+
+    path: str
+
+    def open(self) -> ReadOnlyStore:
+        """The store, read-only (a context manager)."""
+        return open_store(self.path)
+
+    def commit(self, end: Mapping[str, int]) -> None:
+        """Nothing to release: the checkpoint holds the offsets and the store is only read."""

@@ -1,8 +1,9 @@
 """The ``quiver`` sink and the ``broker`` source against a real ``quiver broker`` process on a
 loopback port, driven by a real local Spark session (``local[2]``, one for the module; a task
 may be tried 3 times): every row stored once with its columns mapped, a task retried by Spark
-or a write run again stores nothing twice, overwrite refused, exact ranges read over HTTP, and
-a streaming query's consumer group offsets advanced after a trigger."""
+or a write run again stores nothing twice, overwrite refused, exact ranges read over HTTP, a
+streaming query's consumer group offsets advanced after a trigger, a broker stream capped by
+``maxOffsetsPerTrigger``, and data loss detected when retention removed a stream's start."""
 
 from __future__ import annotations
 
@@ -21,14 +22,14 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
 
-from sdk import Message, Producer
+from sdk import EmbeddedBroker, Message, Producer
 from sdk.spark import QuiverDataSource
 from sdk.spark.broker_source import read_broker_range
 from sdk.spark.ranges import QueueRange
 from sdk.spark.write_plan import CHUNK_BATCHES
 from sdk.spark.writer import parse_write_options, send_partition
 from sdk.transport.http_sync import HttpTransport
-from tests.sdk.remote.broker_process import BrokerProcess
+from tests.sdk.remote.broker_process import SMALL_GEOMETRY, BrokerProcess
 from tests.spark.spark_session import process_until
 
 pytestmark = [
@@ -311,3 +312,89 @@ def wait_until(condition: Any) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition did not hold in time"
         time.sleep(0.2)
+
+
+class Batches:
+    """A ``foreachBatch`` sink that keeps each micro-batch's bodies (it runs in this process)."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[bytes]] = []
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.seen.append([row["body"] for row in frame.select("body").toArrow().to_pylist()])
+
+
+def broker_stream(spark: Any, url: str, checkpoint: Path, sink: Batches, **options: str) -> Any:
+    """A started ``Trigger.AvailableNow`` query of the broker at ``url`` into ``sink``."""
+    frame = spark.readStream.format("quiver").option("broker", url).options(**options).load()
+    writer = frame.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    return writer.trigger(availableNow=True).start()
+
+
+def test_a_broker_stream_honours_max_offsets_per_trigger(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    produce(broker.url, "capped", 100)
+    sink = Batches()
+    query = broker_stream(
+        spark, broker.url, tmp_path / "checkpoint", sink,
+        topics="capped", startingOffsets="earliest", maxOffsetsPerTrigger="30",
+    )  # fmt: skip
+    assert query.awaitTermination(WAIT_S)  # AvailableNow: it stops by itself
+    assert [len(bodies) for bodies in sink.seen if bodies] == [30, 30, 30, 10]
+    read = Counter(body for bodies in sink.seen for body in bodies)
+    assert read == Counter(f"m{i}".encode() for i in range(100))
+
+
+def produce_large(url: str, topic: str, count: int, first: int = 0) -> None:
+    """``count`` messages of 1 KiB bodies ``l<number>`` padded: many 1 MiB log segments."""
+    with Producer(url) as producer:
+        for start in range(first, first + count, 50):
+            end = min(start + 50, first + count)
+            producer.send_batch(
+                [Message(topic, f"l{i}".encode().ljust(1024)) for i in range(start, end)]
+            )
+
+
+def remove_old_segments(process: BrokerProcess) -> BrokerProcess:
+    """Retention, forced, on a stopped broker's store (every log segment but the last goes);
+    the broker started again on the same port."""
+    assert process.stop() == 0
+    with EmbeddedBroker(process.data, **SMALL_GEOMETRY) as embedded:
+        assert embedded.service.store.clean(force=True).commitlog_files
+    return BrokerProcess(process.data, port=process.port)
+
+
+def test_a_broker_stream_fails_when_retention_removed_its_next_offsets(
+    spark: Any, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    first = Batches()
+    with BrokerProcess(tmp_path / "data") as process:
+        produce_large(process.url, "lost", 40)
+        query = broker_stream(
+            spark, process.url, checkpoint, first, topics="lost", startingOffsets="earliest"
+        )
+        assert query.awaitTermination(WAIT_S)
+        produce_large(process.url, "lost", 4000, first=40)
+    with remove_old_segments(process) as restarted:
+        with HttpTransport(restarted.url) as transport:
+            assert all(transport.min_offset("lost", q) > 40 for q in range(4))
+        second = Batches()
+        query = broker_stream(spark, restarted.url, checkpoint, second, topics="lost")
+        with pytest.raises(PySparkException, match=r"DataLossError: failOnDataLoss: 'lost'"):
+            query.awaitTermination(WAIT_S)
+        query.stop()
+        assert not any(second.seen)
+        third = Batches()
+        query = broker_stream(
+            spark, restarted.url, checkpoint, third, topics="lost", failOnDataLoss="false"
+        )
+        assert query.awaitTermination(WAIT_S)
+        with HttpTransport(restarted.url) as transport:
+            earliest = {q: transport.min_offset("lost", q) for q in range(4)}
+            latest = {q: transport.max_offset("lost", q) for q in range(4)}
+    assert sum(len(bodies) for bodies in first.seen) == 40
+    assert sum(len(bodies) for bodies in third.seen) == sum(
+        latest[q] - earliest[q] for q in range(4)
+    )

@@ -134,8 +134,8 @@ def test_max_offsets_per_trigger_caps_every_micro_batch_each_row_once_in_order(
         finally:
             query.stop()
     sizes = [len(rows) for _, rows in sink.seen]
-    assert all(size <= 40 for size in sizes), sizes
-    assert sum(sizes) == 350 and len([s for s in sizes if s == 40]) >= 8
+    assert max(sizes) == 40, sizes  # the cap binds (how many batches fill it depends on when
+    assert sum(sizes) == 350  # the writer's records became visible), and no batch passes it
     assert numbers(sink.rows) == list(range(350))  # every row once
     for queue_id, offsets in offsets_per_queue(sink.rows).items():
         assert offsets == list(range(len(offsets))), queue_id  # in order, no gap

@@ -26,6 +26,7 @@ from sdk.spark.offsets import (
 from sdk.spark.options import parse_read_options
 from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.source import QuiverBatchReader, read_range
+from sdk.spark.store_access import StoreBounds
 from sdk.spark.stream import ADMISSION_CONTROL, QuiverStreamReader
 from tests.spark.store_writer import TOPIC
 from tests.spark.stores import Store
@@ -212,7 +213,9 @@ def test_the_stream_reader_answers_both_latest_offset_styles(tmp_path: Path):
             {"path": str(store.root), "topics": TOPIC, "maxOffsetsPerTrigger": "9"},
             streaming=True,
         )
-        reader = QuiverStreamReader(options, QuiverBatchReader(options))
+        reader = QuiverStreamReader(
+            options, QuiverBatchReader(options), StoreBounds(str(store.root))
+        )
         assert reader.latestOffset() == {"orders/0": 20, "orders/1": 10, "orders/2": 10}
         begin = {"orders/0": 0, "orders/1": 0, "orders/2": 0}
         limit = reader.getDefaultReadLimit()

@@ -1,0 +1,74 @@
+"""The streaming read of several brokers, driven without a Spark session against two real
+``quiver broker`` processes: offsets keyed ``"<url>#topic/queue"``, ``maxOffsetsPerTrigger``
+shared across both brokers' queues, each task reading its own broker, and ``consumerGroup``
+committed on each broker at its own offsets."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sdk import Message, Producer
+from sdk.spark.source import QuiverDataSource
+from sdk.transport.http_sync import HttpTransport
+from tests.sdk.remote.broker_process import BrokerProcess
+
+pytestmark = [pytest.mark.spark]
+
+TOPIC = "multi"
+
+
+@pytest.fixture
+def two_brokers(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    with (
+        BrokerProcess(tmp_path / "a", name="broker-a") as first,
+        BrokerProcess(tmp_path / "b", name="broker-b") as second,
+    ):
+        yield first, second
+
+
+def produce(url: str, prefix: str, count: int) -> None:
+    with Producer(url) as producer:
+        producer.send_batch([Message(TOPIC, f"{prefix}{i}".encode()) for i in range(count)])
+
+
+def test_a_stream_of_two_brokers_caps_reads_and_commits_per_broker(
+    two_brokers: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    first, second = two_brokers
+    produce(first.url, "a", 20)
+    produce(second.url, "b", 12)
+    source = QuiverDataSource(
+        {
+            "broker": f"{first.url},{second.url}",
+            "topics": TOPIC,
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": "10",
+            "consumerGroup": "watch",
+        }
+    )
+    reader = source.streamReader(None)  # type: ignore[arg-type]
+    start = reader.initialOffset()
+    urls = {key.rpartition("#")[0] for key in start}
+    assert urls == {first.url, second.url}
+    assert set(start.values()) == {0}
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())  # type: ignore[call-arg]
+    assert sum(end[key] - start[key] for key in start) == 10
+    bodies: Counter[bytes] = Counter()
+    for partition in reader.partitions(start, end):
+        for batch in reader.read(partition):
+            bodies.update(batch.column("body").to_pylist())
+    assert sum(bodies.values()) == 10
+    assert all(body[:1] in (b"a", b"b") for body in bodies)
+    reader.commit(end)
+    for process in (first, second):
+        with HttpTransport(process.url) as transport:
+            name = transport.broker_name
+            for key, offset in end.items():
+                url, _, queue = key.rpartition("#")
+                if url == process.url:
+                    queue_id = int(queue.rpartition("/")[2])
+                    assert transport.query_offset(name, "watch", TOPIC, queue_id) == offset
