@@ -308,7 +308,8 @@ def encode_uniform(
             or size > max_record_size
             or props_len > MAX_PROPERTIES_BYTES
         ):
-            _check_record(index, size, props_len, max_record_size, segment_size)
+            mark_bytes = len(mark_pair(len(batch))) if index == 0 and len(batch) > 1 else 0
+            _check_record(index, size, props_len, max_record_size, segment_size, mark_bytes)
             position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
             segment_end += segment_size
             fits_below += segment_size
@@ -422,17 +423,32 @@ def _check_sizes(
 ) -> None:
     """Raise for a message that can never be stored (the caller then handles a segment end)."""
     index = next(i for i, m in enumerate(messages) if m is message)
-    _check_record(index, size, props_len, max_record_size, segment_size)
+    mark_bytes = len(mark_pair(len(messages))) if index == 0 and len(messages) > 1 else 0
+    _check_record(index, size, props_len, max_record_size, segment_size, mark_bytes)
 
 
 def _check_record(
-    index: int, size: int, props_len: int, max_record_size: int, segment_size: int
+    index: int,
+    size: int,
+    props_len: int,
+    max_record_size: int,
+    segment_size: int,
+    mark_bytes: int = 0,
 ) -> None:
-    """Raise for message ``index`` if its record can never be stored."""
+    """Raise for message ``index`` if its record can never be stored; ``mark_bytes``: the put
+    mark its properties carry (the first message of a put of several), counted in
+    ``props_len``."""
     if props_len > MAX_PROPERTIES_BYTES:
+        with_mark = (
+            f", {props_len} with the {mark_bytes}-byte mark the store puts on the first "
+            "message of a put of several (send it alone or not first)"
+            if mark_bytes
+            else ""
+        )
         raise RejectedMessageError(
             "PROPERTIES_SIZE_EXCEEDED",
-            f"message {index}: properties take {props_len} bytes, more than {MAX_PROPERTIES_BYTES}",
+            f"message {index}: properties take {props_len - mark_bytes} bytes{with_mark}, "
+            f"more than {MAX_PROPERTIES_BYTES}",
         )
     if size > max_record_size or size + BLANK_RECORD_SIZE > segment_size:
         raise RejectedMessageError(

@@ -31,7 +31,11 @@ import pytest
 from localstore import MessageStore, NewMessage, PutStatus, UniformBatch
 from localstore.files import mapped_file
 from localstore.files.mapped_file import MappedFile
-from localstore.record.properties import PROPERTY_PUT_RECORDS, encode_properties
+from localstore.record.properties import (
+    PROPERTY_PUT_RECORDS,
+    decode_written_properties,
+    encode_properties,
+)
 from localstore.record.walk import walk_segment
 from localstore.recovery.verify import verify_store
 
@@ -275,3 +279,20 @@ def test_the_put_mark_is_the_store_s_own(tmp_path: Path) -> None:
             assert result.status is PutStatus.MESSAGE_ILLEGAL
             assert "store's own" in result.detail
         assert store.max_offset(TOPIC, 0) == 2
+
+
+def test_a_refusal_for_properties_the_mark_makes_too_long_says_so(tmp_path: Path) -> None:
+    """The mark is the store's: a first message whose own properties fit, and which a put of
+    it alone stores, is refused naming its own size and the mark that took it past the limit."""
+    text = encode_properties({"big": "x" * 32_760}).encode()  # fits alone (under 32767)
+    with MessageStore(tmp_path / "store", **GEOMETRY) as store:
+        alone = NewMessage(TOPIC, b"a", 0, decode_written_properties(text))
+        assert store.put(alone).ok
+        for batch in (
+            [alone, NewMessage(TOPIC, b"b", 0)],
+            UniformBatch(TOPIC, 0, [b"a", b"b"], [text, b""], [None, None], [None, None]),
+        ):
+            result = store.put_batch(batch)
+            assert result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+            assert result.detail.startswith(f"message 0: properties take {len(text)} bytes, ")
+            assert "mark the store puts on the first message of a put of several" in result.detail
