@@ -3,7 +3,10 @@ and ``tags``. Plain data, no pyspark (the rows are tested in :mod:`sdk.spark.row
 
 * ``topicPattern``: a regular expression (Python's ``re``) a topic name must match whole, as
   Kafka's ``subscribePattern``; the topics are those of the store when the read is planned,
-  sorted. It excludes ``topics``.
+  sorted. It excludes ``topics``. As Kafka's pattern leaves out internal topics, it never
+  matches the store's own topics (:func:`~localstore.record.validation.is_system_topic`: the
+  scheduled copies of delayed messages, transactions' half messages), which ``topics`` may
+  name.
 * ``tags``: a tag expression as subscriptions take it (``"*"``, or tags joined by ``||``,
   parsed by :meth:`localstore.record.tags.TagFilter.parse`); a row is kept when its ``TAGS``
   equals one of the tags (a message without a tag never matches a named tag). The test runs on
@@ -17,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from localstore.record.tags import TagFilter
+from localstore.record.validation import is_system_topic
 from quiver_errors import InvalidArgumentError
 
 
@@ -28,9 +32,10 @@ class TopicSelection:
     pattern: str | None = None
 
     def covers(self, topic: str) -> bool:
-        """Whether ``topic`` is read (a name given, or one the pattern matches)."""
+        """Whether ``topic`` is read (a name given, or one the pattern matches and not a
+        system topic)."""
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None
+            return re.fullmatch(self.pattern, topic) is not None and not is_system_topic(topic)
         return topic in self.names
 
     def resolve(self, store_topics: Iterable[str]) -> tuple[str, ...]:

@@ -166,6 +166,22 @@ def test_topic_pattern_selects_the_store_topics_it_matches_whole():
         )
 
 
+def test_topic_pattern_leaves_out_the_store_s_own_topics():
+    # delayed messages wait in SCHEDULE_TOPIC_XXXX and transactions' halves in
+    # RMQ_SYS_TRANS_HALF_TOPIC: a pattern reading them would return copies and uncommitted rows
+    store = Offsets(
+        {
+            ("orders", 0): (0, 2),
+            ("SCHEDULE_TOPIC_XXXX", 0): (0, 3),
+            ("RMQ_SYS_TRANS_HALF_TOPIC", 0): (0, 1),
+        }
+    )
+    options = parse_read_options({"path": "/data/store", "topicPattern": ".*"})
+    assert plan_ranges(store, options) == [QueueRange("orders", 0, 0, 2)]
+    named = parse_read_options({"path": "/data/store", "topics": "SCHEDULE_TOPIC_XXXX"})
+    assert plan_ranges(store, named) == [QueueRange("SCHEDULE_TOPIC_XXXX", 0, 0, 3)]
+
+
 def test_tags_and_scan_parse():
     options = parse_read_options({**BASE, "tags": "b || a"})
     assert (options.tags, options.scan) == (("a", "b"), "queues")
