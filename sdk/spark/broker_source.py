@@ -229,7 +229,7 @@ def read_broker_range(
                 f"{topic!r} queue {queue_id} offset {offset} is no longer served by the broker "
                 f"({got.status}; readable [{got.min_offset}, {got.max_offset}))"
             )
-        if got.next_offset > queue_range.end_offset:  # pulled past the range: keep its part
+        if got.next_offset > queue_range.end_offset:  # a pull answers at most its count
             raise IllegalStateError(f"the pull of {topic!r} queue {queue_id} overran its count")
         yield records_to_batch(got.raw, include_body, include_properties)
         offset = got.next_offset
