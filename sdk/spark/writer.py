@@ -29,7 +29,9 @@ micro-batch again. A batch the broker refuses fails the task (Spark retries it).
 What that asks of the input: a task's rows must be the same, in the same order, in every
 attempt (a read of a source, a sorted or cached frame; not the rows of a non-deterministic
 shuffle such as ``repartition(n)`` after a non-deterministic stage), as Kafka's sink asks too:
-a batch whose stamp the broker holds is answered as stored whatever rows it carries now. The
+a batch whose stamp the broker holds is answered as stored whatever rows it carries now (a
+task fails when the broker's answer is for a batch of another size, the one difference it can
+see). The
 bounds (:mod:`sdk.spark.write_plan`): a retry's stamps must still be among the broker's newest
 ``idempotence_max_stamps``, and after a broker restart within its last
 ``idempotence_rebuild_bytes`` of log.
@@ -220,14 +222,14 @@ def send_partition(
             batch_bytes=options.batch_bytes,
         )
         sent = 0
-        in_flight: deque[Future[SendResult]] = deque()
+        in_flight: deque[tuple[PlannedBatch, Future[SendResult]]] = deque()
         with ThreadPoolExecutor(options.max_in_flight, "quiver-sink") as pool:
 
             def submit(planned: PlannedBatch) -> None:
                 nonlocal sent
                 while len(in_flight) >= options.max_in_flight:
-                    _check_stored(in_flight.popleft().result())
-                in_flight.append(pool.submit(send_planned, transport, planned))
+                    _check_stored(*in_flight.popleft())
+                in_flight.append((planned, pool.submit(send_planned, transport, planned)))
                 sent += 1
 
             for batch in batches:
@@ -236,7 +238,7 @@ def send_partition(
             for planned in plan.finish():
                 submit(planned)
             while in_flight:
-                _check_stored(in_flight.popleft().result())
+                _check_stored(*in_flight.popleft())
     return WriteReport(partition_id, plan.rows, sent)
 
 
@@ -259,9 +261,21 @@ def send_planned(transport: HttpTransport, planned: PlannedBatch) -> SendResult:
     return result
 
 
-def _check_stored(result: SendResult) -> None:
+def _check_stored(planned: PlannedBatch, answer: Future[SendResult]) -> None:
+    """Raise unless the broker stored ``planned``: refused, or answered from its window for a
+    batch of another size under the same stamp (the rows differ from the attempt that stored
+    it, so this batch's rows would be dropped silently)."""
+    result = answer.result()
     if not result.stored:
         raise IllegalStateError(
             f"the broker refused a batch for {result.topic!r} queue {result.queue_id}: "
             f"{result.status} {result.detail}"
+        )
+    if len(result.phys_offsets) != planned.count:
+        raise IllegalStateError(
+            f"the broker holds stamp {planned.stamp.producer_id}:{planned.stamp.sequence} "
+            f"for a batch of {len(result.phys_offsets)} messages to {planned.topic!r} queue "
+            f"{planned.queue_id}, but this batch holds {planned.count}: the write's rows differ "
+            "from an earlier attempt's under the same identity (a writeId given to other rows, "
+            "or input that is not the same in every attempt), and would not be stored"
         )

@@ -22,6 +22,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
 
+from quiver_errors import IllegalStateError
 from sdk import EmbeddedBroker, Message, Producer
 from sdk.spark import QuiverDataSource
 from sdk.spark.broker_source import read_broker_range
@@ -175,6 +176,19 @@ def test_a_partition_written_again_stores_nothing_twice(broker: BrokerProcess) -
     assert first == again
     bodies = Counter(row["body"] for row in stored(broker.url, "replayed"))
     assert bodies == Counter(f"x{i}".encode() for i in range(1000))
+
+
+def test_other_rows_under_a_stored_stamp_fail_the_task(broker: BrokerProcess) -> None:
+    # the broker answers a stamp it holds as stored: a batch of other rows under it (a reused
+    # writeId, input that differs between attempts) would be dropped without a word
+    options = parse_write_options({"broker": broker.url, "topic": "reused"}, False)
+    first = pa.RecordBatch.from_pydict({"value": [f"a{i}" for i in range(10)]})
+    other = pa.RecordBatch.from_pydict({"value": [f"b{i}" for i in range(7)]})
+    send_partition(options, "reused-1", 0, iter([first]))
+    with pytest.raises(IllegalStateError, match="holds 7: the write's rows differ"):
+        send_partition(options, "reused-1", 0, iter([other]))
+    bodies = Counter(row["body"] for row in stored(broker.url, "reused"))
+    assert bodies == Counter(f"a{i}".encode() for i in range(10))
 
 
 def test_a_partition_written_again_after_a_broker_restart_stores_nothing_twice(
