@@ -228,10 +228,11 @@ class BrokerApp:
         group = request.query.get("group")
         if group is None:
             raise InvalidArgumentError("group is missing")
-        messages, stamp = decode_send_query(request.query, await request.read(), half=True)
+        body = await request.read()
+        messages, stamp = decode_send_query(request.query, body, half=True)
         refuse_broker_properties(messages)
         call = functools.partial(self.service.send_half, group, messages[0], stamp=stamp)
-        result: SendResult = await self._write(call, inline=True)
+        result: SendResult = await self._write(call, inline=len(body) <= INLINE_APPEND_BYTES)
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _pull(self, request: web.Request) -> web.Response:
