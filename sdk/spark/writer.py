@@ -27,12 +27,11 @@ and micro-batch id, both the same when a query restarted from its checkpoint run
 micro-batch again. A batch the broker refuses fails the task (Spark retries it).
 
 What that asks of the input: a task's rows must be the same, in the same order, in every
-attempt (a read of a source, a sorted or cached frame; not the rows of a non-deterministic
-shuffle such as ``repartition(n)`` after a non-deterministic stage), as Kafka's sink asks too:
+attempt (a read of a source, a sorted or cached frame; not the rows right after a shuffle,
+an aggregation's or a join's, whose order may change between attempts), as Kafka's sink asks:
 a batch whose stamp the broker holds is answered as stored whatever rows it carries now (a
 task fails when the broker's answer is for a batch of another size, the one difference it can
-see). The
-bounds (:mod:`sdk.spark.write_plan`): a retry's stamps must still be among the broker's newest
+see). The bounds (:mod:`sdk.spark.write_plan`): a retry's stamps must still be among the broker's newest
 ``idempotence_max_stamps``, and after a broker restart within its last
 ``idempotence_rebuild_bytes`` of log.
 """
