@@ -24,9 +24,9 @@ and logged at ERROR with file, offset and length, and readers skip it. Damage wi
 after it is the torn tail: cut, and logged at WARNING with its byte range when it held bytes.
 
 Consume queues are checked against the log, cheaply (:mod:`.queue_check`: first and last units,
-missing first or last files, records whose header was damaged), and a queue whose files do not
-load is rebuilt. Unsound queues are deleted and rebuilt from the whole log (walked first, so its
-damage is known and stepped over), logged at WARNING.
+missing first or last files, units lost past a damaged one, records whose header was damaged),
+and a queue whose files do not load is rebuilt. Unsound queues are deleted and rebuilt from the
+whole log (walked first, so its damage is known and stepped over), logged at WARNING.
 
 Both then: cut the commitlog at the valid end (later segments deleted, a trailing all-zero
 preallocated segment included), cut consume-queue units that point past it (with sync flush a
