@@ -168,3 +168,26 @@ def test_a_damaged_unit_in_a_last_file_hides_no_later_unit(
         assert "a damaged unit having hidden its later units" in caplog.text
         result = store.put(NewMessage(TOPIC, b"after", queue_id))
         assert result.queue_offset == COUNT // QUEUES
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+def test_a_last_unit_damaged_to_point_past_the_log_is_dispatched_again(template, tmp_path, crashed):
+    """The last unit of a queue other than the newest, its commitlog offset damaged to point
+    past the log's end: recovery cuts it as a unit written ahead of its record, so its record,
+    which lies before the end, must be dispatched again (a clean open once left the queue a
+    unit short, the record unreadable and its queue offset free for the next put)."""
+    source, placed, _ = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    unit_file = root / "consumequeue" / TOPIC / "0" / f"{16 * 20:020d}"
+    raw = bytearray(unit_file.read_bytes())
+    raw[3 * 20] ^= 0x01  # queue offset 19's commitlog offset, top byte: far past the log
+    unit_file.write_bytes(raw)
+    if crashed:
+        (root / "abort").write_text("4242")
+    with MessageStore(root) as store:
+        found, _ = readable(store, placed)
+        assert found == {p[0] for p in placed}
+        assert store.max_offset(TOPIC, 0) == COUNT // QUEUES
+        assert store.recovery.abnormal and store.recovery.units_truncated == 1
+        assert store.put(NewMessage(TOPIC, b"after", 0)).queue_offset == COUNT // QUEUES
