@@ -8,7 +8,8 @@ bytes. Queue offset ``n`` is the 20-byte unit at byte ``n * 20`` of the stream:
       8     4  record size (TOTALSIZE)
      12     8  tagsCode (Java hash of TAGS, or a delivery time under SCHEDULE_TOPIC_XXXX)
 
-A unit is valid when its offset is >= 0 and its size > 0; zero-filled space ends the queue. A queue
+A unit is valid when its offset is >= 0 and its size > 0; zero-filled space ends the queue (an
+invalid unit that is not zeros is a damaged one: :meth:`ConsumeQueue.bytes_follow_units`). A queue
 that starts at a non-zero offset in its first file is padded with filler units
 ``(0, Integer.MAX_VALUE, 0)`` (RocketMQ's pre-blank), which are never read as messages.
 
@@ -235,6 +236,18 @@ class ConsumeQueue:
         start = position - segment.start_offset
         end = min(segment.wrote_position, start + max_units * UNIT_SIZE)
         return segment.view[start:end] if end > start else memoryview(b"")
+
+    def bytes_follow_units(self) -> bool:
+        """Whether the two unit slots past the last unit hold non-zero bytes where a queue file
+        holds zeros: then a damaged unit (offset < 0 or size <= 0) ended the valid prefix that
+        :meth:`load` found, and the queue's later units lie past it, unread. Two slots, since a
+        damaged byte can zero a unit that held a single non-zero byte. Reads only."""
+        files = self.segments.segments
+        if not files:
+            return False
+        last = files[-1]
+        start = last.wrote_position
+        return any(last.view[start : min(last.size, start + 2 * UNIT_SIZE)])
 
     def last_unit_within(self, phys_end: int) -> int | None:
         """The queue offset of the last unit whose record ends at or before commitlog offset

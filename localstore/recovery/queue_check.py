@@ -3,9 +3,10 @@ anything: which queues disagree with the log and must be rebuilt from it.
 
 Cheap by design: a queue's first and last units must each point at a whole record of the
 unit's size that says it is that unit's (topic, queue id, queue offset); a queue must not miss
-its first files (when the log still starts at offset 0) nor its last ones (when its last file is
-full, or its time index names a later file, the log after its last record is searched, in one
-walk for every such queue, for a later record of it).
+its first files (when the log still starts at offset 0) nor its last units (when its last file is
+full, or its time index names a later file, or bytes follow its last unit where zeros should, a
+damaged unit having ended its load, the log after its last record is searched, in one walk for
+every such queue, for a later record of it).
 
 A damaged header. No CRC covers a record's header, so a record can be stored where its unit
 says, of the unit's size, and name another topic, queue id or queue offset. Then either the
@@ -65,8 +66,10 @@ class QueueCheck:
             ):
                 suspects.append(queue)
         for queue, later in self._later_records(suspects, end):
+            hidden = ", a damaged unit having hidden its later units"
             problems[queue_name(queue)] = (
                 f"the commitlog holds its queue offset {later} past its end {queue.max_offset}"
+                + (hidden if queue.bytes_follow_units() else "")
             )
         for name, why in problems.items():
             log.warning(
@@ -177,10 +180,11 @@ class QueueCheck:
         return True
 
     def _tail_may_be_lost(self, queue: ConsumeQueue) -> bool:
-        """Whether the queue's end may be missing files: its last file is full (a deleted next
-        file leaves it so), or its time index names a later file."""
+        """Whether the queue's end may be missing units: its last file is full (a deleted next
+        file leaves it so), bytes follow its last unit (a damaged unit ended its load), or its
+        time index names a later file."""
         last_file = queue.segments.segments[-1]
-        if last_file.wrote_position >= last_file.size:
+        if last_file.wrote_position >= last_file.size or queue.bytes_follow_units():
             return True
         root = self.commitlog.directory.parent
         timeindex = root / "timeindex" / queue.topic / str(queue.queue_id)

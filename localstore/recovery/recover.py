@@ -24,15 +24,16 @@ and logged at ERROR with file, offset and length, and readers skip it. Damage wi
 after it is the torn tail: cut, and logged at WARNING with its byte range when it held bytes.
 
 Consume queues are checked against the log, cheaply (:mod:`.queue_check`: first and last units,
-missing first or last files, records whose header was damaged), and a queue whose files do not
-load is rebuilt. Unsound queues are deleted and rebuilt from the whole log (walked first, so its
-damage is known and stepped over), logged at WARNING.
+missing first or last files, units lost past a damaged one, records whose header was damaged),
+and a queue whose files do not load is rebuilt. Unsound queues are deleted and rebuilt from the
+whole log (walked first, so its damage is known and stepped over), logged at WARNING.
 
 Both then: cut the commitlog at the valid end (later segments deleted, a trailing all-zero
 preallocated segment included), cut consume-queue units that point past it (with sync flush a
-unit can be written before its record reaches the file), and re-dispatch the records from where
-the queues or the index stop to the end. Index files newer than the checkpoint were dropped when
-the index loaded after a crash, and are rebuilt here.
+unit can be written before its record reaches the file; or a damaged unit points there), and
+re-dispatch the records from where the queues, a cut queue or the index stop to the end. Index
+files newer than the checkpoint were dropped when the index loaded after a crash, and are rebuilt
+here.
 """
 
 from __future__ import annotations
@@ -116,11 +117,11 @@ def recover(
         scan.end, cut_records_to=None if unfinished is None else unfinished.end_offset
     )
     damaged.drop_from(scan.end)
-    truncated = sum(queue.truncate_beyond(scan.end) for queue in list(queues.queues.values()))
+    truncated, cut_queues_end = _truncate_queues(queues, scan.end)
     old_ends = {name: _old_end(queues, name) for name in unsound}
     dropped = _drop_queues(queues, unsound)
     rebuilt = unsound
-    redispatch_from = min(queues.dispatch_from(), scan.end)
+    redispatch_from = min(queues.dispatch_from(), scan.end, cut_queues_end)
     if index is not None:
         redispatch_from = min(redispatch_from, index.end_phy_offset)
     if rebuilt:
@@ -161,6 +162,19 @@ def recover(
         cut_tail,
         unfinished,
     )
+
+
+def _truncate_queues(queues: QueueRegistry, end: int) -> tuple[int, int]:
+    """Cut the units that point past the log's ``end``; answers how many, and where the
+    earliest of the cut queues now ends: dispatch resumes there, since a cut unit may be a
+    damaged one whose record lies before ``end``, not a unit written ahead of its record."""
+    truncated, cut_queues_end = 0, end
+    for queue in list(queues.queues.values()):
+        cut = queue.truncate_beyond(end)
+        if cut:
+            truncated += cut
+            cut_queues_end = min(cut_queues_end, queue.max_phys_offset)
+    return truncated, cut_queues_end
 
 
 def _log_unfinished(commitlog: CommitLog, unfinished: UnfinishedPut) -> None:

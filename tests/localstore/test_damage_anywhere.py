@@ -132,3 +132,62 @@ def test_a_damaged_unit_offset_hides_no_other_message(template, tmp_path, flip, 
         if damaged_unit == 0:  # checked at open: the queue is rebuilt, nothing is lost
             assert not lost
         assert lost <= {p[0] for p in placed if p[1:3] == (0, damaged_unit)}
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+@pytest.mark.parametrize(
+    ("queue_id", "queue_offset"),
+    [(1, 18), (0, 18), (0, 19)],
+    ids=["newest-queue", "older-queue", "older-queue-last-unit"],
+)
+def test_a_damaged_unit_in_a_last_file_hides_no_later_unit(
+    template, tmp_path, caplog, queue_id, queue_offset, crashed
+):
+    """The size of a unit in its queue's last file turned negative (hypothesis found it: queue
+    1's unit 18, 0x80 on its size's top byte): the queue's load stops there, as at its end, so
+    the units after it are not loaded. Recovery must notice, rebuild the queue from the log and
+    say so: a clean open refused the store (queue 1: its next record skipped a queue offset),
+    or opened it with the queue silently short (queue 0: the records of the hidden queue
+    offsets unreadable, and those offsets free for new puts)."""
+    source, placed, _ = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    per_file = GEOMETRY["cq_entries_per_file"]
+    first_of_file = queue_offset - queue_offset % per_file
+    unit_file = root / "consumequeue" / TOPIC / str(queue_id) / f"{first_of_file * 20:020d}"
+    raw = bytearray(unit_file.read_bytes())
+    raw[(queue_offset % per_file) * 20 + 8] ^= 0x80  # the size's top byte: negative
+    unit_file.write_bytes(raw)
+    if crashed:
+        (root / "abort").write_text("4242")
+    with MessageStore(root) as store:
+        found, _ = readable(store, placed)
+        assert found == {p[0] for p in placed}
+        assert store.max_offset(TOPIC, queue_id) == COUNT // QUEUES
+        assert store.recovery.rebuilt_queues == [f"{TOPIC}/{queue_id}"]
+        assert "a damaged unit having hidden its later units" in caplog.text
+        result = store.put(NewMessage(TOPIC, b"after", queue_id))
+        assert result.queue_offset == COUNT // QUEUES
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+def test_a_last_unit_damaged_to_point_past_the_log_is_dispatched_again(template, tmp_path, crashed):
+    """The last unit of a queue other than the newest, its commitlog offset damaged to point
+    past the log's end: recovery cuts it as a unit written ahead of its record, so its record,
+    which lies before the end, must be dispatched again (a clean open once left the queue a
+    unit short, the record unreadable and its queue offset free for the next put)."""
+    source, placed, _ = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    unit_file = root / "consumequeue" / TOPIC / "0" / f"{16 * 20:020d}"
+    raw = bytearray(unit_file.read_bytes())
+    raw[3 * 20] ^= 0x01  # queue offset 19's commitlog offset, top byte: far past the log
+    unit_file.write_bytes(raw)
+    if crashed:
+        (root / "abort").write_text("4242")
+    with MessageStore(root) as store:
+        found, _ = readable(store, placed)
+        assert found == {p[0] for p in placed}
+        assert store.max_offset(TOPIC, 0) == COUNT // QUEUES
+        assert store.recovery.abnormal and store.recovery.units_truncated == 1
+        assert store.put(NewMessage(TOPIC, b"after", 0)).queue_offset == COUNT // QUEUES
