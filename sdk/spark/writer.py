@@ -31,8 +31,8 @@ attempt (a read of a source, a sorted or cached frame; not the rows right after 
 an aggregation's or a join's, whose order may change between attempts), as Kafka's sink asks:
 a batch whose stamp the broker holds is answered as stored whatever rows it carries now (a
 task fails when the broker's answer is for a batch of another size, the one difference it can
-see). The bounds (:mod:`sdk.spark.write_plan`): a retry's stamps must still be among the broker's newest
-``idempotence_max_stamps``, and after a broker restart within its last
+see). The bounds (:mod:`sdk.spark.write_plan`): a retry's stamps must still be among the
+broker's newest ``idempotence_max_stamps``, and after a broker restart within its last
 ``idempotence_rebuild_bytes`` of log.
 """
 
