@@ -67,7 +67,7 @@ class RunDecodeError(RecordError):
         self.index = index
 
 
-class _TopicLayouts:
+class TopicLayouts:
     """A v1 topic's encoded field and the one-unpack layouts of its IPv4 records."""
 
     __slots__ = ("by_body_length", "field", "fixed_size")
@@ -89,14 +89,16 @@ class _TopicLayouts:
         return made
 
 
-_TOPICS: dict[str, _TopicLayouts | None] = {}  # None: a v2 topic, never the fast shape
+_TOPICS: dict[str, TopicLayouts | None] = {}  # None: a v2 topic, never the fast shape
 
 
-def _layouts_for(topic: str) -> _TopicLayouts | None:
+def layouts_for(topic: str) -> TopicLayouts | None:
+    """``topic``'s one-unpack layouts (None for a v2 topic), kept for the next run: the store's
+    run decoder and the consumer's pull-answer decoder share them."""
     if topic in _TOPICS:
         return _TOPICS[topic]
     magic, field = topic_field(topic)
-    layouts = _TopicLayouts(field) if magic == MAGIC_V1 else None
+    layouts = TopicLayouts(field) if magic == MAGIC_V1 else None
     if len(_TOPICS) < _TOPICS_LIMIT:
         _TOPICS[topic] = layouts
     return layouts
@@ -115,7 +117,7 @@ def decode_run(
     ``first_offset + 1``, ... Raises :class:`RunDecodeError` (with the index in
     ``positions``) for bytes that are not a record, or a record that says it is stored
     elsewhere."""
-    layouts = _layouts_for(topic)
+    layouts = layouts_for(topic)
     if layouts is None:
         return [
             _decode_one(buf, pos, base, index, (topic, queue_id, first_offset + index))

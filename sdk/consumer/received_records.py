@@ -21,69 +21,26 @@ text, parsed on first read, as ``__init__`` keeps them.
 
 from __future__ import annotations
 
-import struct
-
 from localstore.record.codec import HOST_TEXTS, RecordError, decode_record, host_text
 from localstore.record.layout import (
     BODY_LENGTH_AT_V4,
-    HEADER_V4_SIZE,
     INT,
     MAGIC_V1,
-    PROPERTIES_LENGTH_BYTES,
     SYSFLAG_HOSTS_V6,
-    header_with_body_format,
-    topic_field,
 )
+from localstore.record.run_decoder import layouts_for
 from sdk.message import ReceivedMessage
 
 __all__ = ["decode_received"]
 
 _INT_AT = INT.unpack_from
-_MAX_LAYOUT_BODY = 1 << 16  # larger bodies: one unpack saves nothing next to the copy
-_LAYOUTS_PER_TOPIC = 256  # body lengths remembered per topic; others take the general decode
-_TOPICS_LIMIT = 4096
-
-
-class _TopicLayouts:
-    """A v1 topic's encoded field and the one-unpack layouts of its IPv4 records."""
-
-    __slots__ = ("by_body_length", "field", "fixed_size")
-
-    def __init__(self, field: bytes):
-        self.field = field
-        self.by_body_length: dict[int, struct.Struct] = {}
-        # all but body and properties
-        self.fixed_size = HEADER_V4_SIZE + len(field) + PROPERTIES_LENGTH_BYTES
-
-    def layout(self, body_length: int) -> struct.Struct | None:
-        """The layout for ``body_length``-byte bodies, made now; None where none is kept."""
-        layouts = self.by_body_length
-        if not 0 <= body_length <= _MAX_LAYOUT_BODY or len(layouts) >= _LAYOUTS_PER_TOPIC:
-            return None
-        made = layouts[body_length] = struct.Struct(
-            f"{header_with_body_format(body_length)}{len(self.field)}sh"
-        )
-        return made
-
-
-_TOPICS: dict[str, _TopicLayouts | None] = {}  # None: a v2 topic, never the fast shape
-
-
-def _layouts_for(topic: str) -> _TopicLayouts | None:
-    if topic in _TOPICS:
-        return _TOPICS[topic]
-    magic, field = topic_field(topic)
-    layouts = _TopicLayouts(field) if magic == MAGIC_V1 else None
-    if len(_TOPICS) < _TOPICS_LIMIT:
-        _TOPICS[topic] = layouts
-    return layouts
 
 
 def decode_received(raw: bytes, topic: str) -> tuple[list[ReceivedMessage], RecordError | None]:
     """The records of ``raw`` (pulled from a queue of ``topic``) as received messages, up to
     the first that does not decode: the messages before it, and its error (None when every
     record decoded)."""
-    layouts = _layouts_for(topic)
+    layouts = layouts_for(topic)
     messages: list[ReceivedMessage] = []
     append = messages.append
     end = len(raw)

@@ -1,4 +1,4 @@
-"""The local Spark session of a test module: ``local[2]``, UTC, the ``quiver`` source
+"""The local Spark session of a test module: ``local[2]`` by default, UTC, the ``quiver`` source
 registered, workers on this interpreter (``PYSPARK_PYTHON``), restored afterwards."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 
-def local_session(app_name: str, **conf: str) -> Iterator[Any]:
+def local_session(app_name: str, master: str = "local[2]", **conf: str) -> Iterator[Any]:
     """Yield a session for one module (a fixture's body), ``conf`` added to its settings."""
     from sdk.spark import QuiverDataSource
 
     before = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers with this interpreter's packages
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -7,8 +7,6 @@ streaming query's consumer group offsets advanced after a trigger, a broker stre
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,19 +17,17 @@ import pyarrow as pa
 import pytest
 from pyspark import TaskContext
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
 
 from quiver_errors import IllegalStateError
 from sdk import EmbeddedBroker, Message, Producer
-from sdk.spark import QuiverDataSource
 from sdk.spark.broker_source import read_broker_range
 from sdk.spark.ranges import QueueRange
 from sdk.spark.write_plan import CHUNK_BATCHES
 from sdk.spark.writer import parse_write_options, send_partition
 from sdk.transport.http_sync import HttpTransport
 from tests.sdk.remote.broker_process import SMALL_GEOMETRY, BrokerProcess
-from tests.spark.spark_session import process_until
+from tests.spark.spark_session import local_session, process_until
 
 pytestmark = [
     pytest.mark.spark,
@@ -44,23 +40,8 @@ WAIT_S = 120.0
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    before = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,3]")  # 2 cores, a failed task is tried again
-        .appName("quiver-broker-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.dataSource.register(QuiverDataSource)
-    yield session
-    session.stop()
-    if before is None:
-        del os.environ["PYSPARK_PYTHON"]
-    else:
-        os.environ["PYSPARK_PYTHON"] = before
+    # local[2,3]: 2 cores, and a failed task is tried again (up to 3 times)
+    yield from local_session("quiver-broker-tests", master="local[2,3]")
 
 
 @pytest.fixture(scope="module")

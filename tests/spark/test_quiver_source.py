@@ -4,8 +4,6 @@ a store read while another process writes it."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -14,12 +12,11 @@ from typing import Any
 
 import pytest
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 
 from localstore.read_only import ReadOnlyStore
 from localstore.results import GetStatus
 from sdk import ReceivedMessage
-from sdk.spark import QuiverDataSource
+from tests.spark.spark_session import local_session
 from tests.spark.store_writer import QUEUES, TOPIC, StoreWriter, body_of
 
 pytestmark = [
@@ -33,23 +30,7 @@ STORED = 300  # messages of the module's store
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    before = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers with this interpreter's packages
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("quiver-source-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.dataSource.register(QuiverDataSource)
-    yield session
-    session.stop()
-    if before is None:
-        del os.environ["PYSPARK_PYTHON"]
-    else:
-        os.environ["PYSPARK_PYTHON"] = before
+    yield from local_session("quiver-source-tests")
 
 
 @pytest.fixture(scope="module")

@@ -6,18 +6,14 @@ data loss when retention removed the start, in streams and batch reads."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 
-from sdk.spark import QuiverDataSource
-from tests.spark.spark_session import process_until
+from tests.spark.spark_session import local_session, process_until
 from tests.spark.store_writer import QUEUES, TOPIC, body_of
 from tests.spark.stores import Store
 
@@ -33,23 +29,7 @@ COLUMNS = ("topic", "queue_id", "queue_offset", "keys", "body")
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    before = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers with this interpreter's packages
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("quiver-stream-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.dataSource.register(QuiverDataSource)
-    yield session
-    session.stop()
-    if before is None:
-        del os.environ["PYSPARK_PYTHON"]
-    else:
-        os.environ["PYSPARK_PYTHON"] = before
+    yield from local_session("quiver-stream-tests")
 
 
 class Batches:
