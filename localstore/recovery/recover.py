@@ -60,7 +60,11 @@ from localstore.recovery.log_scan import (
     scan_log,
 )
 from localstore.recovery.queue_check import QueueCheck, queue_name
-from localstore.recovery.unfinished_put import UnfinishedPut, find_unfinished_put
+from localstore.recovery.unfinished_put import (
+    UnfinishedPut,
+    find_unfinished_put,
+    put_opened_before,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,8 @@ def recover(
     if start is None:
         start = _abnormal_start(commitlog, checkpoint)
     scan = _scan(commitlog, start)
+    if abnormal and scan.last_put is None and start > commitlog.min_offset:
+        scan.last_put = put_opened_before(commitlog, start)  # a put may go on past ``start``
     unsound = queue_check.unsound_queues(scan.end) + queues.unloadable
     if unsound and start > commitlog.min_offset:  # rebuilt from the whole log: walk it all
         scan = _scan(commitlog, commitlog.min_offset)

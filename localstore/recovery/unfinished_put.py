@@ -8,6 +8,10 @@ recovery scan notes the last record that opens such a put (:attr:`LogScan.last_p
 announced lie there, answers where the put starts: recovery moves the valid end back there, so
 the put is cut whole, as a torn tail is.
 
+A crashed store's scan starts at a segment's start (the newest whose first record the checkpoint
+says was flushed), which may lie inside a put that the segment before opens: the scan then sees
+none of its marks, and :func:`put_opened_before` finds the put's first record in that segment.
+
 Damage between the put's first record and the valid end (valid records follow it) is left to
 the damage rules: nothing is cut then. The records counted were checked by the scan, so the
 count follows their sizes only, and stops once it has found the announced number.
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from localstore.commitlog.log import CommitLog
 from localstore.record.layout import BLANK_MAGIC, SIZE_AND_MAGIC
 from localstore.record.put_mark import announced_records
+from localstore.record.walk import WALK_SEGMENT_END, walk_marking
 from localstore.recovery.log_scan import LogScan
 
 
@@ -70,3 +75,18 @@ def find_unfinished_put(commitlog: CommitLog, scan: LogScan) -> UnfinishedPut | 
     if found >= announced:
         return None
     return UnfinishedPut(start, announced, found, end)
+
+
+def put_opened_before(commitlog: CommitLog, start: int) -> int | None:
+    """The log offset of the last record opening a put of several in the segment that ends at
+    the segment start ``start``, when that segment reads whole (none for damage, left to the
+    damage rules); None when there is none. Walked without CRCs: only the records' frames
+    count here, and the recovery scan checks the records from ``start`` on."""
+    segment = commitlog.segments.find(start - 1)
+    if segment is None or segment.end_offset != start:
+        return None
+    size = segment.size
+    _, _, status, last_put = walk_marking(segment.view, segment.start_offset, size, 0, size, False)
+    if status != WALK_SEGMENT_END or last_put < 0:
+        return None
+    return segment.start_offset + last_put

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -296,3 +298,39 @@ def test_a_refusal_for_properties_the_mark_makes_too_long_says_so(tmp_path: Path
             assert result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
             assert result.detail.startswith(f"message 0: properties take {len(text)} bytes, ")
             assert "mark the store puts on the first message of a put of several" in result.detail
+
+
+def test_a_batch_killed_in_the_segment_recovery_starts_at_is_cut_whole(tmp_path: Path) -> None:
+    """A batch that goes on in a second segment, killed after some of its records there were
+    written, recovered from that segment (its first record before the checkpoint's time): the
+    batch's mark lies in the segment before, and the batch is cut whole all the same."""
+    root = tmp_path / "store"
+    bodies = [f"span-{i}-".encode().ljust(12_000, b"y") for i in range(8)]  # over 64 KiB
+    with MessageStore(root, **GEOMETRY) as store:
+        assert store.put(NewMessage(TOPIC, b"before", 0)).ok
+        result = store.put_batch([NewMessage(TOPIC, body, 0) for body in bodies])
+        assert result.ok
+        first, second = store.commitlog.segments.segments[:2]
+        in_first = sum(phys < first.end_offset for phys in result.phys_offsets)
+        assert 0 < in_first < len(bodies) - 1
+        second_path, second_start = second.path, second.start_offset
+    kept = result.phys_offsets[in_first + 1] - second_start  # one record of it in the second
+    with second_path.open("r+b") as file:
+        file.seek(kept)
+        file.write(bytes(second_path.stat().st_size - kept))  # the rest never written
+    with (root / "checkpoint").open("r+b") as file:  # flushed, it says, through now + 1 h
+        file.write(struct.pack(">qq", *[time.time_ns() // 1_000_000 + 3_600_000] * 2))
+    (root / "abort").write_text("4242")
+    with MessageStore(root, **GEOMETRY) as store:
+        assert store.recovery.start_offset == second_start  # the walk began past the mark
+        unfinished = store.recovery.unfinished_put
+        assert unfinished is not None
+        assert (unfinished.phys_offset, unfinished.announced, unfinished.found) == (
+            result.phys_offsets[0],
+            len(bodies),
+            in_first + 1,
+        )
+        got = store.get_messages(TOPIC, 0, 0, max_count=len(bodies) + 1)
+        assert [message.body for message in got.messages] == [b"before"]
+        assert store.max_offset(TOPIC, 0) == 1
+        assert verify_store(store).ok
