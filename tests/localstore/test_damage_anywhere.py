@@ -119,12 +119,7 @@ def test_a_damaged_unit_offset_hides_no_other_message(template, tmp_path, flip, 
     record deleted by retention), so only the damaged unit's message may be unreadable (the
     queue's first unit is checked at open, and the queue rebuilt: then none is)."""
     source, placed, _ = template
-    root = tmp_path / "store"
-    shutil.copytree(source, root)
-    unit_file = root / "consumequeue" / TOPIC / "0" / ("0" * 20)
-    raw = bytearray(unit_file.read_bytes())
-    raw[damaged_unit * 20] ^= flip
-    unit_file.write_bytes(raw)
+    root = _with_a_damaged_unit(source, tmp_path, 0, damaged_unit, 0, flip, crashed=False)
     with MessageStore(root) as store:
         assert store.min_offset(TOPIC, 0) == 0
         found, _ = readable(store, placed)
@@ -150,16 +145,8 @@ def test_a_damaged_unit_in_a_last_file_hides_no_later_unit(
     or opened it with the queue silently short (queue 0: the records of the hidden queue
     offsets unreadable, and those offsets free for new puts)."""
     source, placed, _ = template
-    root = tmp_path / "store"
-    shutil.copytree(source, root)
-    per_file = GEOMETRY["cq_entries_per_file"]
-    first_of_file = queue_offset - queue_offset % per_file
-    unit_file = root / "consumequeue" / TOPIC / str(queue_id) / f"{first_of_file * 20:020d}"
-    raw = bytearray(unit_file.read_bytes())
-    raw[(queue_offset % per_file) * 20 + 8] ^= 0x80  # the size's top byte: negative
-    unit_file.write_bytes(raw)
-    if crashed:
-        (root / "abort").write_text("4242")
+    # the size's top byte: negative
+    root = _with_a_damaged_unit(source, tmp_path, queue_id, queue_offset, 8, 0x80, crashed)
     with MessageStore(root) as store:
         found, _ = readable(store, placed)
         assert found == {p[0] for p in placed}
@@ -177,17 +164,35 @@ def test_a_last_unit_damaged_to_point_past_the_log_is_dispatched_again(template,
     which lies before the end, must be dispatched again (a clean open once left the queue a
     unit short, the record unreadable and its queue offset free for the next put)."""
     source, placed, _ = template
-    root = tmp_path / "store"
-    shutil.copytree(source, root)
-    unit_file = root / "consumequeue" / TOPIC / "0" / f"{16 * 20:020d}"
-    raw = bytearray(unit_file.read_bytes())
-    raw[3 * 20] ^= 0x01  # queue offset 19's commitlog offset, top byte: far past the log
-    unit_file.write_bytes(raw)
-    if crashed:
-        (root / "abort").write_text("4242")
+    # queue offset 19's commitlog offset, top byte: far past the log
+    root = _with_a_damaged_unit(source, tmp_path, 0, 19, 0, 0x01, crashed)
     with MessageStore(root) as store:
         found, _ = readable(store, placed)
         assert found == {p[0] for p in placed}
         assert store.max_offset(TOPIC, 0) == COUNT // QUEUES
         assert store.recovery.abnormal and store.recovery.units_truncated == 1
         assert store.put(NewMessage(TOPIC, b"after", 0)).queue_offset == COUNT // QUEUES
+
+
+def _with_a_damaged_unit(
+    source: Path,
+    tmp_path: Path,
+    queue_id: int,
+    queue_offset: int,
+    byte_in_unit: int,
+    flip: int,
+    crashed: bool,
+) -> Path:
+    """A copy of the template store whose unit ``queue_offset`` of queue ``queue_id`` has
+    ``flip`` xored into its byte ``byte_in_unit``, left as a kill leaves it if ``crashed``."""
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    per_file = GEOMETRY["cq_entries_per_file"]
+    first_of_file = queue_offset - queue_offset % per_file
+    unit_file = root / "consumequeue" / TOPIC / str(queue_id) / f"{first_of_file * 20:020d}"
+    raw = bytearray(unit_file.read_bytes())
+    raw[(queue_offset % per_file) * 20 + byte_in_unit] ^= flip
+    unit_file.write_bytes(raw)
+    if crashed:
+        (root / "abort").write_text("4242")
+    return root
