@@ -145,8 +145,9 @@ def encode_batch(
     runs: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append
-    heads: list[Head] = []
+    heads: list[Head] = []  # the current run's
     add_head = heads.append
+    run_heads: list[list[Head]] = []  # the closed runs'
     mark = mark_pair(len(messages)) if len(messages) > 1 else b""
     units: list[int] = []  # (phys, size, tag code) per unit, packed once per batch
     phys_offsets: list[int] = []
@@ -187,7 +188,9 @@ def encode_batch(
             or props_len > MAX_PROPERTIES_BYTES
         ):
             _check_sizes(messages, message, size, props_len, max_record_size, segment_size)
-            position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
+            position = _end_segment(
+                parts, runs, heads, run_heads, position, segment_end, segment_size
+            )
             segment_end += segment_size
             fits_below += segment_size
         if sys_flag & prepared_or_rollback:
@@ -235,6 +238,7 @@ def encode_batch(
         position += size
 
     runs.append(b"".join(parts))
+    run_heads.append(heads)
     return EncodedBatch(
         runs,
         _units_struct(len(units) // 3).pack(*units),
@@ -242,7 +246,7 @@ def encode_batch(
         queue_offset,
         position,
         unit_end,
-        _heads_by_run(heads, runs),
+        run_heads,
     )
 
 
@@ -287,8 +291,9 @@ def encode_uniform(
     runs: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append
-    heads: list[Head] = []
+    heads: list[Head] = []  # the current run's
     add_head = heads.append
+    run_heads: list[list[Head]] = []  # the closed runs'
     mark = mark_pair(len(batch)) if len(batch) > 1 else b""
     units: list[int] = []
     phys_offsets: list[int] = []
@@ -310,7 +315,9 @@ def encode_uniform(
         ):
             mark_bytes = len(mark_pair(len(batch))) if index == 0 and len(batch) > 1 else 0
             _check_record(index, size, props_len, max_record_size, segment_size, mark_bytes)
-            position = _end_segment(parts, runs, heads, position, segment_end, segment_size)
+            position = _end_segment(
+                parts, runs, heads, run_heads, position, segment_end, segment_size
+            )
             segment_end += segment_size
             fits_below += segment_size
         if tags_column is None:
@@ -344,6 +351,7 @@ def encode_uniform(
         queue_offset += 1
 
     runs.append(b"".join(parts))
+    run_heads.append(heads)
     return EncodedBatch(
         runs,
         _units_struct(queue_offset - first_offset).pack(*units),
@@ -351,7 +359,7 @@ def encode_uniform(
         queue_offset,
         position,
         position if phys_offsets else 0,
-        _heads_by_run(heads, runs),
+        run_heads,
     )
 
 
@@ -359,32 +367,21 @@ def _end_segment(
     parts: list[bytes],
     runs: list[bytes],
     heads: list[Head],
+    run_heads: list[list[Head]],
     position: int,
     segment_end: int,
     segment_size: int,
 ) -> int:
-    """Close the current segment's run with the blank record that fills it from ``position``
-    (unpublished, as the records are); returns where the next record goes (the next segment's
-    start)."""
+    """Close the current segment's run (``parts``, ``heads``) with the blank record that fills
+    it from ``position`` (unpublished, as the records are) and move it to ``runs`` and
+    ``run_heads``; returns where the next record goes (the next segment's start)."""
     parts.append(_UNPUBLISHED_BLANK)
     heads.append((position % segment_size, segment_end - position, BLANK_MAGIC))
     runs.append(b"".join(parts))
     parts.clear()
+    run_heads.append(heads.copy())
+    heads.clear()
     return segment_end
-
-
-def _heads_by_run(heads: list[Head], runs: list[bytes]) -> list[list[Head]]:
-    """``heads`` (of every run, in log order) cut into each run's: every run but the last
-    ends with its segment's blank record."""
-    if len(runs) == 1:
-        return [heads]
-    by_run, first = [], 0
-    for last, head in enumerate(heads):
-        if head[2] == BLANK_MAGIC:
-            by_run.append(heads[first : last + 1])
-            first = last + 1
-    by_run.append(heads[first:])
-    return by_run
 
 
 _NO_RECONSUME_NO_PREPARED = RECONSUME_AND_PREPARED.pack(0, 0)
