@@ -187,7 +187,7 @@ class BrokerApp:
         refuse_broker_properties(messages)
         result: SendResult = await self._write(
             functools.partial(self.service.send, messages, stamp=stamp),
-            inline=len(body) <= INLINE_APPEND_BYTES,
+            append_bytes=len(body),
         )
         self._count_put(result, len(body))
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
@@ -197,7 +197,7 @@ class BrokerApp:
         produces = decode_send_many_body(body)
         parts = [_decoded_part(query, data) for query, data in produces]
         outcomes: list[SendResult | PartError] = await self._write(
-            functools.partial(self._store_parts, parts), inline=len(body) <= INLINE_APPEND_BYTES
+            functools.partial(self._store_parts, parts), append_bytes=len(body)
         )
         for (_query, data), outcome in zip(produces, outcomes, strict=True):
             if isinstance(outcome, SendResult):
@@ -232,7 +232,7 @@ class BrokerApp:
         messages, stamp = decode_send_query(request.query, body, half=True)
         refuse_broker_properties(messages)
         call = functools.partial(self.service.send_half, group, messages[0], stamp=stamp)
-        result: SendResult = await self._write(call, inline=len(body) <= INLINE_APPEND_BYTES)
+        result: SendResult = await self._write(call, append_bytes=len(body))
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _pull(self, request: web.Request) -> web.Response:
@@ -328,10 +328,12 @@ class BrokerApp:
         self._check_serving()
         return await _submit(pool, call)
 
-    async def _write(self, call: Callable[[], T], *, inline: bool = False) -> T:
-        """``call`` (an append or a config write) through the one writer; ``inline``: it is a
-        small append, which may run on the loop (see :class:`~sdk.server.writer.Writer`)."""
+    async def _write(self, call: Callable[[], T], *, append_bytes: int | None = None) -> T:
+        """``call`` (an append or a config write) through the one writer; ``append_bytes``:
+        the size of the body it appends, which may run on the loop when it is at most
+        :data:`INLINE_APPEND_BYTES` (see :class:`~sdk.server.writer.Writer`)."""
         self._check_serving()
+        inline = append_bytes is not None and append_bytes <= INLINE_APPEND_BYTES
         return await self._writer.run(call, inline=inline)
 
     def _offload_read(self, call: Callable[[], T]) -> Awaitable[T]:
