@@ -11,7 +11,8 @@ and the properties are the ``PROPLEN`` bytes that end the record. The record is 
 only if its fields agree with each other: magic v1, no IPv6 bit, the topic field the pulled
 topic's, TOTALSIZE the sum of its parts, the record inside the buffer, its properties valid
 UTF-8. Anything else (another shape, another topic, or damage) goes through
-:func:`localstore.record.codec.decode_record`, which decodes every shape and names what is
+:func:`sdk.transport.models.decode_records_before_damage` (the records from there on, one by one
+by :func:`localstore.record.codec.decode_record`), which decodes every shape and names what is
 wrong; both routes give equal messages.
 
 The messages are made without ``ReceivedMessage.__init__`` (slot stores in the loop, no call per
@@ -21,7 +22,7 @@ text, parsed on first read, as ``__init__`` keeps them.
 
 from __future__ import annotations
 
-from localstore.record.codec import HOST_TEXTS, RecordError, decode_record, host_text
+from localstore.record.codec import HOST_TEXTS, RecordError, host_text
 from localstore.record.layout import (
     BODY_LENGTH_AT_V4,
     INT,
@@ -30,6 +31,7 @@ from localstore.record.layout import (
 )
 from localstore.record.run_decoder import layouts_for
 from sdk.message import ReceivedMessage
+from sdk.transport.models import decode_records_before_damage
 
 __all__ = ["decode_received"]
 
@@ -108,20 +110,6 @@ def decode_received(raw: bytes, topic: str) -> tuple[list[ReceivedMessage], Reco
             message._store_host_raw = store_host
             append(message)
             position = record_end
-    return _decode_rest(raw, position, messages)
-
-
-def _decode_rest(
-    raw: bytes, position: int, messages: list[ReceivedMessage]
-) -> tuple[list[ReceivedMessage], RecordError | None]:
-    """The records from ``position`` on, one by one by the general decode (any shape), added
-    to ``messages``; stops at the first that does not decode."""
-    end = len(raw)
-    while position < end:
-        try:
-            message = decode_record(raw, position, make=ReceivedMessage)
-        except RecordError as exc:
-            return messages, exc
-        messages.append(message)
-        position += message.store_size
-    return messages, None
+    rest, error = decode_records_before_damage(raw, ReceivedMessage, start=position)
+    messages += rest
+    return messages, error

@@ -17,7 +17,8 @@ connection was refused, or it answered 503).
 
 Sends may also travel together: :func:`send_many_request` carries several sends' requests, each
 built (and stamped) by this table's ``send`` entry, in one ``POST /v1/send-many``
-(:mod:`sdk.protocol.send_many`), and :func:`send_many_answers` gives each its own outcome.
+(:mod:`sdk.protocol.send_many`), whose answer
+:func:`~sdk.protocol.send_many.decode_send_many_answer` splits into each send's own outcome.
 """
 
 from __future__ import annotations
@@ -41,19 +42,16 @@ from sdk.protocol.produce_body import encode_produce_body
 from sdk.protocol.pull_body import decode_pull_answer
 from sdk.protocol.send_many import (
     SEND_MANY_PATH,
-    PartError,
-    decode_send_many_answer,
     encode_send_many_body,
 )
 from sdk.protocol.shapes import SEND_RESULT, load_json
-from sdk.transport.models import NO_END_MS, ProducerStamp, SendResult
+from sdk.transport.models import NO_END_MS, ProducerStamp
 
 __all__ = [
     "CALLS",
     "NOT_IDEMPOTENT",
     "WireCall",
     "WireRequest",
-    "send_many_answers",
     "send_many_request",
 ]
 
@@ -216,9 +214,3 @@ def send_many_request(sends: Sequence[WireRequest]) -> WireRequest:
     """One request carrying ``sends`` (requests of the ``send`` entry, stamps and all)."""
     body = encode_send_many_body([(send.query, send.body) for send in sends])
     return WireRequest(SEND_MANY_PATH, body, binary=True)
-
-
-def send_many_answers(body: bytes, sends: int) -> list[SendResult | PartError]:
-    """Each send's outcome from the answer to a :func:`send_many_request` of ``sends`` sends:
-    what ``send`` answers, or the error answer ``/v1/send`` would have given it."""
-    return decode_send_many_answer(body, sends)

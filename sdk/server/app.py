@@ -187,24 +187,28 @@ class BrokerApp:
         refuse_broker_properties(messages)
         result: SendResult = await self._write(
             functools.partial(self.service.send, messages, stamp=stamp),
-            inline=len(body) <= INLINE_APPEND_BYTES,
+            append_bytes=len(body),
         )
-        if result.stored:
-            self.metrics.put_messages += len(result.phys_offsets)
-            self.metrics.put_bytes += len(body)
+        self._count_put(result, len(body))
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _send_many(self, request: web.Request) -> web.Response:
         body = await request.read()
-        parts = [_decoded_part(query, data) for query, data in decode_send_many_body(body)]
+        produces = decode_send_many_body(body)
+        parts = [_decoded_part(query, data) for query, data in produces]
         outcomes: list[SendResult | PartError] = await self._write(
-            functools.partial(self._store_parts, parts), inline=len(body) <= INLINE_APPEND_BYTES
+            functools.partial(self._store_parts, parts), append_bytes=len(body)
         )
-        for part, outcome in zip(parts, outcomes, strict=True):
-            if isinstance(outcome, SendResult) and outcome.stored:
-                self.metrics.put_messages += len(outcome.phys_offsets)
-                self.metrics.put_bytes += part[2] if isinstance(part, tuple) else 0
+        for (_query, data), outcome in zip(produces, outcomes, strict=True):
+            if isinstance(outcome, SendResult):
+                self._count_put(outcome, len(data))
         return _json(encode_send_many_answer(outcomes))
+
+    def _count_put(self, result: SendResult, body_bytes: int) -> None:
+        """Count a send's messages and produce-body bytes in the metrics, if it stored them."""
+        if result.stored:
+            self.metrics.put_messages += len(result.phys_offsets)
+            self.metrics.put_bytes += body_bytes
 
     def _store_parts(self, parts: list[_Part | PartError]) -> list[SendResult | PartError]:
         """Store each decoded part (on the writer), in order; a part's failure is its answer."""
@@ -213,13 +217,9 @@ class BrokerApp:
             if isinstance(part, PartError):
                 outcomes.append(part)
                 continue
-            messages, stamp, _size = part
+            messages, stamp = part
             try:
                 outcomes.append(self.service.send(messages, stamp=stamp))
-            except StoreClosedError as exc:
-                outcomes.append(
-                    _part_error(BrokerUnavailableError(f"the broker is closing: {exc}"))
-                )
             except Exception as exc:
                 outcomes.append(_part_error(exc))
         return outcomes
@@ -232,7 +232,7 @@ class BrokerApp:
         messages, stamp = decode_send_query(request.query, body, half=True)
         refuse_broker_properties(messages)
         call = functools.partial(self.service.send_half, group, messages[0], stamp=stamp)
-        result: SendResult = await self._write(call, inline=len(body) <= INLINE_APPEND_BYTES)
+        result: SendResult = await self._write(call, append_bytes=len(body))
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _pull(self, request: web.Request) -> web.Response:
@@ -328,10 +328,12 @@ class BrokerApp:
         self._check_serving()
         return await _submit(pool, call)
 
-    async def _write(self, call: Callable[[], T], *, inline: bool = False) -> T:
-        """``call`` (an append or a config write) through the one writer; ``inline``: it is a
-        small append, which may run on the loop (see :class:`~sdk.server.writer.Writer`)."""
+    async def _write(self, call: Callable[[], T], *, append_bytes: int | None = None) -> T:
+        """``call`` (an append or a config write) through the one writer; ``append_bytes``:
+        the size of the body it appends, which may run on the loop when it is at most
+        :data:`INLINE_APPEND_BYTES` (see :class:`~sdk.server.writer.Writer`)."""
         self._check_serving()
+        inline = append_bytes is not None and append_bytes <= INLINE_APPEND_BYTES
         return await self._writer.run(call, inline=inline)
 
     def _offload_read(self, call: Callable[[], T]) -> Awaitable[T]:
@@ -357,7 +359,7 @@ class BrokerApp:
         except web.HTTPException as exc:  # aiohttp's own: no route, wrong method, too large
             response = _http_error(exc, self.max_request_bytes)
         except StoreClosedError as exc:  # for every route: a closing store is a retriable 503
-            response = _error(BrokerUnavailableError(f"the broker is closing: {exc}"))
+            response = _error(_closing(exc))
         except ConnectionResetError:  # the client left before its whole request body came
             log.debug("%s %s: the client closed the connection", request.method, request.path)
             response = _error(MalformedBodyError(0, "the connection closed mid-body"))
@@ -395,8 +397,8 @@ class BrokerApp:
         self._readers.shutdown(wait=True)
 
 
-_Part = tuple[Sequence[NewMessage], ProducerStamp | None, int]
-"""A send-many part ready to store: its messages, its stamp and its produce body's size."""
+_Part = tuple[Sequence[NewMessage], ProducerStamp | None]
+"""A send-many part ready to store: its messages and its stamp."""
 
 
 def _decoded_part(query: dict[str, str], body: memoryview) -> _Part | PartError:
@@ -407,17 +409,22 @@ def _decoded_part(query: dict[str, str], body: memoryview) -> _Part | PartError:
         refuse_broker_properties(messages)
     except Exception as exc:
         return _part_error(exc)
-    return messages, stamp, len(body)
+    return messages, stamp
 
 
 def _part_error(exc: Exception) -> PartError:
     """A part's failure as the error answer a send of it alone would get (a bug logged and
-    answered INTERNAL, as :meth:`BrokerApp._answer_errors` does)."""
-    if not _is_expected(exc):
+    answered INTERNAL, as :meth:`BrokerApp._answer_errors` does). Called in its ``except``."""
+    status, document = error_document(_closing(exc) if isinstance(exc, StoreClosedError) else exc)
+    if status == 500:
         log.exception("a part of %s failed", SEND_MANY_PATH)
         return PartError(500, _INTERNAL_ERROR)
-    status, document = error_document(exc)
     return PartError(status, document)
+
+
+def _closing(exc: StoreClosedError) -> BrokerUnavailableError:
+    """A store closed under a request, as the retriable 503 its client gets."""
+    return BrokerUnavailableError(f"the broker is closing: {exc}")
 
 
 _INTERNAL_ERROR = {

@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sdk.errors import QuiverError
-from sdk.protocol.calls import CALLS, WireRequest, send_many_answers, send_many_request
-from sdk.protocol.send_many import PartError
+from sdk.protocol.calls import CALLS, WireRequest, send_many_request
+from sdk.protocol.send_many import PartError, decode_send_many_answer
 from sdk.transport.models import SendResult
 
 __all__ = ["DEFAULT_COALESCE_BYTES", "SendCoalescer"]
@@ -119,7 +119,7 @@ class SendCoalescer:
                 ]
             else:
                 body = await self._post(send_many_request([q.request for q in batch]))
-                outcomes = send_many_answers(body, len(batch))
+                outcomes = decode_send_many_answer(body, len(batch))
         except asyncio.CancelledError:
             for queued in batch:
                 queued.outcome.cancel()

@@ -230,24 +230,24 @@ def decode_records(raw: bytes | memoryview) -> list[StoredMessage]:
 
 @overload
 def decode_records_before_damage(
-    raw: bytes | memoryview,
+    raw: bytes | memoryview, *, start: int = 0
 ) -> tuple[list[StoredMessage], RecordError | None]: ...
 
 
 @overload
 def decode_records_before_damage(
-    raw: bytes | memoryview, make: Callable[..., _Decoded]
+    raw: bytes | memoryview, make: Callable[..., _Decoded], *, start: int = 0
 ) -> tuple[list[_Decoded], RecordError | None]: ...
 
 
 def decode_records_before_damage(
-    raw: bytes | memoryview, make: Callable[..., Any] = StoredMessage
+    raw: bytes | memoryview, make: Callable[..., Any] = StoredMessage, *, start: int = 0
 ) -> tuple[list[Any], RecordError | None]:
-    """:func:`decode_records`, stopping at the first record that does not decode: the records
-    before it, and the error (None when every record decoded). ``make`` builds each message
-    (see :func:`localstore.record.codec.decode_record`)."""
+    """:func:`decode_records` from the record at ``start`` on, stopping at the first record
+    that does not decode: the records before it, and the error (None when every record
+    decoded). ``make`` builds each message (see :func:`localstore.record.codec.decode_record`)."""
     messages: list[Any] = []
-    position, end = 0, len(raw)
+    position, end = start, len(raw)
     while position < end:
         try:
             message = decode_record(raw, position, make=make)
