@@ -149,11 +149,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
             lowered, "startingOffsets", selection.covers, LATEST if streaming else EARLIEST
         ),
         ending_offsets=_offsets(lowered, "endingOffsets", selection.covers, LATEST),
-        min_partitions=_min_partitions(lowered.get("minpartitions")),
+        min_partitions=positive_option(lowered, "minPartitions"),
         include_body=_flag(lowered, "includeBody", default=True),
         include_properties=_flag(lowered, "includeProperties", default=False),
         fail_on_data_loss=_flag(lowered, "failOnDataLoss", default=True),
-        max_offsets_per_trigger=_positive(lowered, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=positive_option(lowered, "maxOffsetsPerTrigger"),
         brokers=brokers,
         consumer_group=consumer_group,
         topic_pattern=selection.pattern,
@@ -265,19 +265,9 @@ def _offset(value: object, name: str, topic: str) -> int:
     return value
 
 
-def _min_partitions(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise InvalidArgumentError(f"minPartitions: expected an integer >= 1, got {text!r}")
-    return count
-
-
-def _positive(options: Mapping[str, str], name: str) -> int | None:
+def positive_option(options: Mapping[str, str], name: str) -> int | None:
+    """Option ``name`` (``options`` keyed in lower case) as an integer >= 1, None when absent.
+    Never 0, so ``positive_option(...) or default`` gives a default."""
     text = options.get(name.lower())
     if text is None:
         return None
