@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import orjson
 
 from quiver_errors import InvalidArgumentError
+from sdk.spark.queue_tables import queue_table
 from sdk.spark.selection import parse_tags, parse_topic_selection
 from sdk.spark.timestamps import (
     NO_TIMESTAMPS,
@@ -228,38 +229,14 @@ def _offsets(
             f"{name}: expected 'earliest', 'latest' or JSON such as "
             f'{{"topic": {{"0": 12}}}}, got {text!r}'
         ) from None
-    return _offset_table(parsed, name, is_read_topic)
+    return queue_table(parsed, name, is_read_topic, _offset)
 
 
-def _offset_table(
-    parsed: object, name: str, is_read_topic: Callable[[str], bool]
-) -> dict[str, dict[int, int]]:
-    if not isinstance(parsed, dict):
-        raise InvalidArgumentError(f"{name}: the JSON must be an object of topics")
-    table: dict[str, dict[int, int]] = {}
-    for topic, per_queue in parsed.items():
-        if not is_read_topic(topic):
-            raise InvalidArgumentError(f"{name}: topic {topic!r} is not among topics")
-        if not isinstance(per_queue, dict):
-            raise InvalidArgumentError(f"{name}: {topic!r} must map queue ids to offsets")
-        table[topic] = {
-            _queue_id(queue, name, topic): _offset(offset, name, topic)
-            for queue, offset in per_queue.items()
-        }
-    return table
-
-
-def _queue_id(text: str, name: str, topic: str) -> int:
-    if not text.isdigit():
-        raise InvalidArgumentError(f"{name}: {topic!r} names queue {text!r}, not a queue id")
-    return int(text)
-
-
-def _offset(value: object, name: str, topic: str) -> int:
+def _offset(value: object, name: str, where: str) -> int:
     lowest = EARLIEST_SENTINEL if name == "startingOffsets" else LATEST_SENTINEL
     if type(value) is not int or value < lowest:
         raise InvalidArgumentError(
-            f"{name}: {topic!r} has offset {value!r}; a queue offset is an integer >= 0 "
+            f"{name}: {where} has offset {value!r}; a queue offset is an integer >= 0 "
             f"(or -1 for latest{', -2 for earliest' if lowest == EARLIEST_SENTINEL else ''})"
         )
     return value
