@@ -1,14 +1,18 @@
 """What every example script does around its own story: where its store goes, and printing.
 
-Not part of the SDK: a helper the scripts in this folder import (they run with this folder on
+Not part of the SDK: helpers the scripts in this folder import (they run with this folder on
 ``sys.path``). ``run_example`` gives a script its data directory: ``argv[1]``, or a fresh one
 in a temporary directory removed afterwards. A Quiver store already there is deleted first;
-any other non-empty directory is left alone (exit status 2).
+any other non-empty directory is left alone (exit status 2). ``start_broker`` and
+``stop_broker`` run a ``quiver broker`` process for the examples of remote mode.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,3 +52,23 @@ def run_example(
         if make:
             data.mkdir(parents=True)
         return run(data)
+
+
+def start_broker(store: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``quiver broker`` over ``store`` on a free port; the process and its URL."""
+    command = [sys.executable, "-m", "sdk.cli.main", "broker", "--data", str(store)]
+    broker = subprocess.Popen(
+        [*command, "--port", "0", "--json", "--quiet"], stdout=subprocess.PIPE
+    )
+    assert broker.stdout is not None
+    url = json.loads(broker.stdout.readline())["listening"]
+    return broker, url
+
+
+def stop_broker(broker: subprocess.Popen[bytes]) -> int:
+    """Stop ``broker`` as an operator would (SIGTERM) and return its exit status."""
+    broker.send_signal(signal.SIGTERM)
+    status = broker.wait(60)
+    if broker.stdout is not None:
+        broker.stdout.close()
+    return status

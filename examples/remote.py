@@ -16,31 +16,17 @@ directory, removed afterwards) receives the store (``DIR/store``).
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from _example import run_example, say
+from _example import run_example, say, start_broker, stop_broker
 
 from sdk import Admin, ConsumeFrom, Message, Producer, PushConsumer, ReceivedMessage
 
 TOPIC = "orders"
 GROUP = "billing"
 ORDERS = 5
-
-
-def start_broker(store: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``quiver broker`` over ``store`` on a free port; the process and its URL."""
-    command = [sys.executable, "-m", "sdk.cli.main", "broker", "--data", str(store)]
-    broker = subprocess.Popen(
-        [*command, "--port", "0", "--json", "--quiet"], stdout=subprocess.PIPE
-    )
-    assert broker.stdout is not None
-    url = json.loads(broker.stdout.readline())["listening"]
-    return broker, url
 
 
 def run(data: Path) -> int:
@@ -73,10 +59,7 @@ def run(data: Path) -> int:
             lag = sum(queue.lag for queue in admin.lag(GROUP, TOPIC))
             say(f"3. the group {GROUP} has consumed everything: lag {lag}")
     finally:
-        broker.send_signal(signal.SIGTERM)
-        status = broker.wait(60)
-        if broker.stdout is not None:
-            broker.stdout.close()
+        status = stop_broker(broker)
     say(f"4. the broker stopped cleanly (exit status {status})")
     return 0 if status == 0 and len(received) >= ORDERS else 1
 

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-from _example import run_example, say
+from _example import run_example, say, start_broker, stop_broker
 
 from sdk import Message, Producer
 
@@ -53,17 +51,6 @@ def expected_totals() -> Counter[tuple[str, int]]:
         minute = int(placed["ordered_ms"]) // 60_000 * 60_000
         totals[str(placed["customer"]), minute] += int(placed["amount_cents"])
     return totals
-
-
-def start_broker(store: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``quiver broker`` over ``store`` on a free port; the process and its URL."""
-    command = [sys.executable, "-m", "sdk.cli.main", "broker", "--data", str(store)]
-    broker = subprocess.Popen(
-        [*command, "--port", "0", "--json", "--quiet"], stdout=subprocess.PIPE
-    )
-    assert broker.stdout is not None
-    url = json.loads(broker.stdout.readline())["listening"]
-    return broker, url
 
 
 def send_orders(url: str) -> None:
@@ -141,10 +128,7 @@ def run(data: Path) -> int:
         send_orders(url)
         found, topic_rows, parquet_rows = pipeline(url, data / "totals.parquet")
     finally:
-        broker.send_signal(signal.SIGTERM)
-        status = broker.wait(60)
-        if broker.stdout is not None:
-            broker.stdout.close()
+        status = stop_broker(broker)
     expected = expected_totals()
     agree = found == expected and topic_rows == parquet_rows == len(expected)
     say(

@@ -30,20 +30,25 @@ from sdk.spark.source import QuiverDataSource
 
 
 @contextmanager
-def local_session(cores: int = 2) -> Iterator[SparkSession]:
-    """A ``local[cores]`` session with the ``quiver`` format registered, Python workers on this
-    interpreter; stopped on exit."""
+def local_session(
+    cores: int = 2, *, max_task_failures: int = 1, app_name: str = "quiver-perf-spark", **conf: str
+) -> Iterator[SparkSession]:
+    """A ``local[cores]`` session (a task tried up to ``max_task_failures`` times), UTC, the
+    ``quiver`` format registered, Python workers on this interpreter, ``conf`` added to its
+    settings; stopped on exit and ``PYSPARK_PYTHON`` restored. The tests' sessions too."""
     before = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("quiver-perf-spark")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers with this interpreter's packages
+    builder = (
+        SparkSession.builder.master(f"local[{cores},{max_task_failures}]")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")  # the benchmark shows its own
-        .getOrCreate()
     )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(QuiverDataSource)
     try:

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from localstore.record.validation import is_system_topic
 from offsetstore import MessageQueue
 from quiver_errors import IllegalStateError
 from sdk.spark.batches import records_to_batch
@@ -102,11 +103,13 @@ class SeveralBrokerQueues:
         return queues.offset_for_timestamp(plain, queue_id, timestamp_ms)
 
     def topic_names(self) -> list[str]:
-        """Every broker's topics, qualified, sorted (for ``topicPattern``)."""
+        """Every broker's topics but its system ones, qualified, sorted (for ``topicPattern``,
+        which never matches a system topic: qualified, one no longer looks like one)."""
         return sorted(
             qualify(url, topic)
             for url, queues in self.by_url.items()
             for topic in queues.topic_names()
+            if not is_system_topic(topic)
         )
 
 

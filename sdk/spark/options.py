@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import orjson
 
 from quiver_errors import InvalidArgumentError
+from sdk.spark.queue_tables import queue_table
 from sdk.spark.selection import parse_tags, parse_topic_selection
 from sdk.spark.timestamps import (
     NO_TIMESTAMPS,
@@ -149,11 +150,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
             lowered, "startingOffsets", selection.covers, LATEST if streaming else EARLIEST
         ),
         ending_offsets=_offsets(lowered, "endingOffsets", selection.covers, LATEST),
-        min_partitions=_min_partitions(lowered.get("minpartitions")),
+        min_partitions=positive_option(lowered, "minPartitions"),
         include_body=_flag(lowered, "includeBody", default=True),
         include_properties=_flag(lowered, "includeProperties", default=False),
         fail_on_data_loss=_flag(lowered, "failOnDataLoss", default=True),
-        max_offsets_per_trigger=_positive(lowered, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=positive_option(lowered, "maxOffsetsPerTrigger"),
         brokers=brokers,
         consumer_group=consumer_group,
         topic_pattern=selection.pattern,
@@ -228,56 +229,22 @@ def _offsets(
             f"{name}: expected 'earliest', 'latest' or JSON such as "
             f'{{"topic": {{"0": 12}}}}, got {text!r}'
         ) from None
-    return _offset_table(parsed, name, is_read_topic)
+    return queue_table(parsed, name, is_read_topic, _offset)
 
 
-def _offset_table(
-    parsed: object, name: str, is_read_topic: Callable[[str], bool]
-) -> dict[str, dict[int, int]]:
-    if not isinstance(parsed, dict):
-        raise InvalidArgumentError(f"{name}: the JSON must be an object of topics")
-    table: dict[str, dict[int, int]] = {}
-    for topic, per_queue in parsed.items():
-        if not is_read_topic(topic):
-            raise InvalidArgumentError(f"{name}: topic {topic!r} is not among topics")
-        if not isinstance(per_queue, dict):
-            raise InvalidArgumentError(f"{name}: {topic!r} must map queue ids to offsets")
-        table[topic] = {
-            _queue_id(queue, name, topic): _offset(offset, name, topic)
-            for queue, offset in per_queue.items()
-        }
-    return table
-
-
-def _queue_id(text: str, name: str, topic: str) -> int:
-    if not text.isdigit():
-        raise InvalidArgumentError(f"{name}: {topic!r} names queue {text!r}, not a queue id")
-    return int(text)
-
-
-def _offset(value: object, name: str, topic: str) -> int:
+def _offset(value: object, name: str, where: str) -> int:
     lowest = EARLIEST_SENTINEL if name == "startingOffsets" else LATEST_SENTINEL
     if type(value) is not int or value < lowest:
         raise InvalidArgumentError(
-            f"{name}: {topic!r} has offset {value!r}; a queue offset is an integer >= 0 "
+            f"{name}: {where} has offset {value!r}; a queue offset is an integer >= 0 "
             f"(or -1 for latest{', -2 for earliest' if lowest == EARLIEST_SENTINEL else ''})"
         )
     return value
 
 
-def _min_partitions(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise InvalidArgumentError(f"minPartitions: expected an integer >= 1, got {text!r}")
-    return count
-
-
-def _positive(options: Mapping[str, str], name: str) -> int | None:
+def positive_option(options: Mapping[str, str], name: str) -> int | None:
+    """Option ``name`` (``options`` keyed in lower case) as an integer >= 1, None when absent.
+    Never 0, so ``positive_option(...) or default`` gives a default."""
     text = options.get(name.lower())
     if text is None:
         return None

@@ -31,6 +31,7 @@ from typing import Protocol
 import orjson
 
 from quiver_errors import InvalidArgumentError
+from sdk.spark.queue_tables import queue_table
 
 # One bound by time: a time for every queue, or {topic: {queue id: time ms}}.
 TimeSpec = int | dict[str, dict[int, int]]
@@ -130,25 +131,15 @@ def _time_table(
         raise InvalidArgumentError(
             f'{name}: expected JSON such as {{"topic": {{"0": 1700000000000}}}}, got {text!r}'
         )
-    table: dict[str, dict[int, int]] = {}
-    for topic, per_queue in parsed.items():
-        if not is_read_topic(topic):
-            raise InvalidArgumentError(f"{name}: topic {topic!r} is not among the topics read")
-        if not isinstance(per_queue, dict):
-            raise InvalidArgumentError(f"{name}: {topic!r} must map queue ids to times")
-        table[topic] = {}
-        for queue, time_ms in per_queue.items():
-            if not queue.isdigit():
-                raise InvalidArgumentError(
-                    f"{name}: {topic!r} names queue {queue!r}, not a queue id"
-                )
-            if type(time_ms) is not int or time_ms < 0:
-                raise InvalidArgumentError(
-                    f"{name}: {topic!r} queue {queue} has time {time_ms!r}; a time is an "
-                    "integer >= 0 (epoch milliseconds)"
-                )
-            table[topic][int(queue)] = time_ms
-    return table
+    return queue_table(parsed, name, is_read_topic, _queue_time)
+
+
+def _queue_time(value: object, name: str, where: str) -> int:
+    if type(value) is not int or value < 0:
+        raise InvalidArgumentError(
+            f"{name}: {where} has time {value!r}; a time is an integer >= 0 (epoch milliseconds)"
+        )
+    return value
 
 
 def resolve_time_bound(

@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from localstore.record.javahash import java_hash
 from quiver_errors import InvalidArgumentError
+from sdk.outgoing import select_by_key
 from sdk.spark.produce_rows import (
     bodies,
     concatenated,
@@ -274,11 +274,11 @@ class WritePlan:
 
 
 def _by_key(keys: pa.Array, count: int) -> np.ndarray:
-    """The queue of each sharding key (-1 for a null one), as the SDK's producer picks it:
-    ``abs(java_hash(key)) % count``, hashed once per distinct key."""
+    """The queue of each sharding key (-1 for a null one), as the SDK's producer picks it
+    (:func:`sdk.outgoing.select_by_key`), once per distinct key."""
     encoded = pc.dictionary_encode(keys)
     queues = np.array(
-        [abs(java_hash(key)) % count for key in encoded.dictionary.to_pylist()] + [-1], np.int64
+        [select_by_key(key, count) for key in encoded.dictionary.to_pylist()] + [-1], np.int64
     )
     codes = pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
     chosen: np.ndarray = queues[codes]

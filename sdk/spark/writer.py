@@ -53,6 +53,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from localstore.record.uniform_batch import DEFAULT_BORN_HOST
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.protocol.calls import CALLS, WireRequest
+from sdk.spark.options import positive_option
 from sdk.spark.write_plan import PlannedBatch, WritePlan, check_write_columns
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import SendResult
@@ -114,23 +115,10 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
         broker=broker,
         topic=topic,
         write_id=lowered.get("writeid") or None,
-        batch_rows=_positive(lowered, "batchRows", 1000),
-        batch_bytes=_positive(lowered, "batchBytes", 256 * 1024),
-        max_in_flight=_positive(lowered, "maxInFlight", 4),
+        batch_rows=positive_option(lowered, "batchRows") or 1000,
+        batch_bytes=positive_option(lowered, "batchBytes") or 256 * 1024,
+        max_in_flight=positive_option(lowered, "maxInFlight") or 4,
     )
-
-
-def _positive(options: Mapping[str, str], name: str, default: int) -> int:
-    text = options.get(name.lower())
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidArgumentError(f"{name}: expected an integer >= 1, got {text!r}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -1,42 +1,20 @@
-"""The local Spark session of a test module: ``local[2]`` by default, UTC, the ``quiver`` source
-registered, workers on this interpreter (``PYSPARK_PYTHON``), restored afterwards."""
+"""The local Spark session of a test module (``local[2]``, UTC, the ``quiver`` source registered:
+:func:`sdk.spark.bench.local_session`), and a wait for a streaming query."""
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pyspark.sql import SparkSession
 
+def local_session(app_name: str, max_task_failures: int = 1, **conf: str) -> Iterator[Any]:
+    """Yield a session for one module (a fixture's body): :func:`sdk.spark.bench.local_session`
+    on two cores."""
+    from sdk.spark.bench import local_session as spark_session
 
-def local_session(app_name: str, master: str = "local[2]", **conf: str) -> Iterator[Any]:
-    """Yield a session for one module (a fixture's body), ``conf`` added to its settings."""
-    from sdk.spark import QuiverDataSource
-
-    before = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers with this interpreter's packages
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.dataSource.register(QuiverDataSource)
-    try:
+    with spark_session(max_task_failures=max_task_failures, app_name=app_name, **conf) as session:
         yield session
-    finally:
-        session.stop()
-        if before is None:
-            del os.environ["PYSPARK_PYTHON"]
-        else:
-            os.environ["PYSPARK_PYTHON"] = before
 
 
 def process_until(query: Any, done: Callable[[], bool], timeout_s: float = 200.0) -> None:

@@ -40,8 +40,8 @@ WAIT_S = 120.0
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    # local[2,3]: 2 cores, and a failed task is tried again (up to 3 times)
-    yield from local_session("quiver-broker-tests", master="local[2,3]")
+    # a failed task is tried again (up to 3 times in all)
+    yield from local_session("quiver-broker-tests", max_task_failures=3)
 
 
 @pytest.fixture(scope="module")

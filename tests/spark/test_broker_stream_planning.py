@@ -8,10 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from sdk import Message, Producer
+from sdk.spark.broker_source import BrokerQueues, SeveralBrokerQueues, qualified_options
+from sdk.spark.options import parse_read_options
+from sdk.spark.ranges import read_topics
 from sdk.spark.source import QuiverDataSource
 from sdk.transport.http_sync import HttpTransport
 from tests.sdk.remote.broker_process import BrokerProcess
@@ -72,3 +77,26 @@ def test_a_stream_of_two_brokers_caps_reads_and_commits_per_broker(
                 if url == process.url:
                     queue_id = int(queue.rpartition("/")[2])
                     assert transport.query_offset(name, "watch", TOPIC, queue_id) == offset
+
+
+class ListedTopics:
+    """A broker's transport as far as topic listing goes: ``names`` (system topics too, as a
+    broker lists them)."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def list_topics(self) -> list[Any]:
+        return [SimpleNamespace(name=name) for name in self.names]
+
+
+def test_a_pattern_over_several_brokers_never_matches_their_system_topics() -> None:
+    urls = ("http://a:1", "http://b:2")
+    options = parse_read_options({"broker": ",".join(urls), "topicPattern": ".*"})
+    queues = SeveralBrokerQueues(
+        {url: BrokerQueues(ListedTopics("orders", "SCHEDULE_TOPIC_XXXX")) for url in urls}
+    )
+    assert read_topics(queues, qualified_options(options)) == (
+        "http://a:1#orders",
+        "http://b:2#orders",
+    )

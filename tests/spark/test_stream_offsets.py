@@ -28,26 +28,11 @@ from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.source import QuiverBatchReader, read_range
 from sdk.spark.store_access import StoreBounds
 from sdk.spark.stream import ADMISSION_CONTROL, QuiverStreamReader
+from tests.spark.queue_bounds import Offsets
 from tests.spark.store_writer import TOPIC
 from tests.spark.stores import Store
 
 BASE = {"path": "/data/store", "topics": "orders,audit"}
-
-
-class Offsets:
-    """Queue offsets of a store: {(topic, queue id): (min offset, max offset)}."""
-
-    def __init__(self, bounds: dict[QueueKey, tuple[int, int]]) -> None:
-        self.bounds = bounds
-
-    def queue_ids(self, topic: str) -> list[int]:
-        return sorted(q for t, q in self.bounds if t == topic)
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        return self.bounds[topic, queue_id][0]
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self.bounds[topic, queue_id][1]
 
 
 STORE = Offsets({("orders", 0): (0, 10), ("orders", 1): (4, 6), ("orders", 2): (0, 0)})
