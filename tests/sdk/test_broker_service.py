@@ -200,10 +200,14 @@ def test_pull_async_parks_a_future_and_wakes_on_arrival(service: BrokerService):
 def test_close_answers_parked_pulls(tmp_path: Path):
     broker = BrokerService(tmp_path / "b", BrokerOptions(geometry={"commitlog_file_size": 1 << 20}))
     batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=30_000)
-    threading.Timer(0.05, broker.close).start()
+    closer = threading.Timer(0.05, broker.close)
+    closer.start()
     started = time.monotonic()
     broker.pull_wait(batch)
     assert time.monotonic() - started < 10
+    # the pull is answered by close's first step; the rest of close still writes in tmp_path
+    closer.join(timeout=30)
+    assert not closer.is_alive()
 
 
 def test_routes_and_offsets(service: BrokerService):
