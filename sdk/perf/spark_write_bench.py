@@ -3,10 +3,11 @@
 ``spark_write_rows_per_s``: a ``local[2]`` session (``--master``) writes ``--count`` rows of
 ``--size``-byte bodies, in ``--partitions`` tasks, with ``frame.write.format("quiver")`` to a
 ``quiver broker`` spawned for the run (``--port 0``, a fresh data directory), timed from the
-write's start to its end. The rows come from ``spark.range`` (made in the JVM, nothing read), so
-the figure is the sink's: rows to Arrow batches, to produce bodies, over HTTP, stored. After the
-clock stops the broker's queue ends are summed and must equal ``--count`` (every row stored
-once), or the run fails.
+write's start to its end, after an untimed write of a few rows in which Spark starts the
+Python workers that serve the timed one (:func:`sdk.spark.write_bench.timed_write`). The rows
+come from ``spark.range`` (made in the JVM, nothing read), so the figure is the sink's: rows to
+Arrow batches, to produce bodies, over HTTP, stored. After the clock stops the broker's queue
+ends are summed and must equal ``--count`` (every row stored once), or the run fails.
 
 ``quiver perf spark --write`` runs it after the reads (:func:`run_spark_write_bench` yields its
 :class:`~sdk.perf.report.Figure`). pyspark is imported when a run starts (the ``spark`` extra).

@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 
 from localstore.record.codec import SYSFLAG_TRANSACTION_PREPARED, NewMessage
-from localstore.record.uniform_batch import UniformBatch
+from localstore.record.uniform_batch import DEFAULT_BORN_HOST, UniformBatch
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 from sdk.protocol.produce_body import decode_produce_body
 from sdk.protocol.shapes import INT32_MAX, INT64_MAX, checked_int, checked_str, load_object
@@ -66,6 +66,7 @@ __all__ = [
     "encode_query_by_id_request",
     "encode_query_by_key_request",
     "encode_records_answer",
+    "encoded_send_query",
     "send_query",
 ]
 
@@ -100,10 +101,28 @@ def send_query(
                     "a remote send carries body, properties and flag only "
                     f"(message to {topic} has sys_flag {message.sys_flag})"
                 )
+    return encoded_send_query(
+        topic, queue_id, len(messages), stamp, born_timestamp=born_timestamp,
+        born_host=born_host, group=group,
+    )  # fmt: skip
+
+
+def encoded_send_query(
+    topic: str,
+    queue_id: int,
+    count: int,
+    stamp: ProducerStamp | None,
+    *,
+    born_timestamp: int,
+    born_host: bytes = DEFAULT_BORN_HOST,
+    group: str | None = None,
+) -> dict[str, str]:
+    """The query string of a send of ``count`` messages to ``topic``/``queue_id`` whose
+    produce body is already encoded (:func:`send_query` of messages says the same)."""
     query = {
         "topic": topic,
         "queue_id": str(queue_id),
-        "count": str(len(messages)),
+        "count": str(count),
         "born_timestamp": str(born_timestamp),
         "born_host": born_host.hex(),
     }

@@ -38,7 +38,6 @@ broker's newest ``idempotence_max_stamps``, and after a broker restart within it
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -50,9 +49,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from localstore.record.uniform_batch import DEFAULT_BORN_HOST
 from quiver_errors import IllegalStateError, InvalidArgumentError
-from sdk.protocol.calls import CALLS, WireRequest
 from sdk.spark.options import positive_option
 from sdk.spark.write_plan import PlannedBatch, WritePlan, check_write_columns
 from sdk.transport.http_sync import HttpTransport
@@ -230,22 +227,11 @@ def send_partition(
 
 
 def send_planned(transport: HttpTransport, planned: PlannedBatch) -> SendResult:
-    """``POST /v1/send`` of a planned batch (its body already encoded, its stamp given), with
-    the transport's retry policy (a stamped send may be resent: the broker stores it once)."""
-    query = {
-        "topic": planned.topic,
-        "queue_id": str(planned.queue_id),
-        "count": str(planned.count),
-        "born_timestamp": str(time.time_ns() // 1_000_000),
-        "born_host": DEFAULT_BORN_HOST.hex(),
-        "producer": planned.stamp.producer_id,
-        "sequence": str(planned.stamp.sequence),
-    }
-    request = WireRequest("/v1/send", planned.body, query, binary=True)
-    send = CALLS["send"]
-    answer = transport.policy.run(lambda: transport._post(request), send.idempotent)
-    result: SendResult = send.answer(answer)
-    return result
+    """Send a planned batch (its body already encoded, its stamp given) with the transport's
+    retry policy (a stamped send may be resent: the broker stores it once)."""
+    return transport.send_encoded(
+        planned.topic, planned.queue_id, planned.body, planned.count, planned.stamp
+    )
 
 
 def _check_stored(planned: PlannedBatch, answer: Future[SendResult]) -> None:

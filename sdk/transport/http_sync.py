@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 
 from sdk.errors import BrokerUnavailableError
-from sdk.protocol.calls import WireRequest
+from sdk.protocol.calls import CALLS, WireRequest
+from sdk.protocol.data_plane import encoded_send_query
 from sdk.transport.base import BrokerTransport
 from sdk.transport.derived import install_methods
 from sdk.transport.http_common import (
@@ -37,6 +38,7 @@ from sdk.transport.http_common import (
     prepare,
     read_timeout_s,
 )
+from sdk.transport.models import ProducerStamp, SendResult
 
 __all__ = ["HttpTransport", "http_transport"]
 
@@ -94,6 +96,22 @@ class HttpTransport:
         call, request = prepare(self.stamper, name, args, kwargs)
         body = self.policy.run(lambda: self._post(request), call.idempotent)
         return call.answer(body)
+
+    def send_encoded(
+        self, topic: str, queue_id: int, body: bytes, count: int, stamp: ProducerStamp
+    ) -> SendResult:
+        """Send ``count`` messages to ``topic``/``queue_id`` already encoded as a produce body
+        (:mod:`sdk.protocol.produce_body`) under ``stamp``, the caller's own (not this
+        transport's): retried as any send is, and stored once however often it is sent with
+        that stamp (within the broker's idempotence bounds). Born now, on the default host."""
+        query = encoded_send_query(
+            topic, queue_id, count, stamp, born_timestamp=time.time_ns() // 1_000_000
+        )
+        request = WireRequest("/v1/send", body, query, binary=True)
+        send = CALLS["send"]
+        answer = self.policy.run(lambda: self._post(request), send.idempotent)
+        result: SendResult = send.answer(answer)
+        return result
 
     def _post(self, request: WireRequest) -> bytes:
         response = self._exchange(

@@ -316,6 +316,22 @@ def test_v2_records_with_long_topics_take_the_vectorised_path():
     assert headers.common_shape().all()
 
 
+def test_bodies_holding_records_do_not_cut_the_records_there():
+    """Records are found at their magic, checked by the TOTALSIZE chain: a body holding a
+    whole record (its magic and a size that fits) is a body, as the walk reads it."""
+    from localstore.record.arrow.starts import record_starts
+
+    inner = encode([NewMessage("T", b"inner", properties={"TAGS": "t"})], "T")
+    messages = [NewMessage("T", body) for body in (b"a", inner, b"b" + inner[:-3], inner * 2, b"c")]
+    raw = encode(messages, "T")
+    walked = [0]
+    while walked[-1] < len(raw):
+        walked.append(walked[-1] + int.from_bytes(raw[walked[-1] : walked[-1] + 4], "big"))
+    assert record_starts(raw, None).tolist() == walked[:-1]
+    assert record_starts(raw, 2).tolist() == walked[:2]
+    assert_decodes_as_the_general_decoder(raw)
+
+
 def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactory):
     """A reader may hand in a mapped segment and unmap it: the batch owns its values."""
     store = open_store()
