@@ -44,6 +44,7 @@ import re
 import struct
 import zlib
 from collections.abc import Sequence
+from itertools import repeat
 
 from localstore.record.codec import NewMessage
 from localstore.record.layout import MAGIC_V1, MAX_PROPERTIES_BYTES, SHORT
@@ -52,6 +53,7 @@ from localstore.record.properties import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    UNIQ_KEY_PAIR_START,
     decode_written_properties,
     encode_properties,
 )
@@ -71,13 +73,14 @@ UNCHECKED_MAGIC = 0  # what RocketMQ's clients write: no CRC
 # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 _HEAD = struct.Struct(">iiiii")
 _HEAD_BYTES = _HEAD.size
+_INT = struct.Struct(">i")
 _PROPERTIES_LENGTH_BYTES = SHORT.size
 _FIXED_BYTES = _HEAD_BYTES + _PROPERTIES_LENGTH_BYTES  # a message with empty body and properties
 _MAGICS = (MESSAGE_MAGIC, UNCHECKED_MAGIC)
 _CRC_AT, _BODY_LENGTH_AT = 8, 16
 _PAIR_END = PROPERTY_SEPARATOR.encode()
-# What a body splits into: bodies, (byte offset, properties text) pairs and flags.
-_Split = tuple[list[bytes], list[tuple[int, bytes]], list[int]]
+# What a body splits into: bodies, properties texts and flags.
+_Split = tuple[list[bytes], list[bytes], list[int]]
 _INDEXED = frozenset({PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS})
 
 
@@ -149,17 +152,17 @@ def decode_produce_body(
         raise MalformedBodyError(
             len(body), f"it holds {len(bodies)} messages, the request names {count}"
         )
-    uniq_keys, keys, tags, plain = _indexed_columns(texts)
+    uniq_keys, keys, tags, plain = _indexed_columns(texts, body)
     first_flag = flags[0]
     if all(flag == first_flag for flag in flags):
         return UniformBatch(
             topic,
             queue_id,
             bodies,
-            [text for _, text in texts],
+            texts,
             uniq_keys,
             keys,
-            tags if any(tag is not None for tag in tags) else None,
+            tags,
             plain=plain,
             flag=first_flag,
             born_timestamp=born_timestamp,
@@ -167,12 +170,12 @@ def decode_produce_body(
         )
     return [
         NewMessage(topic, data, queue_id, _parse(text), flag, 0, born_timestamp, born_host)
-        for data, (_, text), flag in zip(bodies, texts, flags, strict=True)
+        for data, text, flag in zip(bodies, texts, flags, strict=True)
     ]
 
 
 def _split(body: bytes | bytearray | memoryview) -> _Split:
-    """Bodies, (offset, properties text) pairs and flags of every message, checked. The loop
+    """Bodies, properties texts and flags of every message, checked. The loop
     runs once a message on the broker's produce path: it does the fewest steps a well-formed
     message needs, and hands a failed check to :func:`_check_sizes` for its message."""
     data = body if isinstance(body, bytes) else bytes(body)
@@ -180,7 +183,7 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
     if not end:
         raise MalformedBodyError(0, "the body holds no message")
     bodies: list[bytes] = []
-    texts: list[tuple[int, bytes]] = []
+    texts: list[bytes] = []
     flags: list[int] = []
     unpack_head, unpack_short, crc32 = _HEAD.unpack_from, SHORT.unpack_from, zlib.crc32
     fixed, head_bytes, length_bytes = _FIXED_BYTES, _HEAD_BYTES, _PROPERTIES_LENGTH_BYTES
@@ -215,7 +218,7 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
             )
         bodies.append(message_body)
         text_at = length_at + length_bytes
-        texts.append((text_at, data[text_at : position + total]))
+        texts.append(data[text_at : position + total])
         flags.append(flag)
         position += total
     return bodies, texts, flags
@@ -245,25 +248,32 @@ def _check_sizes(position: int, total: int, magic: int, body_bytes: int, left: i
         )
 
 
-_Columns = tuple[list[str | None], list[str | None], list[str | None], bool]
+_Columns = tuple[Sequence[str | None], list[str | None], list[str | None] | None, bool]
 
 # What a producer writes when a message has no property but the indexed ones, in the order it
 # writes them (sdk.outgoing): the text then needs no general parse.
 _INDEXED_ONLY = re.compile(
     rb"(?:TAGS\x01([^\x01\x02]*)\x02)?(?:KEYS\x01([^\x01\x02]*)\x02)?UNIQ_KEY\x01([^\x01\x02]*)\x02"
 )
+_UNIQ_KEY_PAIR = UNIQ_KEY_PAIR_START.encode()
 
 
-def _indexed_columns(texts: Sequence[tuple[int, bytes]]) -> _Columns:
-    """UNIQ_KEY, KEYS and TAGS of every message, and whether no other property is set
-    (plain). A text of the indexed properties alone, as a producer writes it, is read with one
-    match; any other is parsed whole (strictly: the text a writer made)."""
+def _indexed_columns(texts: list[bytes], body: bytes | bytearray | memoryview) -> _Columns:
+    """UNIQ_KEY, KEYS and TAGS of every message (TAGS None when no message has one), and
+    whether no other property is set (plain). A batch whose texts hold their UNIQ_KEY alone is
+    read at once (:func:`_uniq_keys_alone`); otherwise a text of the indexed properties alone,
+    as a producer writes it, is read with one match, and any other is parsed whole (strictly:
+    the text a writer made). ``body`` is what the texts came from: an error names the byte
+    offset of the text at fault in it."""
+    alone = _uniq_keys_alone(texts)
+    if alone is not None:
+        return alone, [None] * len(texts), None, True
     uniq_keys: list[str | None] = []
     keys: list[str | None] = []
     tags: list[str | None] = []
     plain = True
     indexed_only = _INDEXED_ONLY.fullmatch
-    for text_at, text in texts:
+    for index, text in enumerate(texts):
         try:
             found = indexed_only(text)
             if found is not None:
@@ -275,14 +285,46 @@ def _indexed_columns(texts: Sequence[tuple[int, bytes]]) -> _Columns:
             properties = _parse(text)
         except ValueError as exc:  # UnicodeDecodeError too
             raise MalformedBodyError(
-                text_at, f"the properties are not UTF-8 name\\x01value\\x02 pairs: {exc}"
+                _text_offset(body, index),
+                f"the properties are not UTF-8 name\\x01value\\x02 pairs: {exc}",
             ) from exc
         uniq_keys.append(properties.get(PROPERTY_UNIQ_KEY))
         keys.append(properties.get(PROPERTY_KEYS))
         tags.append(properties.get(PROPERTY_TAGS))
         if plain and not _INDEXED.issuperset(properties):
             plain = False
-    return uniq_keys, keys, tags, plain
+    return uniq_keys, keys, tags if any(tag is not None for tag in tags) else None, plain
+
+
+def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
+    """The UNIQ_KEYs of texts that each are ``UNIQ_KEY\\x01value\\x02`` and nothing else (a
+    producer's batch without tags or keys), read from all the texts at once; None when a text
+    is anything else. Every text starts with the pair's name and ends with a pair separator,
+    and there are as many pair separators as texts: so each text holds that one pair."""
+    joined = b"".join(texts)
+    if not (
+        joined.count(_PAIR_END) == len(texts)
+        and all(map(bytes.startswith, texts, repeat(_UNIQ_KEY_PAIR)))
+        and all(map(bytes.endswith, texts, repeat(_PAIR_END)))
+    ):
+        return None
+    try:
+        values = joined.decode().split(PROPERTY_SEPARATOR)
+    except UnicodeDecodeError:
+        return None  # the text-by-text reading names the one at fault
+    values.pop()  # after the last separator: nothing
+    start = len(UNIQ_KEY_PAIR_START)
+    return [value[start:] for value in values]
+
+
+def _text_offset(body: bytes | bytearray | memoryview, index: int) -> int:
+    """The byte offset in ``body`` (a well-framed produce body) of message ``index``'s
+    properties text."""
+    position = 0
+    for _ in range(index):
+        position += int(_INT.unpack_from(body, position)[0])
+    body_bytes = int(_INT.unpack_from(body, position + _BODY_LENGTH_AT)[0])
+    return position + _HEAD_BYTES + body_bytes + _PROPERTIES_LENGTH_BYTES
 
 
 def _parse(text: bytes) -> dict[str, str]:
