@@ -31,9 +31,9 @@ The broker turns a body into what the store's batch put takes with
 bodies and properties texts kept as they came, no message object; the store encodes it from the
 columns) when the messages share their flag, as a producer's batch does, or a list of
 :class:`~localstore.record.codec.NewMessage` when the flags differ. The columns the key index
-reads (``UNIQ_KEY``, ``KEYS``, ``TAGS``) come from each message's properties text: one
-regular-expression match for a text of those alone, in the order a producer writes them; a full
-parse for any other.
+reads (``UNIQ_KEY``, ``KEYS``, ``TAGS``) come from the messages' properties texts: read from
+all the texts at once when each holds its ``UNIQ_KEY`` alone; else one regular-expression match
+for a text of those alone, in the order a producer writes them, and a full parse for any other.
 A body that does not follow the layout is refused with :class:`sdk.errors.MalformedBodyError`,
 naming the byte offset and the problem.
 """
