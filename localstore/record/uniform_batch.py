@@ -18,6 +18,8 @@ Invariant (kept by whoever builds the batch, see ``sdk.outgoing``): ``uniq_keys`
 hold no other names: a caller looking for another property (a delay) then knows without a scan.
 ``other_names``, when not None, is exactly the set of the other names they hold (a batch that
 was plain and had one property added to a message knows it), so a lookup needs no scan either.
+``body_crcs``, when not None, holds each body's ``zlib.crc32(body) & 0x7FFFFFFF`` (a produce
+body carries them, checked when it is decoded): the encoder takes them and computes none.
 
 The store encodes such a batch without a message object per record
 (:func:`localstore.record.batch_encoder.encode_uniform`), byte for byte as it encodes the same
@@ -52,6 +54,7 @@ class UniformBatch(Sequence[NewMessage]):
     __slots__ = (
         "_messages",
         "bodies",
+        "body_crcs",
         "born_host",
         "born_timestamp",
         "flag",
@@ -80,20 +83,24 @@ class UniformBatch(Sequence[NewMessage]):
         born_timestamp: int = 0,
         born_host: bytes = DEFAULT_BORN_HOST,
         other_names: frozenset[str] | None = None,
+        body_crcs: Sequence[int] | None = None,
     ):
         count = len(bodies)
         if not (
             len(properties) == len(uniq_keys) == len(keys) == count
             and (tags is None or len(tags) == count)
+            and (body_crcs is None or len(body_crcs) == count)
         ):
             raise InvalidArgumentError(
                 f"a uniform batch needs one item a message in every column: {count} bodies, "
                 f"{len(properties)} properties, {len(uniq_keys)} UNIQ_KEYs, {len(keys)} KEYS"
                 + ("" if tags is None else f", {len(tags)} TAGS")
+                + ("" if body_crcs is None else f", {len(body_crcs)} body CRCs")
             )
         self.topic = topic
         self.queue_id = queue_id
         self.bodies = bodies
+        self.body_crcs = body_crcs
         self.properties = properties
         self.uniq_keys = uniq_keys
         self.keys = keys

@@ -284,6 +284,7 @@ def stamped(messages: Sequence[NewMessage], stamp: ProducerStamp) -> Sequence[Ne
             born_timestamp=messages.born_timestamp,
             born_host=messages.born_host,
             other_names=None if names is None else names | {PROPERTY_PRODUCER_SEQ},
+            body_crcs=messages.body_crcs,
         )
     last = messages[-1]
     copy = dataclasses.replace(last, properties={**last.properties, PROPERTY_PRODUCER_SEQ: value})

@@ -28,8 +28,9 @@ that holds another number of messages.
 
 The broker turns a body into what the store's batch put takes with
 :func:`decode_produce_body`: a :class:`~localstore.record.uniform_batch.UniformBatch` (columns:
-bodies and properties texts kept as they came, no message object; the store encodes it from the
-columns) when the messages share their flag, as a producer's batch does, or a list of
+bodies and properties texts kept as they came, and the bodies' CRCs once checked; no message
+object: the store encodes it from the columns and computes no CRC again) when the messages
+share their flag, as a producer's batch does, or a list of
 :class:`~localstore.record.codec.NewMessage` when the flags differ. The columns the key index
 reads (``UNIQ_KEY``, ``KEYS``, ``TAGS``) come from the messages' properties texts: read from
 all the texts at once when each holds its ``UNIQ_KEY`` alone; else one regular-expression match
@@ -80,8 +81,9 @@ _FIXED_BYTES = _HEAD_BYTES + _PROPERTIES_LENGTH_BYTES  # a message with empty bo
 _MAGICS = (MESSAGE_MAGIC, UNCHECKED_MAGIC)
 _CRC_AT, _BODY_LENGTH_AT = 8, 16
 _PAIR_END = PROPERTY_SEPARATOR.encode()
-# What a body splits into: bodies, properties texts and flags.
-_Split = tuple[list[bytes], list[bytes], list[int]]
+# What a body splits into: bodies, properties texts, flags and the bodies' CRCs (None when a
+# message came without one: magic 0).
+_Split = tuple[list[bytes], list[bytes], list[int], list[int] | None]
 _INDEXED = frozenset({PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS})
 
 
@@ -148,7 +150,7 @@ def decode_produce_body(
     Raises MalformedBodyError (naming the byte offset) for a body that does not follow the
     layout: empty, truncated, sizes that do not add up, a wrong magic code, a body CRC that
     does not match, a properties text that is not UTF-8 pairs, or another count."""
-    bodies, texts, flags = _split(body)
+    bodies, texts, flags, body_crcs = _split(body)
     if count is not None and count != len(bodies):
         raise MalformedBodyError(
             len(body), f"it holds {len(bodies)} messages, the request names {count}"
@@ -168,6 +170,7 @@ def decode_produce_body(
             flag=first_flag,
             born_timestamp=born_timestamp,
             born_host=born_host,
+            body_crcs=body_crcs,
         )
     return [
         NewMessage(topic, data, queue_id, _parse(text), flag, 0, born_timestamp, born_host)
@@ -176,7 +179,7 @@ def decode_produce_body(
 
 
 def _split(body: bytes | bytearray | memoryview) -> _Split:
-    """Bodies, properties texts and flags of every message, checked. The loop
+    """Bodies, properties texts, flags and body CRCs of every message, checked. The loop
     runs once a message on the broker's produce path: it does the fewest steps a well-formed
     message needs, and hands a failed check to :func:`_check_sizes` for its message."""
     data = body if isinstance(body, bytes) else bytes(body)
@@ -186,6 +189,8 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
     bodies: list[bytes] = []
     texts: list[bytes] = []
     flags: list[int] = []
+    crcs: list[int] = []
+    unchecked = False  # a message came with magic 0: no CRC
     unpack_head, unpack_short, crc32 = _HEAD.unpack_from, SHORT.unpack_from, zlib.crc32
     fixed, head_bytes, length_bytes = _FIXED_BYTES, _HEAD_BYTES, _PROPERTIES_LENGTH_BYTES
     position = 0
@@ -212,17 +217,21 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
                 f"{fixed} + body length {body_bytes} + properties length",
             )
         message_body = data[body_at:length_at]
-        if magic == MESSAGE_MAGIC and crc32(message_body) & 0x7FFFFFFF != crc:
-            raise MalformedBodyError(
-                position + _CRC_AT,
-                f"body CRC {crc} does not match the body's {crc32(message_body) & 0x7FFFFFFF}",
-            )
+        if magic == MESSAGE_MAGIC:
+            if crc32(message_body) & 0x7FFFFFFF != crc:
+                raise MalformedBodyError(
+                    position + _CRC_AT,
+                    f"body CRC {crc} does not match the body's {crc32(message_body) & 0x7FFFFFFF}",
+                )
+        else:
+            unchecked = True
+        crcs.append(crc)
         bodies.append(message_body)
         text_at = length_at + length_bytes
         texts.append(data[text_at : position + total])
         flags.append(flag)
         position += total
-    return bodies, texts, flags
+    return bodies, texts, flags, None if unchecked else crcs
 
 
 def _check_sizes(position: int, total: int, magic: int, body_bytes: int, left: int) -> None:

@@ -262,6 +262,15 @@ def test_a_producers_plain_batch_keeps_its_ids_as_a_run_the_key_index_finds(
             assert [m.body for m in found] == [f"m{index}".encode()]
 
 
+def test_the_checked_body_crcs_go_to_the_store_with_the_batch() -> None:
+    built = built_batch(3)
+    decoded = decode_produce_body(encode_produce_body(built), TOPIC, 3)
+    assert isinstance(decoded, UniformBatch)
+    assert decoded.body_crcs == [zlib.crc32(body) & 0x7FFFFFFF for body in built.bodies]
+    unchecked = rocketmq_client_message(b"one", "") + rocketmq_client_message(b"two", "")
+    assert decode_produce_body(unchecked, TOPIC, 0).body_crcs is None  # magic 0: no CRC
+
+
 def test_a_batch_of_uniq_keys_alone_is_read_at_once_with_the_same_columns() -> None:
     values = ["0A01", "", "é-ü", "Z" * 40]
     decoded = decode_produce_body(uniq_keys_alone(*(v.encode() for v in values)), TOPIC, 0)
