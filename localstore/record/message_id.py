@@ -21,16 +21,9 @@ import time
 from localstore.record.codec import LONG, make_offset_msg_id, unpack_host
 from quiver_errors import InvalidArgumentError
 
-__all__ = [
-    "UniqKeyGenerator",
-    "UniqKeyRun",
-    "as_uniq_key_run",
-    "make_offset_msg_id",
-    "parse_offset_msg_id",
-]
+__all__ = ["UniqKeyGenerator", "UniqKeyRun", "make_offset_msg_id", "parse_offset_msg_id"]
 
 _HEX2 = tuple(f"{i:02X}" for i in range(256))
-_COUNTER_DIGITS = 4  # a UNIQ_KEY ends with its counter (a short) in hex
 _SUFFIX = struct.Struct(">IH")  # Java writes an int that wraps after 24.8 days: same bytes
 
 
@@ -103,32 +96,10 @@ class UniqKeyGenerator:
             first = next(self._counter)
             if n > 1:  # reserve n values: the shared counter moves past them
                 self._counter = itertools.count(first + n)
-        return _run(head, first, n)
-
-
-def _run(head: str, first: int, n: int) -> UniqKeyRun:
-    """The ``n`` ids ``head`` + the 4 hex digits of ``(first + i) & 0xFFFF``."""
-    hex2 = _HEX2
-    run = UniqKeyRun(
-        [head + hex2[(c >> 8) & 0xFF] + hex2[c & 0xFF] for c in range(first, first + n)]
-    )
-    run.head = head
-    run.first = first & 0xFFFF
-    return run
-
-
-def as_uniq_key_run(keys: list[str]) -> list[str]:
-    """``keys`` as a :class:`UniqKeyRun` when they are one (the ids of one
-    :meth:`UniqKeyGenerator.next_many` call, as a producer's batch carries them over the wire:
-    the key index then hashes them from their shape), else ``keys`` itself. Exact: the run is
-    made from the first key's head and counter and compared with ``keys`` whole."""
-    if not keys or len(keys[0]) <= _COUNTER_DIGITS:
-        return keys
-    first_key = keys[0]
-    head, digits = first_key[:-_COUNTER_DIGITS], first_key[-_COUNTER_DIGITS:]
-    try:
-        first = int(digits, 16)
-    except ValueError:
-        return keys
-    run = _run(head, first, len(keys))
-    return run if run == keys else keys
+        hex2 = _HEX2
+        run = UniqKeyRun(
+            [head + hex2[(c >> 8) & 0xFF] + hex2[c & 0xFF] for c in range(first, first + n)]
+        )
+        run.head = head
+        run.first = first & 0xFFFF
+        return run

@@ -49,7 +49,6 @@ from itertools import repeat
 
 from localstore.record.codec import NewMessage
 from localstore.record.layout import MAGIC_V1, MAX_PROPERTIES_BYTES, SHORT
-from localstore.record.message_id import as_uniq_key_run
 from localstore.record.properties import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -308,9 +307,8 @@ def _indexed_columns(texts: list[bytes], body: bytes | bytearray | memoryview) -
 
 def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     """The UNIQ_KEYs of texts that each are ``UNIQ_KEY\\x01value\\x02`` and nothing else (a
-    producer's batch without tags or keys), read from all the texts at once (a run of one
-    producer's ids when they are one: the key index hashes those from their shape); None when
-    a text is anything else. Every text starts with the pair's name and ends with a pair separator,
+    producer's batch without tags or keys), read from all the texts at once; None when a text
+    is anything else. Every text starts with the pair's name and ends with a pair separator,
     and there are as many pair separators as texts: so each text holds that one pair."""
     joined = b"".join(texts)
     if not (
@@ -325,7 +323,7 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
         return None  # the text-by-text reading names the one at fault
     values.pop()  # after the last separator: nothing
     start = len(UNIQ_KEY_PAIR_START)
-    return as_uniq_key_run([value[start:] for value in values])
+    return [value[start:] for value in values]
 
 
 def _text_offset(body: bytes | bytearray | memoryview, index: int) -> int:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from localstore.record.message_id import UniqKeyGenerator, UniqKeyRun, as_uniq_key_run
+from localstore.record.message_id import UniqKeyGenerator
 
 
 def test_layout_and_uniqueness():
@@ -54,32 +54,3 @@ def test_ids_stay_unique_across_threads_mixing_single_and_batch_calls():
     counters = [int(i[-4:], 16) for ids in made for i in ids]
     assert len(counters) == 2 * 300 * 7 + 2 * 300
     assert len(set(counters)) == len(counters)  # under 65,536 ids: no counter value twice
-
-
-def test_a_batch_of_ids_read_back_as_strings_is_known_again_as_their_run():
-    generator = UniqKeyGenerator()
-    generator._counter = iter(range(0xFFFE, 0x20000))  # the batch wraps past 0xFFFF
-    run = generator.next_many(5)
-    again = as_uniq_key_run(list(run))  # as a broker reads them off the wire
-    assert type(again) is UniqKeyRun
-    assert (again, again.head, again.first) == (run, run.head, 0xFFFE)
-    assert again[2].endswith("0000")
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        lambda keys: [*keys[:2], keys[3], *keys[3:]],  # a counter repeated
-        lambda keys: [*keys[:-1], "Z" + keys[-1][1:]],  # another head
-        lambda keys: [key[:-4] + key[-4:].lower() for key in keys],  # not as the generator
-        lambda keys: [key[-3:] for key in keys],  # too short to hold a counter
-        lambda keys: [keys[0][:-4] + " 0x1"],  # what int() would take, not 4 hex digits
-    ],
-    ids=["repeated", "other-head", "lower-case", "short", "not-hex-digits"],
-)
-def test_ids_that_are_no_run_stay_a_plain_list(change) -> None:
-    generator = UniqKeyGenerator()
-    generator._counter = iter(range(0xABC0, 0x20000))  # counters with letters
-    keys = change(list(generator.next_many(4)))
-    assert type(as_uniq_key_run(keys)) is list
-    assert as_uniq_key_run([]) == []

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, UniformBatch
 from localstore.record.batch_encoder import encode_batch, encode_uniform
-from localstore.record.message_id import UniqKeyRun
 from sdk import Message
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 from sdk.outgoing import MessageBuilder
@@ -245,21 +244,6 @@ def uniq_keys_alone(*values: bytes) -> bytes:
     return b"".join(
         rocketmq_client_message(b"m", b"UNIQ_KEY\x01" + value + b"\x02") for value in values
     )
-
-
-def test_a_producers_plain_batch_keeps_its_ids_as_a_run_the_key_index_finds(
-    tmp_path: Path,
-) -> None:
-    built = MessageBuilder().build_batch([Message(TOPIC, f"m{i}".encode()) for i in range(5)], 2)
-    decoded = decode_produce_body(encode_produce_body(built), TOPIC, 2)
-    assert isinstance(decoded, UniformBatch)
-    assert type(decoded.uniq_keys) is UniqKeyRun  # hashed from its shape by the key index
-    assert list(decoded.uniq_keys) == list(built.uniq_keys)
-    with MessageStore(tmp_path, **SMALL_GEOMETRY) as store:
-        assert store.put_batch(decoded).status.name == "PUT_OK"
-        for index, uniq_key in enumerate(built.uniq_keys):
-            found = store.query_by_key(TOPIC, uniq_key)
-            assert [m.body for m in found] == [f"m{index}".encode()]
 
 
 def test_the_checked_body_crcs_go_to_the_store_with_the_batch() -> None:
