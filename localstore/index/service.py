@@ -363,9 +363,10 @@ class IndexService:
         differ in the 4-character counter, so the hash of ``topic#`` + that prefix is kept and
         only the counter is hashed, from its ASCII bytes: ``h(p + s) = h(p) * 31**4 + h(s)``.
 
-        A producer's batch (its UNIQ_KEYs a :class:`CounterRun`, one plain key a message, no
-        transaction record) takes no loop at all: both columns are hashed by comprehensions
-        and interleaved, message by message, as the loop would add them."""
+        A producer's batch (its UNIQ_KEYs a :class:`CounterRun`, no KEYS or one plain key a
+        message, no transaction record) takes no loop at all: the run is hashed from a table,
+        the keys by a comprehension, interleaved message by message as the loop would add
+        them."""
         if isinstance(uniq_keys, CounterRun):
             run: CounterRun | None = uniq_keys
             uniq_column: Sequence[str | None] = ()
@@ -375,6 +376,8 @@ class IndexService:
         _check_columns(count, all_keys, phys_offsets, sys_flags)
         prefix = self._prefix_hash(topic)
         if run is not None:
+            if sys_flags is None and not any(all_keys):  # no KEYS: the run's hashes alone
+                return _run_hashes(prefix, run), list(phys_offsets)
             single = None if sys_flags is not None else _single_key_hashes(prefix, all_keys)
             if single is not None:
                 hashes = [0] * (2 * count)

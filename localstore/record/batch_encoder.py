@@ -300,6 +300,7 @@ def encode_uniform(
     add_phys = phys_offsets.append
     first_offset = queue_offset
     size = 0
+    body_crcs = batch.body_crcs
     for index, (body, text) in enumerate(zip(batch.bodies, batch.properties, strict=True)):
         if mark:  # the first record of a put of several
             props, mark = mark + text, b""
@@ -332,7 +333,7 @@ def encode_uniform(
             pack(
                 0,  # size and magic: published by the writer (heads)
                 0,
-                crc32(body) & 0x7FFFFFFF,
+                crc32(body) & 0x7FFFFFFF if body_crcs is None else body_crcs[index],
                 queue_and_flag,
                 queue_offset,
                 position,

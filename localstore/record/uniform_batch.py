@@ -16,6 +16,10 @@ message:
 Invariant (kept by whoever builds the batch, see ``sdk.outgoing``): ``uniq_keys``, ``keys`` and
 ``tags`` are the values ``properties`` holds under those names. ``plain`` says the properties
 hold no other names: a caller looking for another property (a delay) then knows without a scan.
+``other_names``, when not None, is exactly the set of the other names they hold (a batch that
+was plain and had one property added to a message knows it), so a lookup needs no scan either.
+``body_crcs``, when not None, holds each body's ``zlib.crc32(body) & 0x7FFFFFFF`` (a produce
+body carries them, checked when it is decoded): the encoder takes them and computes none.
 
 The store encodes such a batch without a message object per record
 (:func:`localstore.record.batch_encoder.encode_uniform`), byte for byte as it encodes the same
@@ -50,10 +54,12 @@ class UniformBatch(Sequence[NewMessage]):
     __slots__ = (
         "_messages",
         "bodies",
+        "body_crcs",
         "born_host",
         "born_timestamp",
         "flag",
         "keys",
+        "other_names",
         "plain",
         "properties",
         "queue_id",
@@ -76,25 +82,31 @@ class UniformBatch(Sequence[NewMessage]):
         flag: int = 0,
         born_timestamp: int = 0,
         born_host: bytes = DEFAULT_BORN_HOST,
+        other_names: frozenset[str] | None = None,
+        body_crcs: Sequence[int] | None = None,
     ):
         count = len(bodies)
         if not (
             len(properties) == len(uniq_keys) == len(keys) == count
             and (tags is None or len(tags) == count)
+            and (body_crcs is None or len(body_crcs) == count)
         ):
             raise InvalidArgumentError(
                 f"a uniform batch needs one item a message in every column: {count} bodies, "
                 f"{len(properties)} properties, {len(uniq_keys)} UNIQ_KEYs, {len(keys)} KEYS"
                 + ("" if tags is None else f", {len(tags)} TAGS")
+                + ("" if body_crcs is None else f", {len(body_crcs)} body CRCs")
             )
         self.topic = topic
         self.queue_id = queue_id
         self.bodies = bodies
+        self.body_crcs = body_crcs
         self.properties = properties
         self.uniq_keys = uniq_keys
         self.keys = keys
         self.tags = tags
         self.plain = plain
+        self.other_names = frozenset() if plain else other_names
         self.flag = flag
         self.born_timestamp = born_timestamp
         self.born_host = born_host
@@ -130,14 +142,14 @@ class UniformBatch(Sequence[NewMessage]):
         return made
 
     def holds_property(self, name: str) -> bool:
-        """Whether a message of the batch holds property ``name`` (read from the columns, or
-        found as a whole ``name\\x01`` pair in the stored text: a value cannot hold the
-        separators, so the match is exact)."""
+        """Whether a message of the batch holds property ``name`` (read from the columns or
+        ``other_names``, or found as a whole ``name\\x01`` pair in the stored text: a value
+        cannot hold the separators, so the match is exact)."""
         if name in _INDEXED_NAMES:
             column = self._column(name)
             return column is not None and any(value is not None for value in column)
-        if self.plain:
-            return False
+        if self.other_names is not None:
+            return name in self.other_names
         wanted = (name + NAME_VALUE_SEPARATOR).encode()
         after_pair = (PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR).encode()
         return any(text.startswith(wanted) or after_pair in text for text in self.properties)

@@ -261,9 +261,11 @@ def stamped(messages: Sequence[NewMessage], stamp: ProducerStamp) -> Sequence[Ne
     """``messages`` (a non-empty batch) with the stamp on the last one: a new batch, the
     caller's messages are not changed. A :class:`UniformBatch` gets the pair appended to the
     last message's properties text (its other columns stay true: the name is none of the
-    indexed ones, and the batch is no longer ``plain``)."""
+    indexed ones, and the batch is no longer ``plain``; its ``other_names``, when known, gain
+    the stamp's)."""
     value = stamp_value(stamp, len(messages))
     if isinstance(messages, UniformBatch):
+        names = messages.other_names
         texts = list(messages.properties)
         text = texts[-1]
         if text and not text.endswith(_SEPARATOR):
@@ -281,6 +283,8 @@ def stamped(messages: Sequence[NewMessage], stamp: ProducerStamp) -> Sequence[Ne
             flag=messages.flag,
             born_timestamp=messages.born_timestamp,
             born_host=messages.born_host,
+            other_names=None if names is None else names | {PROPERTY_PRODUCER_SEQ},
+            body_crcs=messages.body_crcs,
         )
     last = messages[-1]
     copy = dataclasses.replace(last, properties={**last.properties, PROPERTY_PRODUCER_SEQ: value})

@@ -108,13 +108,16 @@ class ParkedPulls:
                 if result is None and not self._closed():
                     result = await read(batch.pulls)
                 return self._parked_answer(batch, result, generation)
-            arrived = asyncio.Event()
+            arrived: asyncio.Future[None] = loop.create_future()
             watch = self._notifier.watch(keys, functools.partial(_wake, loop, arrived))
             try:
                 changed = self._changed_since(batch, generation)
                 if not changed:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(arrived.wait(), remaining)
+                    timer = loop.call_later(remaining, _arrive, arrived)  # or the wait ends
+                    try:
+                        await arrived
+                    finally:
+                        timer.cancel()
             finally:
                 self._notifier.cancel(watch)
             # Changed before the wait: look at every queue (an arrival may have fired the
@@ -185,10 +188,25 @@ def _answer_now(
     return group_event or not nothing_new(result) or result.generation != generation
 
 
-def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
-    """Set ``arrived`` from any thread (a loop already closed has nobody left to wake)."""
+def _wake(loop: asyncio.AbstractEventLoop, arrived: asyncio.Future[None]) -> None:
+    """Resolve ``arrived`` from any thread: at once on the loop's own (a send appended on the
+    loop: no wake-up of the loop through its self-pipe, no extra turn of it), through the loop
+    from another (a loop already closed has nobody left to wake)."""
+    try:
+        on_loop = asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop runs on this thread
+        on_loop = False
+    if on_loop:
+        _arrive(arrived)
+        return
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(arrived.set)
+        loop.call_soon_threadsafe(_arrive, arrived)
+
+
+def _arrive(arrived: asyncio.Future[None]) -> None:
+    """End a parked pull's wait (an arrival, or its wait's end), once."""
+    if not arrived.done():
+        arrived.set_result(None)
 
 
 def _readable(batch: PullBatch) -> bool:

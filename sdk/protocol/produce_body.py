@@ -28,12 +28,13 @@ that holds another number of messages.
 
 The broker turns a body into what the store's batch put takes with
 :func:`decode_produce_body`: a :class:`~localstore.record.uniform_batch.UniformBatch` (columns:
-bodies and properties texts kept as they came, no message object; the store encodes it from the
-columns) when the messages share their flag, as a producer's batch does, or a list of
+bodies and properties texts kept as they came, and the bodies' CRCs once checked; no message
+object: the store encodes it from the columns and computes no CRC again) when the messages
+share their flag, as a producer's batch does, or a list of
 :class:`~localstore.record.codec.NewMessage` when the flags differ. The columns the key index
-reads (``UNIQ_KEY``, ``KEYS``, ``TAGS``) come from each message's properties text: one
-regular-expression match for a text of those alone, in the order a producer writes them; a full
-parse for any other.
+reads (``UNIQ_KEY``, ``KEYS``, ``TAGS``) come from the messages' properties texts: read from
+all the texts at once when each holds its ``UNIQ_KEY`` alone; else one regular-expression match
+for a text of those alone, in the order a producer writes them, and a full parse for any other.
 A body that does not follow the layout is refused with :class:`sdk.errors.MalformedBodyError`,
 naming the byte offset and the problem.
 """
@@ -44,6 +45,7 @@ import re
 import struct
 import zlib
 from collections.abc import Sequence
+from itertools import repeat
 
 from localstore.record.codec import NewMessage
 from localstore.record.layout import MAGIC_V1, MAX_PROPERTIES_BYTES, SHORT
@@ -52,6 +54,7 @@ from localstore.record.properties import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    UNIQ_KEY_PAIR_START,
     decode_written_properties,
     encode_properties,
 )
@@ -71,13 +74,15 @@ UNCHECKED_MAGIC = 0  # what RocketMQ's clients write: no CRC
 # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 _HEAD = struct.Struct(">iiiii")
 _HEAD_BYTES = _HEAD.size
+_INT = struct.Struct(">i")
 _PROPERTIES_LENGTH_BYTES = SHORT.size
 _FIXED_BYTES = _HEAD_BYTES + _PROPERTIES_LENGTH_BYTES  # a message with empty body and properties
 _MAGICS = (MESSAGE_MAGIC, UNCHECKED_MAGIC)
 _CRC_AT, _BODY_LENGTH_AT = 8, 16
 _PAIR_END = PROPERTY_SEPARATOR.encode()
-# What a body splits into: bodies, (byte offset, properties text) pairs and flags.
-_Split = tuple[list[bytes], list[tuple[int, bytes]], list[int]]
+# What a body splits into: bodies, properties texts, flags and the bodies' CRCs (None when a
+# message came without one: magic 0).
+_Split = tuple[list[bytes], list[bytes], list[int], list[int] | None]
 _INDEXED = frozenset({PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS})
 
 
@@ -144,35 +149,36 @@ def decode_produce_body(
     Raises MalformedBodyError (naming the byte offset) for a body that does not follow the
     layout: empty, truncated, sizes that do not add up, a wrong magic code, a body CRC that
     does not match, a properties text that is not UTF-8 pairs, or another count."""
-    bodies, texts, flags = _split(body)
+    bodies, texts, flags, body_crcs = _split(body)
     if count is not None and count != len(bodies):
         raise MalformedBodyError(
             len(body), f"it holds {len(bodies)} messages, the request names {count}"
         )
-    uniq_keys, keys, tags, plain = _indexed_columns(texts)
+    uniq_keys, keys, tags, plain = _indexed_columns(texts, body)
     first_flag = flags[0]
     if all(flag == first_flag for flag in flags):
         return UniformBatch(
             topic,
             queue_id,
             bodies,
-            [text for _, text in texts],
+            texts,
             uniq_keys,
             keys,
-            tags if any(tag is not None for tag in tags) else None,
+            tags,
             plain=plain,
             flag=first_flag,
             born_timestamp=born_timestamp,
             born_host=born_host,
+            body_crcs=body_crcs,
         )
     return [
         NewMessage(topic, data, queue_id, _parse(text), flag, 0, born_timestamp, born_host)
-        for data, (_, text), flag in zip(bodies, texts, flags, strict=True)
+        for data, text, flag in zip(bodies, texts, flags, strict=True)
     ]
 
 
 def _split(body: bytes | bytearray | memoryview) -> _Split:
-    """Bodies, (offset, properties text) pairs and flags of every message, checked. The loop
+    """Bodies, properties texts, flags and body CRCs of every message, checked. The loop
     runs once a message on the broker's produce path: it does the fewest steps a well-formed
     message needs, and hands a failed check to :func:`_check_sizes` for its message."""
     data = body if isinstance(body, bytes) else bytes(body)
@@ -180,8 +186,10 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
     if not end:
         raise MalformedBodyError(0, "the body holds no message")
     bodies: list[bytes] = []
-    texts: list[tuple[int, bytes]] = []
+    texts: list[bytes] = []
     flags: list[int] = []
+    crcs: list[int] = []
+    unchecked = False  # a message came with magic 0: no CRC
     unpack_head, unpack_short, crc32 = _HEAD.unpack_from, SHORT.unpack_from, zlib.crc32
     fixed, head_bytes, length_bytes = _FIXED_BYTES, _HEAD_BYTES, _PROPERTIES_LENGTH_BYTES
     position = 0
@@ -208,17 +216,21 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
                 f"{fixed} + body length {body_bytes} + properties length",
             )
         message_body = data[body_at:length_at]
-        if magic == MESSAGE_MAGIC and crc32(message_body) & 0x7FFFFFFF != crc:
-            raise MalformedBodyError(
-                position + _CRC_AT,
-                f"body CRC {crc} does not match the body's {crc32(message_body) & 0x7FFFFFFF}",
-            )
+        if magic == MESSAGE_MAGIC:
+            if crc32(message_body) & 0x7FFFFFFF != crc:
+                raise MalformedBodyError(
+                    position + _CRC_AT,
+                    f"body CRC {crc} does not match the body's {crc32(message_body) & 0x7FFFFFFF}",
+                )
+        else:
+            unchecked = True
+        crcs.append(crc)
         bodies.append(message_body)
         text_at = length_at + length_bytes
-        texts.append((text_at, data[text_at : position + total]))
+        texts.append(data[text_at : position + total])
         flags.append(flag)
         position += total
-    return bodies, texts, flags
+    return bodies, texts, flags, None if unchecked else crcs
 
 
 def _check_sizes(position: int, total: int, magic: int, body_bytes: int, left: int) -> None:
@@ -245,25 +257,32 @@ def _check_sizes(position: int, total: int, magic: int, body_bytes: int, left: i
         )
 
 
-_Columns = tuple[list[str | None], list[str | None], list[str | None], bool]
+_Columns = tuple[Sequence[str | None], list[str | None], list[str | None] | None, bool]
 
 # What a producer writes when a message has no property but the indexed ones, in the order it
 # writes them (sdk.outgoing): the text then needs no general parse.
 _INDEXED_ONLY = re.compile(
     rb"(?:TAGS\x01([^\x01\x02]*)\x02)?(?:KEYS\x01([^\x01\x02]*)\x02)?UNIQ_KEY\x01([^\x01\x02]*)\x02"
 )
+_UNIQ_KEY_PAIR = UNIQ_KEY_PAIR_START.encode()
 
 
-def _indexed_columns(texts: Sequence[tuple[int, bytes]]) -> _Columns:
-    """UNIQ_KEY, KEYS and TAGS of every message, and whether no other property is set
-    (plain). A text of the indexed properties alone, as a producer writes it, is read with one
-    match; any other is parsed whole (strictly: the text a writer made)."""
+def _indexed_columns(texts: list[bytes], body: bytes | bytearray | memoryview) -> _Columns:
+    """UNIQ_KEY, KEYS and TAGS of every message (TAGS None when no message has one), and
+    whether no other property is set (plain). A batch whose texts hold their UNIQ_KEY alone is
+    read at once (:func:`_uniq_keys_alone`); otherwise a text of the indexed properties alone,
+    as a producer writes it, is read with one match, and any other is parsed whole (strictly:
+    the text a writer made). ``body`` is what the texts came from: an error names the byte
+    offset of the text at fault in it."""
+    alone = _uniq_keys_alone(texts)
+    if alone is not None:
+        return alone, [None] * len(texts), None, True
     uniq_keys: list[str | None] = []
     keys: list[str | None] = []
     tags: list[str | None] = []
     plain = True
     indexed_only = _INDEXED_ONLY.fullmatch
-    for text_at, text in texts:
+    for index, text in enumerate(texts):
         try:
             found = indexed_only(text)
             if found is not None:
@@ -275,14 +294,46 @@ def _indexed_columns(texts: Sequence[tuple[int, bytes]]) -> _Columns:
             properties = _parse(text)
         except ValueError as exc:  # UnicodeDecodeError too
             raise MalformedBodyError(
-                text_at, f"the properties are not UTF-8 name\\x01value\\x02 pairs: {exc}"
+                _text_offset(body, index),
+                f"the properties are not UTF-8 name\\x01value\\x02 pairs: {exc}",
             ) from exc
         uniq_keys.append(properties.get(PROPERTY_UNIQ_KEY))
         keys.append(properties.get(PROPERTY_KEYS))
         tags.append(properties.get(PROPERTY_TAGS))
         if plain and not _INDEXED.issuperset(properties):
             plain = False
-    return uniq_keys, keys, tags, plain
+    return uniq_keys, keys, tags if any(tag is not None for tag in tags) else None, plain
+
+
+def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
+    """The UNIQ_KEYs of texts that each are ``UNIQ_KEY\\x01value\\x02`` and nothing else (a
+    producer's batch without tags or keys), read from all the texts at once; None when a text
+    is anything else. Every text starts with the pair's name and ends with a pair separator,
+    and there are as many pair separators as texts: so each text holds that one pair."""
+    joined = b"".join(texts)
+    if not (
+        joined.count(_PAIR_END) == len(texts)
+        and all(map(bytes.startswith, texts, repeat(_UNIQ_KEY_PAIR)))
+        and all(map(bytes.endswith, texts, repeat(_PAIR_END)))
+    ):
+        return None
+    try:
+        values = joined.decode().split(PROPERTY_SEPARATOR)
+    except UnicodeDecodeError:
+        return None  # the text-by-text reading names the one at fault
+    values.pop()  # after the last separator: nothing
+    start = len(UNIQ_KEY_PAIR_START)
+    return [value[start:] for value in values]
+
+
+def _text_offset(body: bytes | bytearray | memoryview, index: int) -> int:
+    """The byte offset in ``body`` (a well-framed produce body) of message ``index``'s
+    properties text."""
+    position = 0
+    for _ in range(index):
+        position += int(_INT.unpack_from(body, position)[0])
+    body_bytes = int(_INT.unpack_from(body, position + _BODY_LENGTH_AT)[0])
+    return position + _HEAD_BYTES + body_bytes + _PROPERTIES_LENGTH_BYTES
 
 
 def _parse(text: bytes) -> dict[str, str]:

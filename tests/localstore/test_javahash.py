@@ -173,6 +173,21 @@ def test_a_uniq_key_run_hashes_as_its_keys(head, millis, first, keys, with_flags
     assert len(by_run[0]) >= len(keys) - (len(keys) + 1) // 3 * with_flags
 
 
+@pytest.mark.parametrize("keys", [[None] * 5, [None, "", None, None, ""]], ids=["none", "empty"])
+def test_a_uniq_key_run_without_keys_hashes_as_its_keys(keys) -> None:
+    from localstore.index.service import CounterRun, IndexService
+
+    run = CounterRun("7F00000131C8AB5E6F1A0000ABCD", 0xFFFD, 5)  # wraps
+    service = IndexService.__new__(IndexService)
+    service._prefix_hashes = {}
+    offsets = [7, 9, 11, 13, 15]
+    by_run = service._key_hashes("orders", run, keys, None, offsets)
+    assert by_run == service._key_hashes("orders", run.keys(), keys, None, offsets)
+    assert by_run[1] == offsets
+    uniq_keys = run.keys()  # a CounterRun method, not a mapping's
+    assert by_run[0] == [index_key_hash(f"orders#{key}") for key in uniq_keys]
+
+
 def test_next_many_is_a_run_of_its_ids() -> None:
     from localstore.index.service import CounterRun, counter_run_of
     from localstore.record.message_id import UniqKeyGenerator

@@ -197,6 +197,25 @@ def test_pull_async_parks_a_future_and_wakes_on_arrival(service: BrokerService):
     assert asyncio.run(scenario()) == [b"async"]
 
 
+def test_pull_async_wakes_on_an_arrival_from_another_thread(service: BrokerService):
+    async def scenario() -> list[bytes]:
+        batch = PullBatch("g", (QueuePull("orders", 1, 0),), wait_ms=10_000)
+        threading.Timer(0.05, service.send, ([message(body=b"threaded", queue_id=1)],)).start()
+        started = time.monotonic()
+        answer = await service.pull_async(batch)
+        assert time.monotonic() - started < 5  # woken by the arrival, not by the 10 s wait
+        return [m.body for m in decode_records(answer.results[0].raw)]
+
+    assert asyncio.run(scenario()) == [b"threaded"]
+
+
+def test_pull_async_answers_nothing_new_once_its_wait_ends(service: BrokerService):
+    service.send([message(body=b"read", queue_id=1)])
+    batch = PullBatch("g", (QueuePull("orders", 1, 1),), wait_ms=50)  # caught up: it parks
+    answer = asyncio.run(service.pull_async(batch))
+    assert [r.status for r in answer.results] == ["OFFSET_OVERFLOW_ONE"]  # caught up: no news
+
+
 def test_close_answers_parked_pulls(tmp_path: Path):
     broker = BrokerService(tmp_path / "b", BrokerOptions(geometry={"commitlog_file_size": 1 << 20}))
     batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=30_000)

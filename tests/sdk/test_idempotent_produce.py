@@ -16,14 +16,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from localstore import NewMessage
+from localstore import NewMessage, UniformBatch
 from localstore.record.codec import StoredMessage
+from localstore.record.properties import PROPERTY_PUT_RECORDS
 from localstore.record.tags import SCHEDULE_TOPIC
+from sdk import Message
 from sdk.broker.idempotence import ProducerWindows, stamped
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.broker.transaction_records import HALF_TOPIC
 from sdk.errors import InvalidArgumentError
 from sdk.message import PROPERTY_PRODUCER_SEQ, ReceivedMessage
+from sdk.outgoing import MessageBuilder
 from sdk.protocol.produce_body import decode_produce_body, encode_produce_body
 from sdk.transport.models import ProducerStamp, PullBatch, QueuePull, SendResult, decode_records
 from tests.sdk.waiting import wait_until
@@ -125,6 +128,18 @@ def test_stamping_leaves_the_callers_batch_unchanged():
     stamped_wire = stamped(wire, ProducerStamp("p", 1))
     assert [m.properties for m in stamped_wire] == [m.properties for m in copy]
     assert PROPERTY_PRODUCER_SEQ not in wire[1].properties
+
+
+def test_a_stamped_producer_batch_names_the_stamp_as_its_one_other_property():
+    built = MessageBuilder().build_batch([Message(TOPIC, b"a"), Message(TOPIC, b"b")], 0)
+    wire = decode_produce_body(encode_produce_body(built), TOPIC, 0, count=2)
+    for plain in (built, wire):
+        assert isinstance(plain, UniformBatch) and plain.plain
+        copy = stamped(plain, ProducerStamp("p", 1))
+        assert isinstance(copy, UniformBatch) and not copy.plain
+        assert copy.other_names == {PROPERTY_PRODUCER_SEQ}  # known: lookups need no scan
+        assert copy.holds_property(PROPERTY_PRODUCER_SEQ)
+        assert not copy.holds_property(PROPERTY_PUT_RECORDS)
 
 
 def test_a_refused_send_leaves_its_stamp_free(service: BrokerService):

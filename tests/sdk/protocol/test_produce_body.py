@@ -41,10 +41,10 @@ _messages = st.lists(
 )
 
 
-def rocketmq_client_message(body: bytes, properties: str, flag: int = 0) -> bytes:
+def rocketmq_client_message(body: bytes, properties: str | bytes, flag: int = 0) -> bytes:
     """One message as RocketMQ's ``MessageDecoder.encodeMessage`` writes it (magic and CRC 0),
     built here field by field, apart from the module under test."""
-    text = properties.encode()
+    text = properties.encode() if isinstance(properties, str) else properties
     size = 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(text)
     return (
         struct.pack(">iiiii", size, 0, 0, flag, len(body))
@@ -236,3 +236,70 @@ def test_the_column_batch_stores_the_bytes_its_messages_would(messages: list[New
     as_columns = encode_uniform(decoded, *where, 1 << 20)
     as_messages = encode_batch(list(decoded), TOPIC, 3, *where, 1 << 20)
     assert as_columns == as_messages
+
+
+def uniq_keys_alone(*values: bytes) -> bytes:
+    """A body whose messages' properties are their UNIQ_KEY alone (a producer's batch without
+    tags or keys)."""
+    return b"".join(
+        rocketmq_client_message(b"m", b"UNIQ_KEY\x01" + value + b"\x02") for value in values
+    )
+
+
+def test_the_checked_body_crcs_go_to_the_store_with_the_batch() -> None:
+    built = built_batch(3)
+    decoded = decode_produce_body(encode_produce_body(built), TOPIC, 3)
+    assert isinstance(decoded, UniformBatch)
+    assert decoded.body_crcs == [zlib.crc32(body) & 0x7FFFFFFF for body in built.bodies]
+    unchecked = rocketmq_client_message(b"one", "") + rocketmq_client_message(b"two", "")
+    assert decode_produce_body(unchecked, TOPIC, 0).body_crcs is None  # magic 0: no CRC
+
+
+def test_a_batch_of_uniq_keys_alone_is_read_at_once_with_the_same_columns() -> None:
+    values = ["0A01", "", "é-ü", "Z" * 40]
+    decoded = decode_produce_body(uniq_keys_alone(*(v.encode() for v in values)), TOPIC, 0)
+    assert isinstance(decoded, UniformBatch)
+    assert list(decoded.uniq_keys) == values
+    assert list(decoded.keys) == [None] * 4
+    assert decoded.tags is None
+    assert decoded.plain
+    assert [m.properties for m in decoded] == [{"UNIQ_KEY": v} for v in values]
+
+
+@pytest.mark.parametrize(
+    ("second", "columns"),
+    [
+        (b"UNIQ_KEY\x01b\x02KEYS\x01k\x02", (["a", "b"], [None, "k"], None, True)),
+        (b"TAGS\x01t\x02UNIQ_KEY\x01b\x02", (["a", "b"], [None, None], [None, "t"], True)),
+        (b"X\x01UNIQ_KEY\x01b\x02", (["a", None], [None, None], None, False)),
+        (b"UNIQ_KEY\x01b\x01c\x02", (["a", "b\x01c"], [None, None], None, True)),
+    ],
+    ids=["keys-after", "tags", "uniq-key-in-a-value", "name-separator-in-the-value"],
+)
+def test_one_text_beside_its_uniq_key_is_read_text_by_text(
+    second: bytes, columns: tuple[object, ...]
+) -> None:
+    body = uniq_keys_alone(b"a") + rocketmq_client_message(b"m", second)
+    decoded = decode_produce_body(body, TOPIC, 0, count=2)
+    assert isinstance(decoded, UniformBatch)
+    assert (list(decoded.uniq_keys), list(decoded.keys), decoded.tags, decoded.plain) == columns
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (b"UNIQ_KEY\x01a\x02", b"UNIQ_KEY\x01\xff\x02"),
+        (b"UNIQ_KEY\x01a\x02", b"UNIQ_KEY\x01a"),
+        (b"UNIQ_KEY\x01a\x02", b"UNIQ_KEY\x01a\x02\x02"),
+        (b"UNIQ_KEY\x01a\x02UNIQ_KEY\x01b\x02", b"UNIQ_KEY\x01c"),  # as many separators
+    ],
+    ids=["not-utf8", "no-final-separator", "two-pair-separators", "a-separator-moved-up"],
+)
+def test_a_bad_text_among_uniq_keys_alone_is_refused_at_its_offset(
+    first: bytes, second: bytes
+) -> None:
+    body = rocketmq_client_message(b"m", first) + rocketmq_client_message(b"mm", second)
+    with pytest.raises(MalformedBodyError, match="not UTF-8 name") as caught:
+        decode_produce_body(body, TOPIC, 0, count=2)
+    first_size = struct.unpack_from(">i", body)[0]
+    assert caught.value.offset == first_size + 20 + 2 + 2  # head, body, properties length
