@@ -352,6 +352,25 @@ def test_bodies_dense_in_the_magics_first_byte_take_no_arrays_of_the_bytes_size(
     assert peak_bytes < len(raw) // 4
 
 
+def test_records_across_many_search_slices_start_where_the_walk_finds_them():
+    """The magics are searched a slice of the bytes at a time: records that cross from one
+    slice into the next are found by the search all the same (not by the walk it would give
+    way to), every one or the first ``count``."""
+    import random
+
+    from localstore.record.arrow.starts import _starts_by_magic
+
+    rng = random.Random(7)
+    messages = [NewMessage("T", rng.randbytes(rng.randint(0, 1500))) for _ in range(3000)]
+    encoded = encode_batch(messages, "T", 3, 0, 0, 1 << 30, 1, STORE_HOST, 1 << 30)
+    raw = b"".join(encoded.published_runs())
+    assert len(raw) > 4 * (1 << 18)  # several slices
+    every = _starts_by_magic(raw, None)
+    first = _starts_by_magic(memoryview(raw), 2345)
+    assert every is not None and every.tolist() == encoded.phys_offsets
+    assert first is not None and first.tolist() == encoded.phys_offsets[:2345]
+
+
 def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactory):
     """A reader may hand in a mapped segment and unmap it: the batch owns its values."""
     store = open_store()
