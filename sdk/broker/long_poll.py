@@ -4,7 +4,8 @@ RocketMQ's ``PullRequestHoldService`` parks a pull that found nothing under ``to
 and re-runs it when the reput thread reports a new message there, or when the hold times out.
 :class:`ArrivalNotifier` keeps the same contract with callbacks instead of re-running requests,
 so one notifier serves blocking threads (:meth:`ArrivalNotifier.wait_keys`) and event loops
-(a callback that resolves a future with ``call_soon_threadsafe``) alike.
+(a callback that resolves a future: at once on the loop's own thread, else with
+``call_soon_threadsafe``) alike.
 
 Invariant (no lost wake-up): a waiter registers *before* it looks for messages, so a message
 that arrives between the look and the wait still fires its callback. A put that has no waiters

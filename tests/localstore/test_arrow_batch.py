@@ -332,6 +332,45 @@ def test_bodies_holding_records_do_not_cut_the_records_there():
     assert_decodes_as_the_general_decoder(raw)
 
 
+def test_bodies_dense_in_the_magics_first_byte_take_no_arrays_of_the_bytes_size():
+    """The search for magics gives way to the walk on bodies full of 0xDA (the first byte of
+    both magics), before it holds an array as long as the bytes searched."""
+    import tracemalloc
+
+    from localstore.record.arrow.starts import record_starts
+
+    messages = [NewMessage("T", b"\xda" * (1 << 20)) for _ in range(16)]
+    encoded = encode_batch(messages, "T", 3, 0, 0, 1 << 30, 1, STORE_HOST, 1 << 30)
+    raw = b"".join(encoded.published_runs())
+    tracemalloc.start()
+    try:
+        starts = record_starts(raw, None)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert starts.tolist() == encoded.phys_offsets
+    assert peak_bytes < len(raw) // 4
+
+
+def test_records_across_many_search_slices_start_where_the_walk_finds_them():
+    """The magics are searched a slice of the bytes at a time: records that cross from one
+    slice into the next are found by the search all the same (not by the walk it would give
+    way to), every one or the first ``count``."""
+    import random
+
+    from localstore.record.arrow.starts import _starts_by_magic
+
+    rng = random.Random(7)
+    messages = [NewMessage("T", rng.randbytes(rng.randint(0, 1500))) for _ in range(3000)]
+    encoded = encode_batch(messages, "T", 3, 0, 0, 1 << 30, 1, STORE_HOST, 1 << 30)
+    raw = b"".join(encoded.published_runs())
+    assert len(raw) > 4 * (1 << 18)  # several slices
+    every = _starts_by_magic(raw, None)
+    first = _starts_by_magic(memoryview(raw), 2345)
+    assert every is not None and every.tolist() == encoded.phys_offsets
+    assert first is not None and first.tolist() == encoded.phys_offsets[:2345]
+
+
 def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactory):
     """A reader may hand in a mapped segment and unmap it: the batch owns its values."""
     store = open_store()

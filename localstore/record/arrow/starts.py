@@ -5,7 +5,9 @@ or v2) 4 bytes after its start, so the positions where one lies are the candidat
 a few numpy passes over the bytes; they are the starts when they chain exactly (the first at
 0, each one's TOTALSIZE reaching the next, the last the end), which is what the walk would
 find. Else (a body holding a magic's bytes, a blank or damaged record, another magic) the
-walk itself decides, record after record.
+walk itself decides, record after record. The bytes are searched a slice at a time, and bodies
+dense in the magic's first byte send the search to the walk at once: the search's arrays stay
+a fraction of the slice, whatever the bodies hold.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ _INT_AT = INT.unpack_from
 _RUN_PROBE_MIN = 16
 _RUN_PROBE_MAX = 1 << 16
 _MAGIC_FIRST_BYTE = (MAGIC_V1 >> 24) & 0xFF  # 0xDA, of both magics
+_SCAN_BYTES = 1 << 18  # record positions searched for a magic at a time
+# More bytes 0xDA than one in this many at magic places: bodies full of them, not records.
+_MAX_FIRST_BYTE_SHARE = 16
 
 
 def record_starts(view: bytes | memoryview, count: int | None) -> npt.NDArray[np.int64]:
@@ -37,12 +42,10 @@ def _starts_by_magic(view: bytes | memoryview, count: int | None) -> npt.NDArray
     end = len(view)
     if end < MIN_RECORD_SIZE or count == 0:
         return None
-    octets = np.frombuffer(view, dtype=np.uint8)
     ints = np.ndarray((end - 3,), dtype=">i4", buffer=view, strides=(1,))
-    # p such that byte p + MAGIC_AT is the magic's first: an int can be read there
-    starts = np.flatnonzero(octets[MAGIC_AT : end - 3] == _MAGIC_FIRST_BYTE)
-    magic = ints[starts + MAGIC_AT]
-    starts = starts[(magic == MAGIC_V1) | (magic == MAGIC_V2)]
+    starts = _magic_positions(view, ints, count)
+    if starts is None:
+        return None
     if count is not None:
         starts = starts[:count]
         if len(starts) < count:
@@ -60,6 +63,34 @@ def _starts_by_magic(view: bytes | memoryview, count: int | None) -> npt.NDArray
         return None
     found: npt.NDArray[np.int64] = starts.astype(np.int64)
     return found
+
+
+def _magic_positions(
+    view: bytes | memoryview, ints: npt.NDArray[np.int32], count: int | None
+) -> npt.NDArray[np.intp] | None:
+    """The positions p, in order, where MAGIC_V1 or MAGIC_V2 lies at p + MAGIC_AT (the first
+    ``count`` or more of them when given), searched a slice at a time; None when a slice holds
+    more candidates than records could start there (bodies dense in 0xDA or in magics)."""
+    octets = np.frombuffer(view, dtype=np.uint8)
+    positions = len(view) - 3 - MAGIC_AT  # p such that an int can be read at p + MAGIC_AT
+    found: list[npt.NDArray[np.intp]] = []
+    total = 0
+    for first in range(0, positions, _SCAN_BYTES):
+        span = min(_SCAN_BYTES, positions - first)
+        window = octets[first + MAGIC_AT : first + MAGIC_AT + span]
+        hits = np.flatnonzero(window == _MAGIC_FIRST_BYTE)
+        if len(hits) > span // _MAX_FIRST_BYTE_SHARE + 1:
+            return None
+        hits += first
+        magic = ints[hits + MAGIC_AT]
+        hits = hits[(magic == MAGIC_V1) | (magic == MAGIC_V2)]
+        if len(hits) > span // MIN_RECORD_SIZE + 1:  # closer than chained records can be
+            return None
+        found.append(hits)
+        total += len(hits)
+        if count is not None and total >= count:
+            break
+    return np.concatenate(found) if found else np.empty(0, dtype=np.intp)
 
 
 def _walk(view: bytes | memoryview, count: int | None) -> npt.NDArray[np.int64]:
