@@ -54,20 +54,10 @@ from localstore.record.uniform_batch import DEFAULT_BORN_HOST
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.protocol.calls import CALLS, WireRequest
 from sdk.spark.options import positive_option
+from sdk.spark.pyspark_api import STREAM_SINK_TAKES_ARROW, StreamWriterBase
 from sdk.spark.write_plan import PlannedBatch, WritePlan, check_write_columns
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import SendResult
-
-try:  # pyspark 4.1+: a streaming sink fed Arrow record batches
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
-
-    _STREAM_ARROW = True
-except ImportError:  # pragma: no cover (pyspark 4.0)
-    from pyspark.sql.datasource import (  # type: ignore[assignment]
-        DataSourceStreamWriter as _StreamBase,
-    )
-
-    _STREAM_ARROW = False
 
 _KNOWN = ("broker", "topic", "writeid", "batchrows", "batchbytes", "maxinflight", "path")
 _SPARKS_OWN = ("checkpointlocation",)  # a streaming query's option, handed to sinks too
@@ -142,7 +132,7 @@ class QuiverBatchWriter(DataSourceArrowWriter):
         return send_partition(self.write_options, self.write_key, _partition_id(), iterator)
 
 
-class QuiverStreamWriter(_StreamBase):
+class QuiverStreamWriter(StreamWriterBase):
     """A streaming write: each micro-batch's identity is the query id and the batch id."""
 
     def __init__(self, options: WriteOptions, schema_names: list[str]) -> None:
@@ -159,7 +149,9 @@ class QuiverStreamWriter(_StreamBase):
                 "the quiver stream sink found no streaming query id or micro-batch id in the "
                 "task's properties"
             )
-        batches = iterator if _STREAM_ARROW else _rows_to_batches(iterator, self.schema_names)
+        batches = (
+            iterator if STREAM_SINK_TAKES_ARROW else _rows_to_batches(iterator, self.schema_names)
+        )
         write_key = f"stream-{query_id}-{batch_id}"
         return send_partition(self.write_options, write_key, _partition_id(), batches)
 
