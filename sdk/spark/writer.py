@@ -49,6 +49,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from localstore.record.uniform_batch import DEFAULT_BORN_HOST
 from quiver_errors import IllegalStateError, InvalidArgumentError
@@ -135,10 +137,10 @@ class QuiverBatchWriter(DataSourceArrowWriter):
 class QuiverStreamWriter(StreamWriterBase):
     """A streaming write: each micro-batch's identity is the query id and the batch id."""
 
-    def __init__(self, options: WriteOptions, schema_names: list[str]) -> None:
-        check_write_columns(schema_names)
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        check_write_columns(schema.fieldNames())
         self.write_options = options
-        self.schema_names = schema_names
+        self.row_schema: pa.Schema = to_arrow_schema(schema)  # the batches of pyspark 4.0's Rows
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
         context = TaskContext.get()
@@ -150,7 +152,7 @@ class QuiverStreamWriter(StreamWriterBase):
                 "task's properties"
             )
         batches = (
-            iterator if STREAM_SINK_TAKES_ARROW else _rows_to_batches(iterator, self.schema_names)
+            iterator if STREAM_SINK_TAKES_ARROW else rows_to_batches(iterator, self.row_schema)
         )
         write_key = f"stream-{query_id}-{batch_id}"
         return send_partition(self.write_options, write_key, _partition_id(), batches)
@@ -170,16 +172,19 @@ def _partition_id() -> int:
     return context.partitionId()
 
 
-def _rows_to_batches(rows: Iterator[Any], names: list[str]) -> Iterator[pa.RecordBatch]:
-    """pyspark 4.0's stream sink gets Rows: 1000 at a time as record batches."""
+def rows_to_batches(
+    rows: Iterator[Any], schema: pa.Schema, batch_rows: int = 1000
+) -> Iterator[pa.RecordBatch]:
+    """pyspark 4.0's stream sink gets Rows: ``batch_rows`` at a time as record batches of the
+    frame's own types (``schema``: a map stays a map, a column of nulls keeps its type)."""
     chunk: list[dict[str, Any]] = []
     for row in rows:
         chunk.append(row.asDict(recursive=True))
-        if len(chunk) == 1000:
-            yield pa.RecordBatch.from_pylist(chunk)
+        if len(chunk) == batch_rows:
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
             chunk = []
     if chunk:
-        yield pa.RecordBatch.from_pylist(chunk)
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
 
 
 def send_partition(
