@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo test lint typecheck unit test-spark-compat clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,24 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# The Spark tests (tests/spark, the example's included) under an older pyspark than .venv's: the
+# spark extra allows 4.0 through 4.3, and each minor version adds API the source uses when
+# present (sdk/spark/pyspark_api.py). PYSPARK is a version prefix; its newest release is used:
+#     make test-spark-compat PYSPARK=4.0
+# The venv, .venv-pyspark-$(PYSPARK), is the project's dev install with that pyspark.
+PYSPARK ?=
+COMPAT_VENV := .venv-pyspark-$(PYSPARK)
+
+$(COMPAT_VENV)/.installed: pyproject.toml
+	@test -n "$(PYSPARK)" || { echo "give the pyspark version: make test-spark-compat PYSPARK=4.0"; exit 2; }
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -e '.[dev]' 'pyspark==$(PYSPARK).*'
+	touch $@
+
+test-spark-compat: $(COMPAT_VENV)/.installed
+	$(COMPAT_VENV)/bin/python -c 'import pyspark; print("pyspark", pyspark.__version__)'
+	$(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/spark
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-pyspark-* .pytest_cache .mypy_cache .ruff_cache

@@ -28,7 +28,8 @@ stepped back while it wrote the queue (as with Kafka's seek by time).
 Spark calls ``pushFilters`` only when ``spark.sql.python.filterPushdown.enabled`` is true, and
 refuses a reader that defines it while the setting is false: :func:`sdk.spark.register` picks
 :class:`QuiverPushdownDataSource` or the plain :class:`~sdk.spark.source.QuiverDataSource` by
-the session's setting. This module imports pyspark 4.1's filter classes: never on 4.0.
+the session's setting. This module imports pyspark 4.1's filter classes: on 4.0 importing it
+raises ImportError naming the version (:mod:`sdk.spark.pyspark_api`).
 """
 
 from __future__ import annotations
@@ -38,24 +39,30 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSourceReader,
-    EqualNullSafe,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNotNull,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSourceReader
 from pyspark.sql.types import StructType
 
 from sdk.spark.broker_source import QuiverBrokerReader
 from sdk.spark.options import SCAN_QUEUES, ReadOptions, parse_read_options
+from sdk.spark.pyspark_api import require_filter_pushdown
 from sdk.spark.ranges import QueueOffsets, QueueRange, split_ranges, whole_ranges
 from sdk.spark.source import QuiverBatchReader, QuiverDataSource
+
+try:  # pyspark 4.1 and later
+    from pyspark.sql.datasource import (
+        EqualNullSafe,
+        EqualTo,
+        Filter,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        LessThan,
+        LessThanOrEqual,
+    )
+except ImportError:  # pyspark 4.0
+    require_filter_pushdown(__name__)  # raises, naming the version
+    raise
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

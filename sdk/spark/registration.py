@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyspark.sql.datasource as spark_datasource
-
+from sdk.spark.pyspark_api import FILTER_PUSHDOWN
 from sdk.spark.source import QuiverDataSource
 
 PUSHDOWN_SETTING = "spark.sql.python.filterPushdown.enabled"
@@ -25,7 +24,7 @@ def register(spark: Any) -> type[QuiverDataSource]:
     first to push filters down); returns the class registered."""
     chosen: type[QuiverDataSource] = QuiverDataSource
     enabled = str(spark.conf.get(PUSHDOWN_SETTING, "false")).strip().lower() == "true"
-    if enabled and hasattr(spark_datasource, "Filter"):  # pyspark 4.1+
+    if enabled and FILTER_PUSHDOWN:
         from sdk.spark.pushdown import QuiverPushdownDataSource  # noqa: PLC0415 (4.1+ only)
 
         chosen = QuiverPushdownDataSource

@@ -72,7 +72,7 @@ class QuiverDataSource(DataSource):
         return QuiverBatchWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> QuiverStreamWriter:  # noqa: N802
-        return QuiverStreamWriter(parse_write_options(self.options, overwrite), schema.fieldNames())
+        return QuiverStreamWriter(parse_write_options(self.options, overwrite), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (pyspark names it)
         """The streaming read (``spark.readStream.format("quiver")``,

@@ -11,8 +11,8 @@ since are seen; a micro-batch ``[start, end)`` is cut into the batch read's queu
 (``minPartitions`` splitting them) and its tasks are the batch read's tasks (:class:`RangeTasks`).
 ``commit`` hands each committed end to the bounds (a broker read advances ``consumerGroup``).
 
-Across pyspark versions (the Python worker picks the style from ``latestOffset``'s
-signature, which has parameters here):
+Across pyspark versions (:mod:`sdk.spark.pyspark_api`; the Python worker picks the style from
+``latestOffset``'s signature, which has parameters here):
 
 * 4.2 and later: admission control. ``getDefaultReadLimit`` is ``maxOffsetsPerTrigger`` as a
   row limit; ``latestOffset(start, limit)`` caps the micro-batch at the limit Spark passes;
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from quiver_errors import IllegalStateError, InvalidArgumentError
+from quiver_errors import IllegalStateError
 from sdk.spark.offsets import (
     QueueKey,
     from_json,
@@ -43,33 +43,14 @@ from sdk.spark.offsets import (
     to_json,
 )
 from sdk.spark.options import ReadOptions
+from sdk.spark.pyspark_api import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    require_admission_control,
+)
 from sdk.spark.ranges import QueueOffsets, QueueRange
-
-try:  # pyspark 4.2 and later
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-
-    ADMISSION_CONTROL = True
-except ImportError:  # pyspark 4.0 and 4.1: no read limits, AvailableNow by Spark's own wrapper
-    ADMISSION_CONTROL = False
-
-    class ReadLimit:  # type: ignore[no-redef]
-        """Stands in for pyspark 4.2's; never passed on 4.0 and 4.1."""
-
-    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
-        """Stands in for pyspark 4.2's; never passed on 4.0 and 4.1."""
-
-    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
-        """Stands in for pyspark 4.2's; never passed on 4.0 and 4.1."""
-
-        max_rows = 0
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        """Stands in for pyspark 4.2's mixin; 4.0 and 4.1 never call it."""
 
 
 class RangeTasks(Protocol):
@@ -101,11 +82,8 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     its end: Spark pickles it."""
 
     def __init__(self, options: ReadOptions, tasks: RangeTasks, bounds: QueueBounds) -> None:
-        if options.max_offsets_per_trigger is not None and not ADMISSION_CONTROL:
-            raise InvalidArgumentError(
-                "maxOffsetsPerTrigger: needs pyspark 4.2 or later (admission control); "
-                "pyspark 4.0 and 4.1 read every available record per micro-batch"
-            )
+        if options.max_offsets_per_trigger is not None:
+            require_admission_control("maxOffsetsPerTrigger")
         self.read_options = options
         self.tasks = tasks
         self.bounds = bounds

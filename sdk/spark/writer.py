@@ -48,23 +48,15 @@ from typing import Any
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from quiver_errors import IllegalStateError, InvalidArgumentError
 from sdk.spark.options import positive_option
+from sdk.spark.pyspark_api import STREAM_SINK_TAKES_ARROW, StreamWriterBase
 from sdk.spark.write_plan import PlannedBatch, WritePlan, check_write_columns
 from sdk.transport.http_sync import HttpTransport
 from sdk.transport.models import SendResult
-
-try:  # pyspark 4.1+: a streaming sink fed Arrow record batches
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
-
-    _STREAM_ARROW = True
-except ImportError:  # pragma: no cover (pyspark 4.0)
-    from pyspark.sql.datasource import (  # type: ignore[assignment]
-        DataSourceStreamWriter as _StreamBase,
-    )
-
-    _STREAM_ARROW = False
 
 _KNOWN = ("broker", "topic", "writeid", "batchrows", "batchbytes", "maxinflight", "path")
 _SPARKS_OWN = ("checkpointlocation",)  # a streaming query's option, handed to sinks too
@@ -139,13 +131,13 @@ class QuiverBatchWriter(DataSourceArrowWriter):
         return send_partition(self.write_options, self.write_key, _partition_id(), iterator)
 
 
-class QuiverStreamWriter(_StreamBase):
+class QuiverStreamWriter(StreamWriterBase):
     """A streaming write: each micro-batch's identity is the query id and the batch id."""
 
-    def __init__(self, options: WriteOptions, schema_names: list[str]) -> None:
-        check_write_columns(schema_names)
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        check_write_columns(schema.fieldNames())
         self.write_options = options
-        self.schema_names = schema_names
+        self.row_schema: pa.Schema = to_arrow_schema(schema)  # the batches of pyspark 4.0's Rows
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
         context = TaskContext.get()
@@ -156,7 +148,9 @@ class QuiverStreamWriter(_StreamBase):
                 "the quiver stream sink found no streaming query id or micro-batch id in the "
                 "task's properties"
             )
-        batches = iterator if _STREAM_ARROW else _rows_to_batches(iterator, self.schema_names)
+        batches = (
+            iterator if STREAM_SINK_TAKES_ARROW else rows_to_batches(iterator, self.row_schema)
+        )
         write_key = f"stream-{query_id}-{batch_id}"
         return send_partition(self.write_options, write_key, _partition_id(), batches)
 
@@ -175,16 +169,19 @@ def _partition_id() -> int:
     return context.partitionId()
 
 
-def _rows_to_batches(rows: Iterator[Any], names: list[str]) -> Iterator[pa.RecordBatch]:
-    """pyspark 4.0's stream sink gets Rows: 1000 at a time as record batches."""
+def rows_to_batches(
+    rows: Iterator[Any], schema: pa.Schema, batch_rows: int = 1000
+) -> Iterator[pa.RecordBatch]:
+    """pyspark 4.0's stream sink gets Rows: ``batch_rows`` at a time as record batches of the
+    frame's own types (``schema``: a map stays a map, a column of nulls keeps its type)."""
     chunk: list[dict[str, Any]] = []
     for row in rows:
         chunk.append(row.asDict(recursive=True))
-        if len(chunk) == 1000:
-            yield pa.RecordBatch.from_pylist(chunk)
+        if len(chunk) == batch_rows:
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
             chunk = []
     if chunk:
-        yield pa.RecordBatch.from_pylist(chunk)
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
 
 
 def send_partition(

@@ -27,6 +27,7 @@ from sdk.spark.write_plan import CHUNK_BATCHES
 from sdk.spark.writer import parse_write_options, send_partition
 from sdk.transport.http_sync import HttpTransport
 from tests.sdk.remote.broker_process import SMALL_GEOMETRY, BrokerProcess
+from tests.spark.pyspark_versions import with_admission_control
 from tests.spark.spark_session import local_session, process_until
 
 pytestmark = [
@@ -326,6 +327,7 @@ def broker_stream(spark: Any, url: str, checkpoint: Path, sink: Batches, **optio
     return writer.trigger(availableNow=True).start()
 
 
+@with_admission_control  # 4.0 and 4.1 refuse the option: test_quiver_stream.py
 def test_a_broker_stream_honours_max_offsets_per_trigger(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:

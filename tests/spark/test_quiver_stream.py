@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
+from sdk.spark.pyspark_api import ADMISSION_CONTROL
+from tests.spark.pyspark_versions import with_admission_control, without_admission_control
 from tests.spark.spark_session import local_session, process_until
 from tests.spark.store_writer import QUEUES, TOPIC, body_of
 from tests.spark.stores import Store
@@ -92,6 +94,7 @@ def offsets_per_queue(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
     return per_queue
 
 
+@with_admission_control
 def test_max_offsets_per_trigger_caps_every_micro_batch_each_row_once_in_order(
     spark: Any, tmp_path: Path
 ):
@@ -123,6 +126,24 @@ def test_max_offsets_per_trigger_caps_every_micro_batch_each_row_once_in_order(
     assert {row["queue_id"] for row in first} == set(range(QUEUES))  # shared across queues
 
 
+@without_admission_control
+def test_max_offsets_per_trigger_is_refused_without_admission_control(spark: Any, tmp_path: Path):
+    with Store(tmp_path / "store") as store:
+        store.write(10)
+        sink = Batches()
+        with pytest.raises(
+            PySparkException, match=r"maxOffsetsPerTrigger: needs pyspark 4\.2 or later"
+        ):
+            run_to_end(
+                stream(
+                    spark, store, tmp_path / "checkpoint", sink, startingOffsets="earliest",
+                    maxOffsetsPerTrigger="30",
+                )
+            )  # fmt: skip
+    assert sink.rows == []
+
+
+@with_admission_control
 def test_available_now_reads_what_is_there_and_stops(spark: Any, tmp_path: Path):
     checkpoint = tmp_path / "checkpoint"
     with Store(tmp_path / "store") as store:
@@ -143,17 +164,38 @@ def test_available_now_reads_what_is_there_and_stops(spark: Any, tmp_path: Path)
     assert numbers(second.rows) == list(range(100, 150))  # the new ones only
 
 
+@without_admission_control
+def test_available_now_reads_what_is_there_in_one_batch_and_stops(spark: Any, tmp_path: Path):
+    """pyspark 4.0 and 4.1 run ``Trigger.AvailableNow`` through Spark's own wrapper: the
+    queues' latest offsets at the start, in one micro-batch."""
+    checkpoint = tmp_path / "checkpoint"
+    with Store(tmp_path / "store") as store:
+        store.write(100)
+        first = Batches(after_first=lambda: store.write(50))  # not read: after the start
+        query = stream(
+            spark, store, checkpoint, first, startingOffsets="earliest", trigger="availableNow"
+        )
+        assert query.awaitTermination(TIMEOUT_S)  # it stops by itself
+        second = Batches()
+        query = stream(spark, store, checkpoint, second, trigger="availableNow")
+        assert query.awaitTermination(TIMEOUT_S)
+    assert [len(rows) for _, rows in first.seen if rows] == [100]
+    assert numbers(first.rows) == list(range(100))
+    assert numbers(second.rows) == list(range(100, 150))  # the new ones only
+
+
 def test_a_restart_from_the_checkpoint_loses_nothing_and_repeats_nothing(
     spark: Any, tmp_path: Path
 ):
     checkpoint = tmp_path / "checkpoint"
+    cap = {"maxOffsetsPerTrigger": "50"} if ADMISSION_CONTROL else {}  # several batches on 4.2+
     with Store(tmp_path / "store") as store:
         store.write(120)
         first = Batches()
         run_to_end(
             stream(
                 spark, store, checkpoint, first, topics="orders,audit",
-                startingOffsets="earliest", maxOffsetsPerTrigger="50",
+                startingOffsets="earliest", **cap,
             )
         )  # fmt: skip
         store.write(90)
@@ -163,7 +205,7 @@ def test_a_restart_from_the_checkpoint_loses_nothing_and_repeats_nothing(
         run_to_end(  # the checkpoint wins over startingOffsets
             stream(
                 spark, store, checkpoint, second, topics="orders,audit",
-                startingOffsets="earliest", maxOffsetsPerTrigger="50",
+                startingOffsets="earliest", **cap,
             )
         )  # fmt: skip
     assert numbers(first.rows) == list(range(120))

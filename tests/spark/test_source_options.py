@@ -11,8 +11,12 @@ from typing import Any
 import orjson
 import pytest
 from pyspark.errors import PySparkException
+from pyspark.sql import functions as sf
 
+from sdk.spark import QuiverDataSource, register
+from sdk.spark.registration import PUSHDOWN_SETTING
 from tests.spark.epoch_store import EPOCHS, PER_QUEUE, TOPICS, Stored, write_epoch_store
+from tests.spark.pyspark_versions import without_filter_pushdown
 from tests.spark.spark_session import local_session
 
 pytestmark = [
@@ -181,3 +185,19 @@ def test_tags_keep_only_rows_with_one_of_the_tags(spark: Any, store: Path, store
     assert with_bounds == [
         key for key in stored.keys(topic="orders", queue_id=1, tags="t1") if key[2] >= 5
     ]
+
+
+@without_filter_pushdown
+def test_without_pushdown_in_pyspark_register_picks_the_plain_source(spark: Any, store: Path):
+    """pyspark 4.0 has no filter pushdown: with the setting on, ``register`` still registers
+    the plain source, and Spark filters its rows (4.1+: test_source_pushdown.py)."""
+    spark.conf.set(PUSHDOWN_SETTING, "true")
+    try:
+        assert register(spark) is QuiverDataSource
+        frame = spark.read.format("quiver").options(path=str(store), topics="orders").load()
+        frame = frame.where((sf.col("queue_id") == 0) & (sf.col("queue_offset") < 4))
+        rows = frame.select("topic", "queue_id", "queue_offset").toArrow().to_pylist()
+    finally:
+        spark.conf.unset(PUSHDOWN_SETTING)
+    keys = sorted((row["topic"], row["queue_id"], row["queue_offset"]) for row in rows)
+    assert keys == queue_span("orders", 0, 0, 4)

@@ -24,10 +24,12 @@ from sdk.spark.offsets import (
     to_json,
 )
 from sdk.spark.options import parse_read_options
+from sdk.spark.pyspark_api import PYSPARK_VERSION
 from sdk.spark.ranges import QueueRange, plan_ranges
 from sdk.spark.source import QuiverBatchReader, read_range
 from sdk.spark.store_access import StoreBounds
-from sdk.spark.stream import ADMISSION_CONTROL, QuiverStreamReader
+from sdk.spark.stream import QuiverStreamReader
+from tests.spark.pyspark_versions import with_admission_control, without_admission_control
 from tests.spark.queue_bounds import Offsets
 from tests.spark.store_writer import TOPIC
 from tests.spark.stores import Store
@@ -187,24 +189,42 @@ def test_stream_options_default_to_latest_and_to_failing_on_data_loss():
     assert parse_read_options(BASE).starting_offsets == "earliest"  # batch
 
 
-def test_the_stream_reader_answers_both_latest_offset_styles(tmp_path: Path):
-    """pyspark 4.2+ calls ``latestOffset(start, limit)`` (it sees parameters); 4.0 and 4.1
-    call ``latestOffset()``, which answers every queue's latest."""
-    assert ADMISSION_CONTROL  # the installed pyspark is 4.2 or later
+def store_stream_reader(root: Path, **extra: str) -> QuiverStreamReader:
+    options = parse_read_options({"path": str(root), "topics": TOPIC, **extra}, streaming=True)
+    return QuiverStreamReader(options, QuiverBatchReader(options), StoreBounds(str(root)))
+
+
+@with_admission_control
+def test_the_stream_reader_caps_at_the_limit_spark_passes_and_answers_the_old_style(
+    tmp_path: Path,
+):
+    """pyspark 4.2+ calls ``latestOffset(start, limit)`` (it sees parameters); ``latestOffset()``
+    (4.0, 4.1) answers every queue's latest."""
     assert len(inspect.signature(QuiverStreamReader.latestOffset).parameters) == 3
     with Store(tmp_path / "store") as store:
         store.write(40)
-        options = parse_read_options(
-            {"path": str(store.root), "topics": TOPIC, "maxOffsetsPerTrigger": "9"},
-            streaming=True,
-        )
-        reader = QuiverStreamReader(
-            options, QuiverBatchReader(options), StoreBounds(str(store.root))
-        )
+        reader = store_stream_reader(store.root, maxOffsetsPerTrigger="9")
         assert reader.latestOffset() == {"orders/0": 20, "orders/1": 10, "orders/2": 10}
         begin = {"orders/0": 0, "orders/1": 0, "orders/2": 0}
         limit = reader.getDefaultReadLimit()
         assert reader.latestOffset(begin, limit) == {"orders/0": 5, "orders/1": 2, "orders/2": 2}
+
+
+@without_admission_control
+def test_without_admission_control_the_reader_refuses_a_cap_and_reads_to_the_latest(
+    tmp_path: Path,
+):
+    """pyspark 4.0 and 4.1 call ``latestOffset()`` and pass no limit: a cap could only be
+    ignored, so it is refused, naming the option and the version."""
+    with Store(tmp_path / "store") as store:
+        store.write(40)
+        with pytest.raises(
+            InvalidArgumentError,
+            match=rf"^maxOffsetsPerTrigger: needs pyspark 4.2 or later.* {PYSPARK_VERSION},",
+        ):
+            store_stream_reader(store.root, maxOffsetsPerTrigger="9")
+        reader = store_stream_reader(store.root)
+        assert reader.latestOffset() == {"orders/0": 20, "orders/1": 10, "orders/2": 10}
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])

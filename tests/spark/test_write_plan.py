@@ -9,6 +9,17 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import Row
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from localstore.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from quiver_errors import InvalidArgumentError
@@ -23,6 +34,7 @@ from sdk.spark.write_plan import (
     message_id,
     write_hash,
 )
+from sdk.spark.writer import rows_to_batches
 
 QUEUES = 4
 
@@ -82,6 +94,40 @@ def test_bodies_decode_to_the_rows_with_their_properties() -> None:
         == message_id(hashed, 3, 0)
         == f"{hashed[:12]}".upper() + ("00000003000000000000")
     )
+
+
+def test_rows_given_to_a_stream_sink_become_batches_of_the_frames_types() -> None:
+    """pyspark 4.0 hands a stream sink Rows, not record batches: a map column must stay a map
+    and a column of nulls keep its type for the plan to read them."""
+    frame = StructType(
+        [
+            StructField("body", BinaryType()),
+            StructField("tags", StringType()),
+            StructField("keys", ArrayType(StringType())),
+            StructField("properties", MapType(StringType(), StringType())),
+            StructField("queue_id", IntegerType()),
+        ]
+    )
+    rows = [
+        Row(body=bytearray(b"a"), tags=None, keys=["k1"], properties={"n": "1"}, queue_id=1),
+        Row(body=bytearray(b"bb"), tags=None, keys=[], properties=None, queue_id=1),
+        Row(body=bytearray(b""), tags=None, keys=None, properties={}, queue_id=1),
+    ]
+    batches = list(rows_to_batches(iter(rows), to_arrow_schema(frame), batch_rows=2))
+    assert [batch.num_rows for batch in batches] == [2, 1]
+    assert all(batch.schema == to_arrow_schema(frame) for batch in batches)
+    (planned,) = run(plan(), *batches)
+    messages = decoded(planned)
+    hashed = write_hash("write-1")
+    assert [m.body for m in messages] == [b"a", b"bb", b""]
+    assert messages[0].properties == {
+        "n": "1",
+        PROPERTY_KEYS: "k1",
+        PROPERTY_UNIQ_KEY: message_id(hashed, 3, 0),
+    }
+    assert [m.properties for m in messages[1:]] == [
+        {PROPERTY_UNIQ_KEY: message_id(hashed, 3, row)} for row in (1, 2)
+    ]
 
 
 def test_batches_and_stamps_do_not_depend_on_how_rows_arrive() -> None:
