@@ -184,29 +184,24 @@ def test_a_membership_change_ends_a_parked_pull(service: BrokerService):
     assert answer.generation == generation + 1
 
 
-def test_pull_async_parks_a_future_and_wakes_on_arrival(service: BrokerService):
+@pytest.mark.parametrize("sender", ["loop", "thread"])
+def test_pull_async_parks_a_future_and_wakes_on_arrival(service: BrokerService, sender: str):
+    """A parked async pull is woken by an arrival appended on its own loop (resolved at once)
+    or on another thread (handed to the loop)."""
+
     async def scenario() -> list[bytes]:
         batch = PullBatch("g", (QueuePull("orders", 1, 0),), wait_ms=10_000)
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.05, service.send, [message(body=b"async", queue_id=1)])
+        arrival = ([message(body=sender.encode(), queue_id=1)],)
+        if sender == "loop":
+            asyncio.get_running_loop().call_later(0.05, service.send, *arrival)
+        else:
+            threading.Timer(0.05, service.send, arrival).start()
         started = time.monotonic()
         answer = await service.pull_async(batch)
         assert time.monotonic() - started < 5  # woken by the arrival, not by the 10 s wait
         return [m.body for m in decode_records(answer.results[0].raw)]
 
-    assert asyncio.run(scenario()) == [b"async"]
-
-
-def test_pull_async_wakes_on_an_arrival_from_another_thread(service: BrokerService):
-    async def scenario() -> list[bytes]:
-        batch = PullBatch("g", (QueuePull("orders", 1, 0),), wait_ms=10_000)
-        threading.Timer(0.05, service.send, ([message(body=b"threaded", queue_id=1)],)).start()
-        started = time.monotonic()
-        answer = await service.pull_async(batch)
-        assert time.monotonic() - started < 5  # woken by the arrival, not by the 10 s wait
-        return [m.body for m in decode_records(answer.results[0].raw)]
-
-    assert asyncio.run(scenario()) == [b"threaded"]
+    assert asyncio.run(scenario()) == [sender.encode()]
 
 
 def test_pull_async_answers_nothing_new_once_its_wait_ends(service: BrokerService):
