@@ -21,7 +21,13 @@ import time
 from localstore.record.codec import LONG, make_offset_msg_id, unpack_host
 from quiver_errors import InvalidArgumentError
 
-__all__ = ["UniqKeyGenerator", "UniqKeyRun", "make_offset_msg_id", "parse_offset_msg_id"]
+__all__ = [
+    "UniqKeyGenerator",
+    "UniqKeyRun",
+    "make_offset_msg_id",
+    "parse_offset_msg_id",
+    "uniq_key_run",
+]
 
 _HEX2 = tuple(f"{i:02X}" for i in range(256))
 _SUFFIX = struct.Struct(">IH")  # Java writes an int that wraps after 24.8 days: same bytes
@@ -52,6 +58,17 @@ class UniqKeyRun(list[str]):
 
     head: str
     first: int
+
+
+def uniq_key_run(head: str, first: int, n: int) -> UniqKeyRun:
+    """The ``n`` ids ``head`` + the 4 hex digits of ``(first + i) & 0xFFFF``, as a run."""
+    hex2 = _HEX2
+    run = UniqKeyRun(
+        [head + hex2[(c >> 8) & 0xFF] + hex2[c & 0xFF] for c in range(first, first + n)]
+    )
+    run.head = head
+    run.first = first & 0xFFFF
+    return run
 
 
 class UniqKeyGenerator:
@@ -96,10 +113,4 @@ class UniqKeyGenerator:
             first = next(self._counter)
             if n > 1:  # reserve n values: the shared counter moves past them
                 self._counter = itertools.count(first + n)
-        hex2 = _HEX2
-        run = UniqKeyRun(
-            [head + hex2[(c >> 8) & 0xFF] + hex2[c & 0xFF] for c in range(first, first + n)]
-        )
-        run.head = head
-        run.first = first & 0xFFFF
-        return run
+        return uniq_key_run(head, first, n)

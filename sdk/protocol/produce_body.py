@@ -49,6 +49,7 @@ from itertools import repeat
 
 from localstore.record.codec import NewMessage
 from localstore.record.layout import MAGIC_V1, MAX_PROPERTIES_BYTES, SHORT
+from localstore.record.message_id import UniqKeyRun, uniq_key_run
 from localstore.record.properties import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -308,8 +309,10 @@ def _indexed_columns(texts: list[bytes], body: bytes | bytearray | memoryview) -
 def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     """The UNIQ_KEYs of texts that each are ``UNIQ_KEY\\x01value\\x02`` and nothing else (a
     producer's batch without tags or keys), read from all the texts at once; None when a text
-    is anything else. Every text starts with the pair's name and ends with a pair separator,
-    and there are as many pair separators as texts: so each text holds that one pair."""
+    is anything else. Keys a client drew as a run (:func:`_drawn_run`) come back as that
+    :class:`UniqKeyRun`, which the key index hashes from a table. Every text starts with the
+    pair's name and ends with a pair separator, and there are as many pair separators as
+    texts: so each text holds that one pair."""
     joined = b"".join(texts)
     if not (
         joined.count(_PAIR_END) == len(texts)
@@ -318,12 +321,42 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     ):
         return None
     try:
-        values = joined.decode().split(PROPERTY_SEPARATOR)
+        text = joined.decode()
     except UnicodeDecodeError:
         return None  # the text-by-text reading names the one at fault
+    run = _drawn_run(text, len(texts))
+    if run is not None:
+        return run
+    values = text.split(PROPERTY_SEPARATOR)
     values.pop()  # after the last separator: nothing
     start = len(UNIQ_KEY_PAIR_START)
     return [value[start:] for value in values]
+
+
+_COUNTER_DIGITS = 4  # a UNIQ_KEY ends with its counter: a short in upper-case hex
+_NEXT_UNIQ_KEY = PROPERTY_SEPARATOR + UNIQ_KEY_PAIR_START
+
+
+def _drawn_run(text: str, count: int) -> UniqKeyRun | None:
+    """The UNIQ_KEYs of ``text`` (``count`` pairs ``UNIQ_KEY\\x01value\\x02``, nothing else)
+    as the run a client drew them in (each key its predecessor with the counter one up), or
+    None. The first and last keys rule most other texts out; the text of the run made from
+    the first is then compared with the whole, which alone decides."""
+    start = len(UNIQ_KEY_PAIR_START)
+    first_key = text[start : text.find(PROPERTY_SEPARATOR)]
+    head, counter = first_key[:-_COUNTER_DIGITS], first_key[-_COUNTER_DIGITS:]
+    if len(counter) != _COUNTER_DIGITS:
+        return None
+    try:
+        first = int(counter, 16)
+    except ValueError:
+        return None
+    last = (first + count - 1) & 0xFFFF
+    if not text.endswith(f"{head}{last:04X}{PROPERTY_SEPARATOR}"):
+        return None
+    run = uniq_key_run(head, first, count)
+    drawn = f"{UNIQ_KEY_PAIR_START}{_NEXT_UNIQ_KEY.join(run)}{PROPERTY_SEPARATOR}"
+    return run if drawn == text else None
 
 
 def _text_offset(body: bytes | bytearray | memoryview, index: int) -> int:

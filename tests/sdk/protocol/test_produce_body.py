@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localstore import MessageStore, NewMessage, UniformBatch
+from localstore.index.service import CounterRun, counter_run_of
 from localstore.record.batch_encoder import encode_batch, encode_uniform
+from localstore.record.message_id import UniqKeyRun, uniq_key_run
 from sdk import Message
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 from sdk.outgoing import MessageBuilder
@@ -264,6 +266,38 @@ def test_a_batch_of_uniq_keys_alone_is_read_at_once_with_the_same_columns() -> N
     assert decoded.tags is None
     assert decoded.plain
     assert [m.properties for m in decoded] == [{"UNIQ_KEY": v} for v in values]
+
+
+@pytest.mark.parametrize("first", [0x0000, 0x1234, 0xFFC0], ids=["start", "middle", "wraps"])
+def test_keys_a_client_drew_as_a_run_come_back_as_that_run(first: int) -> None:
+    head = "7F0000010F2A3B4C5D6E7F0A1B2C"
+    run = uniq_key_run(head, first, 100)
+    decoded = decode_produce_body(uniq_keys_alone(*(k.encode() for k in run)), TOPIC, 0)
+    assert isinstance(decoded, UniformBatch)
+    assert type(decoded.uniq_keys) is UniqKeyRun
+    assert (decoded.uniq_keys.head, decoded.uniq_keys.first) == (head, first)
+    assert list(decoded.uniq_keys) == list(run)
+    assert counter_run_of(decoded.uniq_keys) == CounterRun(head, first, 100)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["AB0001", "AB0002", "AB0004", "AB0004"],  # a gap in the middle, first and last fit
+        ["AB00ff", "AB0100"],  # lower-case hex: not what a client draws
+        ["AB0001", "AC0002"],  # another head
+        ["0001", "0002", "0003"],  # no head: still a run
+        ["A1", "A2"],  # shorter than a counter
+        ["AB00-1", "AB0000"],  # not hex
+    ],
+    ids=["gap", "lower-case", "two-heads", "no-head", "short", "not-hex"],
+)
+def test_keys_that_are_no_run_come_back_as_they_are(keys: list[str]) -> None:
+    decoded = decode_produce_body(uniq_keys_alone(*(k.encode() for k in keys)), TOPIC, 0)
+    assert isinstance(decoded, UniformBatch)
+    assert list(decoded.uniq_keys) == keys
+    is_run = keys[0] == "0001"
+    assert (type(decoded.uniq_keys) is UniqKeyRun) is is_run
 
 
 @pytest.mark.parametrize(
