@@ -11,13 +11,13 @@ Figures, named as ``../shared/bench/peers.py`` names Redis Streams' (so ``peers.
   Before the clock starts the topic is created and one batch goes to each queue.
 * ``consume_msgs_per_s``: ``--consumers`` :class:`sdk.AsyncPullConsumer` s of one group
   draining what is stored (``poll`` of up to ``--batch`` records), from their start until every
-  message was received; the topic has as many queues as consumers (at least 4). A consumer's
-  pull fetches up to ``--pull-batch`` records per queue (``pull_batch_size``) and its polls
-  hand them out, as Kafka's consumer fetches up to 1 MiB a partition per request whatever its
-  ``max.poll.records``. The consumers
-  commit as Kafka's and RocketMQ's do by default: their positions every 5 seconds during polls
-  (``auto_commit``) and on close, not after every poll. ``consume`` alone first stores
-  ``--count`` messages (not timed).
+  message was received (not until the other consumers' last empty polls return); the topic
+  has as many queues as consumers (at least 4). A consumer's pull fetches up to
+  ``--pull-batch`` records per queue (``pull_batch_size``) and its polls hand them out, as
+  Kafka's consumer fetches up to 1 MiB a partition per request whatever its
+  ``max.poll.records``. The consumers commit as Kafka's and RocketMQ's do by default: their
+  positions every 5 seconds during polls (``auto_commit``) and on close, not after every
+  poll. ``consume`` alone first stores ``--count`` messages (not timed).
 * ``e2e_p50_ms`` / ``e2e_p99_ms``: one message in flight: ``AsyncProducer.send`` of one message,
   an :class:`sdk.AsyncPullConsumer` parked in a long poll receives it; time from before the
   send to the poll's return (``--latency-samples`` samples after 100 discarded).
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -172,6 +173,7 @@ async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) ->
         for _ in range(config.consumers)
     ]
     received = [0]
+    finished = [math.inf]  # when the last message came: the other consumers' polls then wait
     try:
         for consumer in consumers:
             consumer.subscribe([topic])
@@ -182,10 +184,12 @@ async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) ->
                 if messages:
                     received[0] += len(messages)
                     progress.update("consume", received[0], total)
+                    if received[0] >= total:
+                        finished[0] = time.perf_counter()
 
         started = time.perf_counter()
         await asyncio.gather(*(drain(consumer) for consumer in consumers))
-        elapsed = time.perf_counter() - started
+        elapsed = finished[0] - started
     finally:
         for consumer in consumers:
             await consumer.close()
