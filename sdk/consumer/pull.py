@@ -127,7 +127,7 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             instance_name=instance_name,
             clock=clock,
         )
-        self._broker = self._connect(broker)
+        self._broker: str | None = self._connect(broker)
         # No periodic persist. Clustering: it would send the last committed offset of a queue
         # again after this member lost its lease (an application busy between polls), over the
         # new owner's commits. Every commit here is persisted at once, after the leases were
@@ -141,11 +141,12 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         self._mark_opened()
 
     @abstractmethod
-    def _connect(self, broker: object) -> str:
-        """Reach ``broker``; the name of the broker reached."""
+    def _connect(self, broker: object) -> str | None:
+        """Reach ``broker``; the name of the broker reached (None: learnt on the first await,
+        an asyncio consumer's)."""
 
     @property
-    def _broker_name(self) -> str:
+    def _broker_name(self) -> str | None:
         return self._broker
 
     # -- I/O, as steps (transport and offset store only) ------------------------------------------
@@ -159,7 +160,7 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             self.group, self.client_id, subscription, self.message_model
         )
         wanted = yield from assigned_queues(
-            self._broker,
+            self._known_broker,
             self.message_model,
             self.group,
             self.client_id,
@@ -402,7 +403,7 @@ class PullConsumer(_PullConsumerBase):
     def queues_for(self, topic: str) -> list[MessageQueue]:
         """Every queue of ``topic`` (to :meth:`assign` some of them)."""
         self._check_open()
-        return self._run(topic_queues(self._broker, check_topic(topic)))
+        return self._run(topic_queues(self._known_broker, check_topic(topic)))
 
     def _sync_up(self, auto_commit: bool = False) -> None:
         """:meth:`_sync_up_steps` under the control lock; nothing once closed."""
@@ -538,13 +539,21 @@ class AsyncPullConsumer(_PullConsumerBase):
     _transport: AsyncBrokerTransport
     _control: asyncio.Lock  # as PullConsumer's, between tasks
 
-    def _connect(self, broker: object) -> str:
-        # A URL's transport opens its session on first await: nothing to release if reading
-        # the broker's name (one blocking request, see AsyncHttpTransport) fails here.
+    def _connect(self, broker: object) -> None:
+        # Nothing is asked here: a URL's transport opens its session, and learns the broker's
+        # name, on the first await (_connected), so the constructor never blocks the loop.
         self._transport = resolve_async(broker)
         self._owns_transport = owns_transport(broker)
         self._control = asyncio.Lock()
-        return self._transport.broker_name
+
+    async def _connected(self) -> None:
+        """Learn the broker's name if not known yet (the first await of every I/O method);
+        queues assigned before must be that broker's."""
+        if self._broker is not None:
+            return
+        self._broker = await self._transport.connect()
+        if self._manual:
+            self._check_queues_of(self._broker, list(self._queues))
 
     async def _run(self, steps: Steps[T]) -> T:
         """Make the broker calls ``steps`` asks for, on the loop."""
@@ -553,7 +562,8 @@ class AsyncPullConsumer(_PullConsumerBase):
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """Every queue of ``topic`` (to :meth:`assign` some of them)."""
         self._check_open()
-        return await self._run(topic_queues(self._broker, check_topic(topic)))
+        await self._connected()
+        return await self._run(topic_queues(self._known_broker, check_topic(topic)))
 
     async def _sync_up(self, auto_commit: bool = False) -> None:
         async with self._control:
@@ -582,6 +592,7 @@ class AsyncPullConsumer(_PullConsumerBase):
     async def _poll(self, timeout_s: float, max_records: int) -> list[ReceivedMessage]:
         deadline = self._begin_poll(timeout_s)
         try:
+            await self._connected()
             await self._sync_up(auto_commit=True)
             pulled = False
             while True:
@@ -609,6 +620,7 @@ class AsyncPullConsumer(_PullConsumerBase):
         renews its leases first: a queue whose lease it lost (another member took it) is not
         committed but dropped from the assignment, with a warning."""
         self._check_open()
+        await self._connected()
         chosen = self._queues.checked_offsets(offsets)
         if self._renewal_due(committing=True):
             await self._renew_leases()
@@ -620,6 +632,7 @@ class AsyncPullConsumer(_PullConsumerBase):
         """The group's committed offset of ``queue`` (next to consume), or None when it has
         none. Raises :class:`sdk.errors.BrokerUnavailableError` when it cannot be read."""
         self._check_open()
+        await self._connected()
         return await self._run(self._committed_steps(queue, self._is_assigned(queue)))
 
     async def seek_to_beginning(self, *queues: MessageQueue) -> None:
@@ -632,6 +645,7 @@ class AsyncPullConsumer(_PullConsumerBase):
 
     async def _seek_to_bound(self, queues: tuple[MessageQueue, ...], end: bool) -> None:
         self._check_open()
+        await self._connected()
         self._queues.seek_to(await self._run(self._bounds_steps(self._queues.chosen(queues), end)))
 
     async def offsets_for_times(
@@ -640,6 +654,7 @@ class AsyncPullConsumer(_PullConsumerBase):
         """For each queue, the offset of its first message stored at or after the timestamp
         (ms since the epoch); the queue's end offset when every message is older."""
         self._check_open()
+        await self._connected()
         return await self._run(self._times_steps(self._checked_times(timestamps)))
 
     async def close(self) -> None:

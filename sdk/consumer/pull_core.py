@@ -182,8 +182,18 @@ class PullCore(ABC):
 
     @property
     @abstractmethod
-    def _broker_name(self) -> str:
-        """The name of the broker the front end reaches (its queues are the ones to consume)."""
+    def _broker_name(self) -> str | None:
+        """The name of the broker the front end reaches (its queues are the ones to consume);
+        None until an asyncio front end's first await has learnt it."""
+
+    @property
+    def _known_broker(self) -> str:
+        """:attr:`_broker_name` where it must be known: the front ends learn it before any
+        I/O."""
+        broker = self._broker_name
+        if broker is None:  # pragma: no cover - a front end that skipped learning it
+            raise IllegalStateError("the broker's name is not known yet")
+        return broker
 
     # -- checks ------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -197,7 +207,7 @@ class PullCore(ABC):
         return queue in self._queues
 
     def _checked_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
-        broker = self._broker_name
+        broker = self._known_broker
         for queue, ts in timestamps.items():
             if not isinstance(queue, MessageQueue) or queue.broker_name != broker:
                 raise InvalidArgumentError(f"{queue!r} is not a queue of broker {broker!r}")
@@ -236,18 +246,25 @@ class PullCore(ABC):
                 f"this consumer of {self.group} subscribed: it cannot assign queues"
             )
         wanted = list(queues)
-        broker = self._broker_name
         for queue in wanted:
             if not isinstance(queue, MessageQueue):
                 raise InvalidArgumentError(f"assign takes MessageQueue objects, got {queue!r}")
+            if problem := topic_error(queue.topic, system=True):
+                raise InvalidArgumentError(f"cannot assign {queue}: {problem}")
+        broker = self._broker_name
+        if broker is not None:  # else checked once an asyncio front end has learnt it
+            self._check_queues_of(broker, wanted)
+        self._manual = True
+        self._queues.set_assignment(set(wanted), {}, commit_released=self.auto_commit)
+
+    @staticmethod
+    def _check_queues_of(broker: str, queues: Iterable[MessageQueue]) -> None:
+        """Refuse a queue of another broker than ``broker`` (the one this consumer reaches)."""
+        for queue in queues:
             if queue.broker_name != broker:
                 raise InvalidArgumentError(
                     f"{queue} is not a queue of broker {broker!r}, which this reaches"
                 )
-            if problem := topic_error(queue.topic, system=True):
-                raise InvalidArgumentError(f"cannot assign {queue}: {problem}")
-        self._manual = True
-        self._queues.set_assignment(set(wanted), {}, commit_released=self.auto_commit)
 
     @property
     def stats(self) -> ConsumerStats:
@@ -458,7 +475,7 @@ class PullCore(ABC):
     def _absorb(self, batch: PullBatch, result: PullBatchResult) -> None:
         """Record a pull's answers: buffer what matches, move fetch offsets; a queue sought
         (or revoked) while the pull was out ignores its answer."""
-        self._queues.absorb(batch, result, self._broker_name)
+        self._queues.absorb(batch, result, self._known_broker)
         if self._subscription is not None and result.generation != self._generation:
             self._rejoin = True
 

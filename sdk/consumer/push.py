@@ -653,7 +653,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         if self._task is not None:
             return
         core = PushCore(
-            self._transport.broker_name,
+            await self._transport.connect(),
             self.group,
             self.client_id,
             self._subscription,

@@ -196,7 +196,15 @@ class AsyncBrokerTransport(Protocol):
     fetch parks a future, not a thread."""
 
     @property
-    def broker_name(self) -> str: ...
+    def broker_name(self) -> str:
+        """The broker's name; a remote transport may have to ask for it (blocking) unless
+        :meth:`connect` was awaited first."""
+        ...
+
+    async def connect(self) -> str:
+        """The broker's name, learnt without blocking the loop (a remote transport asks the
+        broker once); :attr:`broker_name` answers at once afterwards."""
+        ...
 
     async def send(self, messages: Sequence[NewMessage]) -> SendResult: ...
 

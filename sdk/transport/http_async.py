@@ -97,8 +97,8 @@ class AsyncHttpTransport:
     def broker_name(self) -> str:
         """The broker's name. Unless :meth:`connect` learnt it already, this asks
         ``GET /health`` once with a short *blocking* request (httpx, no retries): the one
-        blocking call of this transport, for clients that read the name in a constructor.
-        Await :meth:`connect` first to avoid it."""
+        blocking call of this transport. The SDK's asyncio clients await :meth:`connect`
+        instead; so should other callers on a loop."""
         if self._name is None:
             with HttpTransport(self.url, timeout_s=self.timeout_s, retry_deadline_s=0) as probe:
                 self._name = probe.broker_name

@@ -273,6 +273,9 @@ class AsyncInProcessTransport:
     def broker_name(self) -> str:
         return self.service.broker_name
 
+    async def connect(self) -> str:
+        return self.service.broker_name
+
     async def _call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """The blocking transport's ``name``: on the loop, or in a worker thread for a write
         that waits for a sync flush."""
