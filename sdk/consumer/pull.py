@@ -546,14 +546,15 @@ class AsyncPullConsumer(_PullConsumerBase):
         self._owns_transport = owns_transport(broker)
         self._control = asyncio.Lock()
 
-    async def _connected(self) -> None:
+    async def _connected(self, *, assignment: bool = True) -> None:
         """Learn the broker's name if not known yet (the first await of every I/O method);
-        queues assigned before must be that broker's."""
-        if self._broker is not None:
-            return
-        self._broker = await self._transport.connect()
-        if self._manual:
+        with ``assignment``, refuse queues assigned before it was known that are not that
+        broker's (every call does, until they pass or another assign() replaces them)."""
+        if self._broker is None:
+            self._broker = await self._transport.connect()
+        if assignment and self._unchecked_assignment:
             self._check_queues_of(self._broker, list(self._queues))
+            self._unchecked_assignment = False
 
     async def _run(self, steps: Steps[T]) -> T:
         """Make the broker calls ``steps`` asks for, on the loop."""
@@ -562,7 +563,7 @@ class AsyncPullConsumer(_PullConsumerBase):
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """Every queue of ``topic`` (to :meth:`assign` some of them)."""
         self._check_open()
-        await self._connected()
+        await self._connected(assignment=False)  # to find queues to assign in their place
         return await self._run(topic_queues(self._known_broker, check_topic(topic)))
 
     async def _sync_up(self, auto_commit: bool = False) -> None:

@@ -168,6 +168,7 @@ class PullCore(ABC):
         self._queues = QueueTable(self.group)
         self._subscription: dict[str, str | None] | None = None  # None: not subscribed
         self._manual = False
+        self._unchecked_assignment = False  # assigned before the broker's name was known
         self._generation = -1
         self._rejoin = False
         # Wanted queues whose lease another member still holds (it is releasing them): asked
@@ -252,8 +253,11 @@ class PullCore(ABC):
             if problem := topic_error(queue.topic, system=True):
                 raise InvalidArgumentError(f"cannot assign {queue}: {problem}")
         broker = self._broker_name
-        if broker is not None:  # else checked once an asyncio front end has learnt it
+        if broker is not None:
             self._check_queues_of(broker, wanted)
+        # else an asyncio front end checks them once it has learnt the name, and refuses every
+        # call that uses them until they pass or another assign() replaces them
+        self._unchecked_assignment = broker is None
         self._manual = True
         self._queues.set_assignment(set(wanted), {}, commit_released=self.auto_commit)
 

@@ -624,6 +624,7 @@ class AsyncPushConsumer(WarnsUnclosed):
         self._owns_transport = owns_transport(broker)
         # Serialises the core's membership sequences (see PushConsumer._control).
         self._control = asyncio.Lock()
+        self._starting = asyncio.Lock()  # one start() at a time
         self._subscription = dict(subscription)
         self._max_concurrency = max_concurrency
         self._core: PushCore | None = None
@@ -650,23 +651,37 @@ class AsyncPushConsumer(WarnsUnclosed):
         """Join the group, take this member's queues and start consuming."""
         if self._closed:
             raise ClientClosedError(f"push consumer of {self.group} is closed")
-        if self._task is not None:
-            return
-        core = PushCore(
-            await self._transport.connect(),
-            self.group,
-            self.client_id,
-            self._subscription,
-            self.settings,
-            self.stats,
-            self._clock,
-        )
-        core.retry_later = self._retry_later
-        try:
-            await self._under_control(core.rebalance())
-        except BaseException:
-            await self._under_control(core.shutdown())  # leave the group
-            raise
+        async with self._starting:  # a second start() waits, then finds it started
+            if self._task is not None:
+                return
+            broker_name = await self._transport.connect()
+            self._check_not_closed_while_starting()
+            core = PushCore(
+                broker_name,
+                self.group,
+                self.client_id,
+                self._subscription,
+                self.settings,
+                self.stats,
+                self._clock,
+            )
+            core.retry_later = self._retry_later
+            try:
+                await self._under_control(core.rebalance())
+            except BaseException:
+                await self._under_control(core.shutdown())  # leave the group
+                raise
+            if self._closed:  # closed while it joined: leave again
+                await self._under_control(core.shutdown())
+                self._check_not_closed_while_starting()
+            self._begin_consuming(core)
+
+    def _check_not_closed_while_starting(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"push consumer of {self.group} was closed while starting")
+
+    def _begin_consuming(self, core: PushCore) -> None:
+        """Start the keepers and the pull loop of a core that has joined the group."""
         self._core = core
         loop = asyncio.get_running_loop()
         self._keepers = [

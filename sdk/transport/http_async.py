@@ -81,6 +81,7 @@ class AsyncHttpTransport:
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._name: str | None = None
+        self._connecting = asyncio.Lock()
 
     @property
     def producer_id(self) -> str:
@@ -90,7 +91,9 @@ class AsyncHttpTransport:
         """Learn the broker's name (``GET /health``, retried as any idempotent call) and
         answer it; :attr:`broker_name` is then known without blocking."""
         if self._name is None:
-            self._name = await self.policy.run_async(self._health, idempotent=True)
+            async with self._connecting:  # callers at once share one GET /health
+                if self._name is None:
+                    self._name = await self.policy.run_async(self._health, idempotent=True)
         return self._name
 
     @property

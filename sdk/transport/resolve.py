@@ -71,6 +71,11 @@ def resolve_async(target: object) -> AsyncBrokerTransport:
     if isinstance(target, _TransportFactory):
         return target.async_transport()
     if _is_async_transport(target):
+        if not inspect.iscoroutinefunction(getattr(target, "connect", None)):
+            raise ArgumentTypeError(
+                f"{target!r} has no async connect(): an asyncio transport answers the broker's "
+                "name with it (AsyncBrokerTransport)"
+            )
         return target  # type: ignore[return-value]
     if callable(getattr(target, "pull", None)) and callable(getattr(target, "send", None)):
         raise ArgumentTypeError(

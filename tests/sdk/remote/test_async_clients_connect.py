@@ -13,7 +13,8 @@ import pytest
 
 from offsetstore import MessageQueue
 from sdk import AsyncPullConsumer, AsyncPushConsumer, ReceivedMessage
-from sdk.errors import InvalidArgumentError, QuiverError
+from sdk.errors import ArgumentTypeError, InvalidArgumentError, QuiverError
+from sdk.transport.http_async import AsyncHttpTransport
 from tests.sdk.remote.scripted_server import Answer, ScriptedServer, scripted_server
 
 HEALTH = Answer(200, orjson.dumps({"status": "ok", "broker_name": "broker-a", "version": "1"}))
@@ -69,8 +70,30 @@ def test_a_push_consumer_asks_nothing_until_it_starts_then_asks_without_blocking
             assert server.seen == []
             with pytest.raises(QuiverError):  # the script has no answer for joining the group
                 await consumer.start()
-            assert server.seen[0].path == "/health"
+            # the name came from the awaited GET /health; the join followed it
+            assert [seen.path for seen in server.seen[:2]] == ["/health", "/v1/heartbeat"]
         finally:
             await consumer.close()
 
     run(scenario)
+
+
+def test_callers_awaiting_the_name_at_once_share_one_request() -> None:
+    async def scenario(server: ScriptedServer) -> None:
+        server.script("GET /health", [HEALTH])
+        async with AsyncHttpTransport(server.url) as transport:
+            names = await asyncio.gather(*(transport.connect() for _ in range(5)))
+        assert names == ["broker-a"] * 5
+        assert len(server.requests_to("/health")) == 1
+
+    run(scenario)
+
+
+def test_an_asyncio_transport_without_connect_is_refused_by_name() -> None:
+    class NoConnect:
+        async def pull(self, batch: object) -> None: ...
+
+        async def send(self, messages: object) -> None: ...
+
+    with pytest.raises(ArgumentTypeError, match="no async connect"):
+        AsyncPullConsumer(NoConnect(), "g")
