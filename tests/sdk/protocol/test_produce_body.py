@@ -268,16 +268,27 @@ def test_a_batch_of_uniq_keys_alone_is_read_at_once_with_the_same_columns() -> N
     assert [m.properties for m in decoded] == [{"UNIQ_KEY": v} for v in values]
 
 
-@pytest.mark.parametrize("first", [0x0000, 0x1234, 0xFFC0], ids=["start", "middle", "wraps"])
-def test_keys_a_client_drew_as_a_run_come_back_as_that_run(first: int) -> None:
-    head = "7F0000010F2A3B4C5D6E7F0A1B2C"
-    run = uniq_key_run(head, first, 100)
+@pytest.mark.parametrize(
+    ("head", "first", "count"),
+    [
+        ("7F0000010F2A3B4C5D6E7F0A1B2C", 0x0000, 100),
+        ("7F0000010F2A3B4C5D6E7F0A1B2C", 0x1234, 100),
+        ("7F0000010F2A3B4C5D6E7F0A1B2C", 0xFFC0, 100),
+        ("é-\U0001f600-", 0x00FF, 3),
+        ("7F0000010F2A3B4C5D6E7F0A1B2C", 0xBEEF, 1),
+    ],
+    ids=["start", "middle", "wraps", "non-ascii-head", "one-message"],
+)
+def test_keys_a_client_drew_as_a_run_come_back_as_that_run(
+    head: str, first: int, count: int
+) -> None:
+    run = uniq_key_run(head, first, count)
     decoded = decode_produce_body(uniq_keys_alone(*(k.encode() for k in run)), TOPIC, 0)
     assert isinstance(decoded, UniformBatch)
     assert type(decoded.uniq_keys) is UniqKeyRun
     assert (decoded.uniq_keys.head, decoded.uniq_keys.first) == (head, first)
     assert list(decoded.uniq_keys) == list(run)
-    assert counter_run_of(decoded.uniq_keys) == CounterRun(head, first, 100)
+    assert counter_run_of(decoded.uniq_keys) == CounterRun(head, first, count)
 
 
 @pytest.mark.parametrize(
