@@ -6,6 +6,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
@@ -267,6 +268,44 @@ def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str
         record[len(record) - len(stored) :] = stored
         records += record
     assert_decodes_as_the_general_decoder(records)
+
+
+# --- slices of bytes --------------------------------------------------------------------------
+
+BYTES_AND_PIECES = st.binary(max_size=40).flatmap(
+    lambda data: st.tuples(
+        st.just(data),
+        st.lists(
+            st.tuples(st.integers(0, len(data)), st.integers(0, 20), st.booleans()), max_size=12
+        ),
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(BYTES_AND_PIECES)
+@example((b"0123456789abcdef", [(0, 2, True), (3, 1, True)]))  # every value in one word
+@example((b"0123456789abcdef", [(0, 16, True), (2, 13, False)]))  # every value long
+def test_slices_are_the_bytes_at_their_places(bytes_and_pieces: tuple[bytes, list[Any]]):
+    """Values of every length around a binary view's 12 inline bytes, near the buffer's end,
+    null where not valid: each one the bytes at its place; as strings, checked as UTF-8."""
+    from localstore.record.arrow.slices import ByteSlices
+
+    data, pieces = bytes_and_pieces
+    pieces = [(at, min(length, len(data) - at), valid) for at, length, valid in pieces]
+    at = np.array([at for at, _, _ in pieces], dtype=np.int64)
+    length = np.array([length for _, length, _ in pieces], dtype=np.int64)
+    valid = np.array([valid for _, _, valid in pieces], dtype=bool)
+    sliced = ByteSlices(np.frombuffer(data, dtype=np.uint8), pa.py_buffer(data))
+    expected = [data[at : at + length] if valid else None for at, length, valid in pieces]
+    assert sliced.slices(at, length, pa.binary(), valid).to_pylist() == expected
+    try:
+        texts = [value.decode() if value is not None else None for value in expected]
+    except UnicodeDecodeError:
+        with pytest.raises(pa.ArrowInvalid):
+            sliced.slices(at, length, pa.string(), valid)
+    else:
+        assert sliced.slices(at, length, pa.string(), valid).to_pylist() == texts
 
 
 # --- damage -----------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Each slice is an Arrow binary view (16 bytes: the length, then the bytes themselves up to 12,
 else their first 4, the buffer index and the offset) into the buffer; Arrow copies the viewed
-bytes into the plain ``binary`` / ``string`` array Spark reads. Arrow trusts a view: every
-slice is checked to lie inside the buffer before Arrow sees it.
+bytes into the plain ``binary`` / ``string`` array Spark reads (one cast: to ``string``, it
+checks the bytes are UTF-8). Arrow trusts a view: every slice is checked to lie inside the
+buffer before Arrow sees it.
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ class ByteSlices:
         viewed = pa.Array.from_buffers(
             pa.binary_view(), count, [validity, pa.py_buffer(views), self.buffer]
         )
-        copied = viewed.cast(pa.binary())
-        return copied if kind == pa.binary() else copied.cast(kind)  # the cast checks UTF-8
+        return viewed.cast(kind)  # a copy into a plain array; to a string, checked as UTF-8
 
     def _inline(
         self,
