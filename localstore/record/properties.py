@@ -48,6 +48,8 @@ __all__ = [
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+_EMPTY_NAME = PROPERTY_SEPARATOR + NAME_VALUE_SEPARATOR  # a pair that starts with \x01
+_EMPTY_VALUE = NAME_VALUE_SEPARATOR + PROPERTY_SEPARATOR  # a pair that ends with \x01
 KEY_SEPARATOR = " "  # between the keys of the KEYS property
 
 # Well-known property names (MessageConst).
@@ -106,9 +108,26 @@ def decode_properties(text: str) -> dict[str, str]:
         result = dict([item.split(NAME_VALUE_SEPARATOR) for item in items])
     except ValueError:
         return _decode_properties_tolerantly(items)
-    if "" in result or "" in result.values():
+    if (
+        "" in result
+        or "" in result.values()
+        # a repeated name: the pair overwritten may have been one that does not count
+        or (len(result) < len(items) and _has_an_empty_name_or_value(text))
+    ):
         return _decode_properties_tolerantly(items)
     return result
+
+
+def _has_an_empty_name_or_value(text: str) -> bool:
+    """Whether a pair of ``text`` has an empty name (``\x01`` at a pair's start) or value
+    (``\x01`` at its end). The fast path must not take it: its pair would hold its name's
+    place in the dict even when a later pair of that name overwrites it."""
+    return (
+        text.startswith(NAME_VALUE_SEPARATOR)
+        or text.endswith(NAME_VALUE_SEPARATOR)
+        or _EMPTY_NAME in text
+        or _EMPTY_VALUE in text
+    )
 
 
 def _decode_properties_tolerantly(items: list[str]) -> dict[str, str]:

@@ -256,6 +256,7 @@ PROPERTY_TOKENS = st.sampled_from(
 @given(st.lists(st.lists(PROPERTY_TOKENS, max_size=20).map("".join), min_size=1, max_size=4))
 @example(["TAGS\x01first\x02TAGS\x01later", "KEYS\x01a b\x02KEYS\x01\x02", "TAGS\x01x"])
 @example(["UNIQ_KEY\x01u1\x02x\x01y\x02UNIQ_KEY\x01u2\x02", "\x01TAGS\x01\x02\x02TAGS\x01t"])
+@example(["TAGS\x01\x02KEYS\x01TAGS\x02TAGS\x01TAGS"])  # an empty TAGS, then TAGS again
 def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str]):
     """Empty names and values, repeated names, separators in values: the stored text is
     whatever a foreign writer put there (each record is written, then its text replaced)."""

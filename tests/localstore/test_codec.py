@@ -390,6 +390,21 @@ def test_decode_properties(text: str, expected: dict[str, str]) -> None:
     assert decode_properties(text) == expected
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "TAGS\x01\x02KEYS\x01k\x02TAGS\x01t",  # an empty value, then its name again
+        "\x01x\x02KEYS\x01k\x02TAGS\x01t",  # an empty name
+        "KEYS\x01k\x02TAGS\x01t\x02TAGS\x01",  # an empty value at the end
+    ],
+)
+def test_a_pair_that_does_not_count_holds_no_place_in_the_order(text: str) -> None:
+    """A pair with an empty name or value is skipped, also when a later pair of its name
+    counts: that name takes its place where the counting pair is (as the Arrow decoder reads
+    it)."""
+    assert list(decode_properties(text).items()) == [("KEYS", "k"), ("TAGS", "t")]
+
+
 @settings(max_examples=200, deadline=None)
 @given(property_maps)
 def test_properties_round_trip(properties: dict[str, str]) -> None:
