@@ -39,7 +39,7 @@ from localstore.commitlog.flush import (
 )
 from localstore.commitlog.log import CommitLog
 from localstore.commitlog.offset_index import CommitLogOffsetIndex
-from localstore.errors import StoreClosedError, StoreError
+from localstore.errors import DamagedRecordError, StoreClosedError, StoreError
 from localstore.files.dir_lock import acquire_directory_lock
 from localstore.files.retired import RetiredFiles
 from localstore.files.store_directory import make_store_directory
@@ -74,12 +74,15 @@ from localstore.record.tags import TagFilter, parse_delay_levels
 from localstore.recovery.checkpoint import AbortMarker, Checkpoint
 from localstore.recovery.damaged import DamagedRanges
 from localstore.recovery.recover import RecoveryReport, recover
+from localstore.recovery.unit_repair import repair_unit
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import CleanReport, clean, correct_min_offset
 from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 
 DEFAULT_MAX_BYTES = 256 * 1024
+_REPAIRS_PER_GET = 16  # damaged units one get rebuilds before it answers with what it has
+_UNREPAIRABLE_KEPT = 1024  # units remembered as not rebuildable (then forgotten, all at once)
 
 
 class MessageStore:
@@ -195,6 +198,8 @@ class MessageStore:
         sync = self.geometry.flush_mode == "sync"
         self._retired = RetiredFiles()
         self._put_lock = threading.Lock()
+        # Units a get could not rebuild (localstore.recovery.unit_repair), with what it reports.
+        self._unrepairable: dict[tuple[str, int, int, int], DamagedRecordError] = {}
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -506,17 +511,64 @@ class MessageStore:
     ) -> GetResult:
         self._ensure_open()
         tag_filter = read_filter(max_count, tags)
-        return get_messages(
-            self.commitlog,
-            self.queues.get(topic, queue_id),
-            queue_offset,
-            max_count,
-            max_bytes,
-            tag_filter,
-            raw,
-            check,
-            self.options.check_crc_on_read,
-        )
+        for _ in range(_REPAIRS_PER_GET):
+            queue = self.queues.get(topic, queue_id)
+            try:
+                result = get_messages(
+                    self.commitlog,
+                    queue,
+                    queue_offset,
+                    max_count,
+                    max_bytes,
+                    tag_filter,
+                    raw,
+                    check,
+                    self.options.check_crc_on_read,
+                )
+            except DamagedRecordError as exc:
+                assert queue is not None  # only a queue's units name a damaged record
+                reported = self._repair(queue, exc)
+                if reported is None:
+                    continue
+                raise reported from None
+            if result.damaged is None:
+                return result
+            assert queue is not None
+            result.damaged = self._repair(queue, result.damaged)
+            if result.damaged is not None:
+                return result
+        return result
+
+    def _repair(self, queue: ConsumeQueue, error: DamagedRecordError) -> DamagedRecordError | None:
+        """None when the unit ``error`` names was rebuilt from the log, or found rebuilt by
+        another reader (:mod:`localstore.recovery.unit_repair`): the get reads again. Else the
+        error to report, saying why the unit could not be rebuilt when it is the unit that is
+        damaged. A unit that cannot be rebuilt is remembered, so its readers do not search
+        again (under the put lock: no put or retention run moves the queue meanwhile)."""
+        key = (queue.topic, queue.queue_id, error.queue_offset, error.phys_offset)
+        known = self._unrepairable.get(key)
+        if known is not None:
+            return known
+        with self._put_lock:
+            self._ensure_open()
+            if queue is not self.queues.get(queue.topic, queue.queue_id):
+                return None  # the topic was deleted (or made again) meanwhile: read afresh
+            outcome = repair_unit(
+                self.commitlog, queue, error.queue_offset, self._delay_levels, self.damaged
+            )
+            if outcome.repaired or (
+                outcome.sound and _unit_phys(queue, error.queue_offset) != error.phys_offset
+            ):
+                return None
+            if not outcome.sound:
+                why = f"{error.reason}; the unit cannot be rebuilt from the log: {outcome.why}"
+                error = DamagedRecordError(
+                    error.topic, error.queue_id, error.queue_offset, error.phys_offset, why
+                )
+            if len(self._unrepairable) >= _UNREPAIRABLE_KEPT:
+                self._unrepairable.clear()
+            self._unrepairable[key] = error
+        return error
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
@@ -684,3 +736,10 @@ class MessageStore:
     def _ensure_open(self) -> None:
         if self._puts.closed:
             raise StoreClosedError(f"store {self.root} is closed")
+
+
+def _unit_phys(queue: ConsumeQueue, queue_offset: int) -> int | None:
+    """The commitlog offset unit ``queue_offset`` points at, None when the queue holds none."""
+    if not queue.min_offset <= queue_offset < queue.max_offset:
+        return None
+    return queue.unit_head(queue_offset)[0]
