@@ -25,15 +25,22 @@ decoded to re-check its tag string.
 records are copied as one slice, so a batch of one queue's consecutive records costs one copy.
 
 Damaged records: a unit whose record does not decode (or is not stored where the unit says,
-or names another queue or queue offset in its header) stops the get before it. The records
+or names another queue or queue offset in its header), and a unit that cannot point at a record
+(a negative offset; a size that is not positive, for a raw copy; an offset past the log's end,
+or below its min offset after a unit above it: units are in log order, so only a queue's
+leading units can point at records retention deleted, MESSAGE_WAS_REMOVING) stops the get
+before it. The records
 before it are answered with ``GetResult.damaged`` naming it (a
 :class:`~localstore.errors.DamagedRecordError`: topic, queue id, queue offset, commitlog offset)
 and ``next_offset`` at it; a get that meets it before any record to answer raises that error.
-The store never steps over it itself: the reader decides (a consumer logs it, counts it
-and goes on at ``queue_offset + 1``). An unfiltered raw get copies records without decoding
-them, so it sees no damage unless asked to ``check`` (or ``check_crc``): it then decodes every
-record it answers, as a decoded get does. ``check_crc`` (``StoreOptions.check_crc_on_read``)
-also treats a record whose body fails its CRC as damaged; off, no get reads the CRC.
+The store never steps over it itself: :class:`~localstore.store.MessageStore` first
+rebuilds the unit from the log if the unit is what is damaged
+(:mod:`localstore.recovery.unit_repair`) and reads again; else the reader decides (a consumer
+logs it, counts it and goes on at ``queue_offset + 1``). An unfiltered raw get copies records
+without decoding them, so it sees no damage unless asked to ``check`` (or ``check_crc``): it
+then decodes every record it answers, as a decoded get does. ``check_crc``
+(``StoreOptions.check_crc_on_read``) also treats a record whose body fails its CRC as damaged;
+off, no get reads the CRC.
 """
 
 from __future__ import annotations

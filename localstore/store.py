@@ -74,7 +74,7 @@ from localstore.record.tags import TagFilter, parse_delay_levels
 from localstore.recovery.checkpoint import AbortMarker, Checkpoint
 from localstore.recovery.damaged import DamagedRanges
 from localstore.recovery.recover import RecoveryReport, recover
-from localstore.recovery.unit_repair import repair_unit
+from localstore.recovery.unit_repair import UnitRepair, repair_unit
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import CleanReport, clean, correct_min_offset
 from localstore.runtime.closing import CloseSteps
@@ -473,10 +473,12 @@ class MessageStore:
         """Messages of ``topic``/``queue_id`` from ``queue_offset``, decoded.
 
         ``tags`` is a tag expression (``"A || B"``, ``"*"``) or a parsed :class:`TagFilter`.
-        A damaged record stops the get: the messages before it come back with
-        ``result.damaged`` naming it; with none before it the get raises
-        :class:`~localstore.errors.DamagedRecordError` (topic, queue, queue offset, commitlog
-        offset). Step over it at ``queue_offset + 1``.
+        A consume-queue unit that does not point at its own record is rebuilt from the log
+        when the get meets it (logged at WARNING: :mod:`localstore.recovery.unit_repair`), and
+        the get reads on. A damaged record (or a unit that cannot be rebuilt) stops the get:
+        the messages before it come back with ``result.damaged`` naming it; with none before
+        it the get raises :class:`~localstore.errors.DamagedRecordError` (topic, queue, queue
+        offset, commitlog offset). Step over it at ``queue_offset + 1``.
         """
         return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, False, False)
 
@@ -569,6 +571,26 @@ class MessageStore:
                 self._unrepairable.clear()
             self._unrepairable[key] = error
         return error
+
+    def repair_unit(self, topic: str, queue_id: int, queue_offset: int) -> UnitRepair:
+        """Rebuild consume-queue unit ``queue_offset`` of ``topic``/``queue_id`` from the log
+        if it does not point at its own record, searching the log between its neighbours'
+        records however far apart (a get searches a bounded stretch:
+        :mod:`localstore.recovery.unit_repair`). What ``quiver store verify --repair`` runs
+        for each unit verify lists."""
+        self._ensure_open()
+        with self._put_lock:
+            queue = self.queues.get(topic, queue_id)
+            if queue is None:
+                return UnitRepair(False, False, f"no consume queue {topic}/{queue_id}")
+            return repair_unit(
+                self.commitlog,
+                queue,
+                queue_offset,
+                self._delay_levels,
+                self.damaged,
+                max_search_bytes=None,
+            )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""

@@ -101,7 +101,7 @@ def repair_unit(
         own = _find_record(commitlog, queue, queue_offset, low, high)
         if own is None:
             return UnitRepair(
-                False, False, f"no record of it lies between its neighbours' ([{low}, {high}))"
+                False, False, f"no record between its neighbours' ([{low}, {high})) names it"
             )
     tags_code = _tags_code(own, delays)
     _rewrite(queue, queue_offset, own.phys_offset, own.store_size, tags_code)
