@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -513,32 +514,70 @@ class MessageStore:
     ) -> GetResult:
         self._ensure_open()
         tag_filter = read_filter(max_count, tags)
-        for _ in range(_REPAIRS_PER_GET):
-            queue = self.queues.get(topic, queue_id)
-            try:
-                result = get_messages(
-                    self.commitlog,
-                    queue,
-                    queue_offset,
-                    max_count,
-                    max_bytes,
-                    tag_filter,
-                    raw,
-                    check,
-                    self.options.check_crc_on_read,
-                )
-            except DamagedRecordError as exc:
-                assert queue is not None  # only a queue's units name a damaged record
-                reported = self._repair(queue, exc)
-                if reported is None:
-                    continue
-                raise reported from None
+        queue = self.queues.get(topic, queue_id)
+        answered: GetResult | None = None
+        try:
+            result = get_messages(
+                self.commitlog,
+                queue,
+                queue_offset,
+                max_count,
+                max_bytes,
+                tag_filter,
+                raw,
+                check,
+                self.options.check_crc_on_read,
+            )
+        except DamagedRecordError as exc:
+            damaged = exc
+        else:
             if result.damaged is None:
                 return result
-            assert queue is not None
-            result.damaged = self._repair(queue, result.damaged)
-            if result.damaged is not None:
+            answered, damaged = result, result.damaged
+        assert queue is not None  # only a queue's units name a damaged record
+        read = partial(
+            get_messages,
+            self.commitlog,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            tag_filter=tag_filter,
+            raw=raw,
+            check=check,
+            check_crc=self.options.check_crc_on_read,
+        )
+        return self._read_repairing(read, queue, queue_offset, answered, damaged)
+
+    def _read_repairing(
+        self,
+        read: Callable[[ConsumeQueue | None, int], GetResult],
+        queue: ConsumeQueue,
+        queue_offset: int,
+        result: GetResult | None,
+        damaged: DamagedRecordError,
+    ) -> GetResult:
+        """A get that met ``damaged`` (with ``result``, or raising it): rebuild the unit and
+        ``read(queue, queue_offset)`` again, while the units it meets can be rebuilt (at most
+        :data:`_REPAIRS_PER_GET`); then the answer with what is left damaged."""
+        for _ in range(_REPAIRS_PER_GET):
+            reported = self._repair(queue, damaged)
+            if reported is not None:
+                if result is None:
+                    raise reported
+                result.damaged = reported
                 return result
+            current = self.queues.get(queue.topic, queue.queue_id)
+            try:
+                result = read(current, queue_offset)
+            except DamagedRecordError as exc:
+                result, damaged = None, exc
+            else:
+                if result.damaged is None:
+                    return result
+                damaged = result.damaged
+            assert current is not None  # only a queue's units name a damaged record
+            queue = current
+        if result is None:
+            raise damaged
         return result
 
     def _repair(self, queue: ConsumeQueue, error: DamagedRecordError) -> DamagedRecordError | None:
