@@ -2,9 +2,9 @@
 
 A unit is damaged when the record it points at is not its own: no record starts there, or the
 record there names another topic, queue id or queue offset, or the unit's offset or size cannot be
-a record's. A get that meets such a unit (:mod:`localstore.reader` names it in a
-:class:`~localstore.errors.DamagedRecordError`) asks :func:`repair_unit` to rebuild it before it
-reports anything.
+a record's. When a get meets such a unit (:mod:`localstore.reader` names it in a
+:class:`~localstore.errors.DamagedRecordError`), the store asks :func:`repair_unit` to rebuild it
+before it reports anything, and reads again.
 
 Where the unit's record is. Units are written in log order, so the record of unit ``n`` lies
 after the record of any unit before it and before the record of any unit after it. The nearest
@@ -17,7 +17,8 @@ lie that far apart is left to ``quiver store verify --repair``, which has no bou
 
 Found: the unit is rewritten (offset, size, tagsCode), synced, and the repair logged at
 WARNING naming the queue, the queue offset and the old and new unit. Not found: the unit is left
-as it is, and the get reports the record as damaged, as before. That is the right answer when
+as it is, and the get reports the record as damaged, saying why the unit was not rebuilt (a
+consumer logs it at ERROR and steps over it). That is the right answer when
 the unit is right and its record is what was damaged (no CRC covers a record's header, so a
 damaged header names another queue offset: the record at the unit's offset is then the only
 candidate, and it names another unit), or when the record lies in a damaged range.
@@ -55,9 +56,10 @@ _NO_UNIT = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 
 @dataclass(frozen=True, slots=True)
 class UnitRepair:
-    """What :func:`repair_unit` found: ``repaired`` (the unit was rewritten), ``sound`` (the
-    unit already points at its own record: what is damaged, if anything, is the record), or
-    neither, with ``why`` the unit cannot be repaired here."""
+    """What :func:`repair_unit` found: ``repaired`` (the unit was rewritten), ``sound``
+    (nothing to rebuild: the unit points at its own record, so what is damaged, if anything, is
+    the record; or into a damaged range recovery kept; or retention has deleted it), or
+    neither, with ``why`` the unit cannot be rebuilt."""
 
     repaired: bool
     sound: bool
@@ -78,7 +80,9 @@ def repair_unit(
 ) -> UnitRepair:
     """Rebuild unit ``queue_offset`` of ``queue`` from the log if it does not point at its own
     record (see the module docstring); ``max_search_bytes`` None: walk any distance."""
-    if not queue.min_offset <= queue_offset < queue.max_offset:
+    if queue_offset < queue.min_offset:
+        return _SOUND  # retention deleted its record meanwhile: nothing to rebuild
+    if queue_offset >= queue.max_offset:
         return UnitRepair(False, False, f"queue offset {queue_offset} holds no unit")
     phys, size, code = UNIT.unpack(queue.read_units(queue_offset, 1))
     if damaged is not None and phys >= 0 and damaged.containing(phys) is not None:
