@@ -110,8 +110,8 @@ def repair_unit(
     tags_code = _tags_code(own, delays)
     _rewrite(queue, queue_offset, own.phys_offset, own.store_size, tags_code)
     log.warning(
-        "consume queue %s/%d offset %d did not point at its own record (unit %d, %d, %d): "
-        "rebuilt from the commitlog as (%d, %d, %d)",
+        "consume queue %s/%d offset %d was damaged (unit %d, %d, %d: offset, size, tagsCode): "
+        "rebuilt from its commitlog record as (%d, %d, %d)",
         queue.topic,
         queue.queue_id,
         queue_offset,

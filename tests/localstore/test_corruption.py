@@ -110,7 +110,7 @@ def test_garbage_in_the_middle_of_a_consume_queue_is_rebuilt_by_the_get(
         assert [m.phys_offset for m in got.messages] == offsets[4:16]  # to its file's end
         assert got.damaged is None
         for queue_offset in range(5, 5 + units):
-            assert f"consume queue {TOPIC}/0 offset {queue_offset} did not point" in caplog.text
+            assert f"consume queue {TOPIC}/0 offset {queue_offset} was damaged" in caplog.text
         assert_healthy_and_writable(store)
 
 
