@@ -67,8 +67,10 @@ class DamagedRecordError(CorruptStoreError):
     consume-queue unit points at, or (``StoreOptions.check_crc_on_read``) its body fails its CRC.
 
     Names where it is: ``topic``, ``queue_id``, ``queue_offset`` (of the unit), ``phys_offset``
-    (the commitlog offset the unit points at) and ``reason``. A reader steps over it by going
-    on from ``queue_offset + 1``; the record stays on disk (``quiver store verify`` lists it).
+    (the commitlog offset the unit points at) and ``reason``. A unit that points at another
+    record is rebuilt from the log before a get reports it; ``reason`` says why it could not
+    be when it could not. A reader steps over it by going on from ``queue_offset + 1``; the
+    record stays on disk (``quiver store verify`` lists it, ``--repair`` rebuilds units).
     """
 
     def __init__(self, topic: str, queue_id: int, queue_offset: int, phys_offset: int, reason: str):

@@ -25,15 +25,22 @@ decoded to re-check its tag string.
 records are copied as one slice, so a batch of one queue's consecutive records costs one copy.
 
 Damaged records: a unit whose record does not decode (or is not stored where the unit says,
-or names another queue or queue offset in its header) stops the get before it. The records
+or names another queue or queue offset in its header), and a unit that cannot point at a record
+(a negative offset; a size that is not positive, for a raw copy; an offset past the log's end,
+or below its min offset after a unit above it: units are in log order, so only a queue's
+leading units can point at records retention deleted, MESSAGE_WAS_REMOVING) stops the get
+before it. The records
 before it are answered with ``GetResult.damaged`` naming it (a
 :class:`~localstore.errors.DamagedRecordError`: topic, queue id, queue offset, commitlog offset)
 and ``next_offset`` at it; a get that meets it before any record to answer raises that error.
-The store never steps over it itself: the reader decides (a consumer logs it, counts it
-and goes on at ``queue_offset + 1``). An unfiltered raw get copies records without decoding
-them, so it sees no damage unless asked to ``check`` (or ``check_crc``): it then decodes every
-record it answers, as a decoded get does. ``check_crc`` (``StoreOptions.check_crc_on_read``)
-also treats a record whose body fails its CRC as damaged; off, no get reads the CRC.
+The store never steps over it itself: :class:`~localstore.store.MessageStore` first
+rebuilds the unit from the log if the unit is what is damaged
+(:mod:`localstore.recovery.unit_repair`) and reads again; else the reader decides (a consumer
+logs it, counts it and goes on at ``queue_offset + 1``). An unfiltered raw get copies records
+without decoding them, so it sees no damage unless asked to ``check`` (or ``check_crc``): it
+then decodes every record it answers, as a decoded get does. ``check_crc``
+(``StoreOptions.check_crc_on_read``) also treats a record whose body fails its CRC as damaged;
+off, no get reads the CRC.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from quiver_errors import InvalidArgumentError
 _NO_VIEW = memoryview(b"")  # before the first segment is located
 FILTER_SCAN_UNITS = 800  # maxFilterMessageSize (16000 bytes) / 20
 _MATCH_ALL = TagFilter.parse(None)
+_NO_SIZE = "the unit's size is not positive: it cannot be a record's"
 _SIZES_STRUCTS: dict[int, struct.Struct] = {}
 
 
@@ -316,6 +324,9 @@ class _Scan:
             if not seg_start <= phys < seg_end:
                 located = commitlog.segment_view(phys) if phys >= min_phys else None
                 if located is None:
+                    why = self._unlocated(phys, view is not None)
+                    if why is not None:
+                        return self._stop_at(examined - 1, phys, why, count)
                     self.removed = True
                     continue
                 view = located[0]
@@ -372,6 +383,11 @@ class _Scan:
                     positions = []
                 located = commitlog.segment_view(phys) if phys >= min_phys else None
                 if located is None:
+                    why = self._unlocated(phys, count > 0)
+                    if why is not None:
+                        self.damaged = self._damaged(examined - 1, phys, why)
+                        self.count = count
+                        return examined - 1
                     self.removed = True
                     seg_start = seg_end = 0
                     continue
@@ -466,7 +482,10 @@ class _Scan:
             if count and total + size > max_bytes:
                 break
             examined += 1
-            if phys < min_phys:
+            if phys < min_phys or size <= 0:
+                why = self._unlocated(phys, count > 0) if size > 0 else _NO_SIZE
+                if why is not None:
+                    return self._stop_at(examined - 1, phys, why, count)
                 self.removed = True
                 continue
             if codes is not None:
@@ -480,8 +499,11 @@ class _Scan:
                 last_end += size
             else:
                 located = commitlog.segment_view(phys)
-                if located is None:  # deleted by retention since min_phys was read
-                    self.removed = True
+                if located is None:
+                    why = self._unlocated(phys, count > 0)
+                    if why is not None:
+                        return self._stop_at(examined - 1, phys, why, count)
+                    self.removed = True  # deleted by retention since min_phys was read
                     continue
                 ranges.append([located[0], located[1], located[1] + size])
                 last_end = phys + size
@@ -491,6 +513,24 @@ class _Scan:
                 break
         self.count = count
         return examined
+
+    def _unlocated(self, phys: int, after_located: bool) -> str | None:
+        """A unit's record that no segment holds: None when retention deleted it (the get
+        reports MESSAGE_WAS_REMOVING), else why the unit is damaged. Units are in log order, so
+        a unit below the commitlog's min offset after one the scan located (``after_located``)
+        is damaged, and so is one that points below 0 or past the log's end."""
+        commitlog = self.commitlog
+        min_phys = commitlog.min_offset  # read again: retention may have moved it meanwhile
+        if phys < 0:
+            return f"the unit points at commitlog offset {phys}: no record is stored there"
+        if phys < min_phys:
+            if not after_located:
+                return None
+            return (
+                f"the unit points below the commitlog's min offset {min_phys}, after a unit "
+                "that points above it"
+            )
+        return f"the unit points past the commitlog's end {commitlog.confirmed_offset}"
 
     def _damaged(self, index: int, phys: int, why: str) -> DamagedRecordError:
         """The error naming unit ``index`` of the scan, which points at ``phys``."""

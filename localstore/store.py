@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,7 +40,7 @@ from localstore.commitlog.flush import (
 )
 from localstore.commitlog.log import CommitLog
 from localstore.commitlog.offset_index import CommitLogOffsetIndex
-from localstore.errors import StoreClosedError, StoreError
+from localstore.errors import DamagedRecordError, StoreClosedError, StoreError
 from localstore.files.dir_lock import acquire_directory_lock
 from localstore.files.retired import RetiredFiles
 from localstore.files.store_directory import make_store_directory
@@ -74,12 +75,15 @@ from localstore.record.tags import TagFilter, parse_delay_levels
 from localstore.recovery.checkpoint import AbortMarker, Checkpoint
 from localstore.recovery.damaged import DamagedRanges
 from localstore.recovery.recover import RecoveryReport, recover
+from localstore.recovery.unit_repair import UnitRepair, repair_unit
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import CleanReport, clean, correct_min_offset
 from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
 
 DEFAULT_MAX_BYTES = 256 * 1024
+_REPAIRS_PER_GET = 16  # damaged units one get rebuilds before it answers with what it has
+_UNREPAIRABLE_KEPT = 1024  # units remembered as not rebuildable (then forgotten, all at once)
 
 
 class MessageStore:
@@ -195,6 +199,8 @@ class MessageStore:
         sync = self.geometry.flush_mode == "sync"
         self._retired = RetiredFiles()
         self._put_lock = threading.Lock()
+        # Units a get could not rebuild (localstore.recovery.unit_repair), with what it reports.
+        self._unrepairable: dict[tuple[str, int, int, int], DamagedRecordError] = {}
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -468,10 +474,12 @@ class MessageStore:
         """Messages of ``topic``/``queue_id`` from ``queue_offset``, decoded.
 
         ``tags`` is a tag expression (``"A || B"``, ``"*"``) or a parsed :class:`TagFilter`.
-        A damaged record stops the get: the messages before it come back with
-        ``result.damaged`` naming it; with none before it the get raises
-        :class:`~localstore.errors.DamagedRecordError` (topic, queue, queue offset, commitlog
-        offset). Step over it at ``queue_offset + 1``.
+        A consume-queue unit that does not point at its own record is rebuilt from the log
+        when the get meets it (logged at WARNING: :mod:`localstore.recovery.unit_repair`), and
+        the get reads on. A damaged record (or a unit that cannot be rebuilt) stops the get:
+        the messages before it come back with ``result.damaged`` naming it; with none before
+        it the get raises :class:`~localstore.errors.DamagedRecordError` (topic, queue, queue
+        offset, commitlog offset). Step over it at ``queue_offset + 1``.
         """
         return self._get(topic, queue_id, queue_offset, max_count, max_bytes, tags, False, False)
 
@@ -506,17 +514,122 @@ class MessageStore:
     ) -> GetResult:
         self._ensure_open()
         tag_filter = read_filter(max_count, tags)
-        return get_messages(
+        queue = self.queues.get(topic, queue_id)
+        answered: GetResult | None = None
+        try:
+            result = get_messages(
+                self.commitlog,
+                queue,
+                queue_offset,
+                max_count,
+                max_bytes,
+                tag_filter,
+                raw,
+                check,
+                self.options.check_crc_on_read,
+            )
+        except DamagedRecordError as exc:
+            damaged = exc
+        else:
+            if result.damaged is None:
+                return result
+            answered, damaged = result, result.damaged
+        assert queue is not None  # only a queue's units name a damaged record
+        read = partial(
+            get_messages,
             self.commitlog,
-            self.queues.get(topic, queue_id),
-            queue_offset,
-            max_count,
-            max_bytes,
-            tag_filter,
-            raw,
-            check,
-            self.options.check_crc_on_read,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            tag_filter=tag_filter,
+            raw=raw,
+            check=check,
+            check_crc=self.options.check_crc_on_read,
         )
+        return self._read_repairing(read, queue, queue_offset, answered, damaged)
+
+    def _read_repairing(
+        self,
+        read: Callable[[ConsumeQueue | None, int], GetResult],
+        queue: ConsumeQueue,
+        queue_offset: int,
+        result: GetResult | None,
+        damaged: DamagedRecordError,
+    ) -> GetResult:
+        """A get that met ``damaged`` (with ``result``, or raising it): rebuild the unit and
+        ``read(queue, queue_offset)`` again, while the units it meets can be rebuilt (at most
+        :data:`_REPAIRS_PER_GET`); then the answer with what is left damaged."""
+        for _ in range(_REPAIRS_PER_GET):
+            reported = self._repair(queue, damaged)
+            if reported is not None:
+                if result is None:
+                    raise reported
+                result.damaged = reported
+                return result
+            current = self.queues.get(queue.topic, queue.queue_id)
+            try:
+                result = read(current, queue_offset)
+            except DamagedRecordError as exc:
+                result, damaged = None, exc
+            else:
+                if result.damaged is None:
+                    return result
+                damaged = result.damaged
+            assert current is not None  # only a queue's units name a damaged record
+            queue = current
+        if result is None:
+            raise damaged
+        return result
+
+    def _repair(self, queue: ConsumeQueue, error: DamagedRecordError) -> DamagedRecordError | None:
+        """None when the unit ``error`` names was rebuilt from the log, or found rebuilt by
+        another reader (:mod:`localstore.recovery.unit_repair`): the get reads again. Else the
+        error to report, saying why the unit could not be rebuilt when it is the unit that is
+        damaged. A unit that cannot be rebuilt is remembered, so its readers do not search
+        again (under the put lock: no put or retention run moves the queue meanwhile)."""
+        key = (queue.topic, queue.queue_id, error.queue_offset, error.phys_offset)
+        known = self._unrepairable.get(key)
+        if known is not None:
+            return known
+        with self._put_lock:
+            self._ensure_open()
+            if queue is not self.queues.get(queue.topic, queue.queue_id):
+                return None  # the topic was deleted (or made again) meanwhile: read afresh
+            outcome = repair_unit(
+                self.commitlog, queue, error.queue_offset, self._delay_levels, self.damaged
+            )
+            if outcome.repaired or (
+                outcome.sound and _unit_phys(queue, error.queue_offset) != error.phys_offset
+            ):
+                return None
+            if not outcome.sound:
+                why = f"{error.reason}; the unit cannot be rebuilt from the log: {outcome.why}"
+                error = DamagedRecordError(
+                    error.topic, error.queue_id, error.queue_offset, error.phys_offset, why
+                )
+            if len(self._unrepairable) >= _UNREPAIRABLE_KEPT:
+                self._unrepairable.clear()
+            self._unrepairable[key] = error
+        return error
+
+    def repair_unit(self, topic: str, queue_id: int, queue_offset: int) -> UnitRepair:
+        """Rebuild consume-queue unit ``queue_offset`` of ``topic``/``queue_id`` from the log
+        if it does not point at its own record, searching the log between its neighbours'
+        records however far apart (a get searches a bounded stretch:
+        :mod:`localstore.recovery.unit_repair`). What ``quiver store verify --repair`` runs
+        for each unit verify lists."""
+        self._ensure_open()
+        with self._put_lock:
+            queue = self.queues.get(topic, queue_id)
+            if queue is None:
+                return UnitRepair(False, False, f"no consume queue {topic}/{queue_id}")
+            return repair_unit(
+                self.commitlog,
+                queue,
+                queue_offset,
+                self._delay_levels,
+                self.damaged,
+                max_search_bytes=None,
+            )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
@@ -684,3 +797,10 @@ class MessageStore:
     def _ensure_open(self) -> None:
         if self._puts.closed:
             raise StoreClosedError(f"store {self.root} is closed")
+
+
+def _unit_phys(queue: ConsumeQueue, queue_offset: int) -> int | None:
+    """The commitlog offset unit ``queue_offset`` points at, None when the queue holds none."""
+    if not queue.min_offset <= queue_offset < queue.max_offset:
+        return None
+    return queue.unit_head(queue_offset)[0]

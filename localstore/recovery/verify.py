@@ -17,6 +17,9 @@ starts there, with the unit's size, the queue's topic, id and queue offset, and 
 increase along a queue.
 
 It reads every record and unit: run it on a quiescent store (concurrent puts look like problems).
+A unit found wrong is no bound for the order of the units after it (each is judged against the
+last sound one). :func:`repair_units` rebuilds the units a report lists from the log
+(``quiver store verify --repair``).
 ``on_progress(what, done, total)``, when given, is called every few thousand records and units:
 commitlog bytes walked, then consume-queue units checked.
 """
@@ -151,6 +154,22 @@ def verify_store(
         report.queues += 1
         verifier.check_queue(queue)
     return report
+
+
+def repair_units(store: MessageStore, report: VerifyReport) -> list[str]:
+    """Rebuild from the log each consume-queue unit ``report`` lists as wrong
+    (:meth:`MessageStore.repair_unit`, searching the log without bound); answers a line per
+    unit rebuilt. Verify again afterwards: what could not be rebuilt is still wrong."""
+    repaired = []
+    units = {
+        (p.topic, p.queue_id, p.queue_offset)
+        for p in report.problems
+        if p.topic is not None and p.queue_id is not None and p.queue_offset is not None
+    }
+    for topic, queue_id, queue_offset in sorted(units):
+        if store.repair_unit(topic, queue_id, queue_offset).repaired:
+            repaired.append(f"consume queue {topic}/{queue_id} offset {queue_offset}: rebuilt")
+    return repaired
 
 
 def _no_progress(what: str, done: int, total: int) -> None:
@@ -289,7 +308,8 @@ class _Verifier:
                     message = self.check_unit(queue, offset, (phys, size, code))
                 if message is not None:
                     self.unit_problem(queue, offset, message, phys)
-                previous = max(previous, phys)
+                else:  # a damaged unit is no bound for the units after it
+                    previous = phys
                 offset += 1
 
     def unit_problem(self, queue: ConsumeQueue, offset: int, text: str, phys: int | None) -> None:

@@ -2,7 +2,7 @@
 
     quiver store init --data DIR [--commitlog-file-size 64M ...]   create a store
     quiver store info --data DIR                    geometry, segments, topics, offsets
-    quiver store verify --data DIR                  check every record and unit
+    quiver store verify --data DIR [--repair]       check every record and unit
     quiver store clean --data DIR [--force]         delete expired segments
     quiver produce --data DIR --topic T --body TEXT store messages
     quiver read --data DIR --topic T                read them back

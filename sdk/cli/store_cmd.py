@@ -27,6 +27,7 @@ from sdk.cli.progress import ProgressLine, progress_line
 
 if TYPE_CHECKING:
     from localstore.recovery.recover import RecoveryReport
+    from localstore.recovery.verify import VerifyReport
     from localstore.store import MessageStore
     from sdk.cli.common import ReadableStore
 
@@ -121,6 +122,11 @@ def _add_verify(actions: Subparsers) -> None:
         default=100,
         metavar="N",
         help="list at most N problems (default 100; all are counted)",
+    )
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="rebuild from the commitlog each consume-queue unit found wrong, then verify again",
     )
     add_json_option(verify)
     verify.set_defaults(func=run_verify)
@@ -333,25 +339,36 @@ def _recovery_cut(recovery: RecoveryReport) -> str | None:
 def run_verify(args: argparse.Namespace) -> int:
     """Verify the store at DIR; exit status 1 when a problem is found. What recovery at open
     removed (the store is checked as recovery left it) is reported beside the checks."""
-    from localstore.recovery.verify import verify_store
+    from localstore.recovery.verify import repair_units, verify_store
 
+    repaired: list[str] = []
     with progress_line(args) as progress:
         progress.status(f"opening store {args.data}")
         with open_store(args.data) as store:
-            report = verify_store(
-                store,
-                max_problems=args.max_problems,
-                on_progress=lambda what, done, total: progress.update(
-                    f"verifying {what}", done, total
-                ),
-            )
+
+            def verify() -> VerifyReport:
+                return verify_store(
+                    store,
+                    max_problems=args.max_problems,
+                    on_progress=lambda what, done, total: progress.update(
+                        f"verifying {what}", done, total
+                    ),
+                )
+
+            report = verify()
+            if args.repair and not report.ok:
+                repaired = repair_units(store, report)
+                if repaired:
+                    report = verify()
             recovery = _recovery_json(store)
             cut = _recovery_cut(store.recovery)
     if args.json:
-        emit_json({**report.to_json(), "recovery": recovery})
+        emit_json({**report.to_json(), "recovery": recovery, "repaired": repaired})
     else:
         if cut is not None:
             print(f"store {args.data}: {cut}")
+        for line in repaired:
+            print(f"store {args.data}: {line}")
         print(f"store {args.data}: {report.summary()}")
         for problem in report.problems:
             print(f"  {problem}")

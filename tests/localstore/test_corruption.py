@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from localstore import CorruptStoreError, GetStatus, MessageStore, NewMessage, PutStatus
+from localstore.record.layout import QUEUE_OFFSET_AT
 from localstore.recovery.verify import verify_store
 
 TOPIC = "Damaged"
@@ -94,13 +95,39 @@ def test_garbage_in_the_tail_of_a_consume_queue_is_rebuilt(tmp_path: Path):
         assert_healthy_and_writable(store)
 
 
-def test_garbage_in_the_middle_of_a_consume_queue_is_a_clear_error(tmp_path: Path):
-    fill(tmp_path)
+@pytest.mark.parametrize("units", [1, 3], ids=["one-unit", "three-units"])
+def test_garbage_in_the_middle_of_a_consume_queue_is_rebuilt_by_the_get(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, units: int
+):
+    """Garbage over units 5.. of a queue: the get that meets each rebuilds it from the log
+    (its record lies between its sound neighbours') and says so; nothing is lost."""
+    offsets = fill(tmp_path)
+    first_file = sorted((tmp_path / "consumequeue" / TOPIC / "0").iterdir())[0]
+    scribble(first_file, 5 * 20, struct.pack(">qiq", 12345, 999, 0) * units)
+    with MessageStore(tmp_path) as store:
+        assert not verify_store(store).ok  # verify names it
+        got = store.get_messages(TOPIC, 0, 4, max_count=32)
+        assert [m.phys_offset for m in got.messages] == offsets[4:16]  # to its file's end
+        assert got.damaged is None
+        for queue_offset in range(5, 5 + units):
+            assert f"consume queue {TOPIC}/0 offset {queue_offset} was damaged" in caplog.text
+        assert_healthy_and_writable(store)
+
+
+def test_a_unit_the_log_cannot_rebuild_is_a_clear_error(tmp_path: Path):
+    """Garbage over unit 5, and its record's QUEUEOFFSET damaged too: no record of the log
+    names unit 5, so the get cannot rebuild it and says so, naming queue, offset and verify."""
+    offsets = fill(tmp_path)
     first_file = sorted((tmp_path / "consumequeue" / TOPIC / "0").iterdir())[0]
     scribble(first_file, 5 * 20, struct.pack(">qiq", 12345, 999, 0))
+    path, position = commitlog_file(tmp_path, offsets[5])
+    scribble(path, position + QUEUE_OFFSET_AT, struct.pack(">q", 55))
     with MessageStore(tmp_path) as store:
-        with pytest.raises(CorruptStoreError, match=rf"{TOPIC}/0 queue offset 5"):
-            store.get_messages(TOPIC, 0, 5, max_count=1)
+        for _ in range(2):  # the second get remembers the first's answer
+            with pytest.raises(CorruptStoreError, match=rf"{TOPIC}/0 queue offset 5") as raised:
+                store.get_messages(TOPIC, 0, 5, max_count=1)
+            assert "cannot be rebuilt from the log" in str(raised.value)
+            assert "quiver store verify" in str(raised.value)
         assert store.get_messages(TOPIC, 0, 6, max_count=1).status is GetStatus.FOUND
         assert not verify_store(store).ok  # verify names it too
 

@@ -1,11 +1,15 @@
 """Hypothesis damages one byte anywhere in a small store (any file of commitlog/, consumequeue/,
 index/, timeindex/, offsetindex/, the checkpoint, config/), with and without the abort marker
 (issue 25). Opening never raises anything but the store's own errors; every message but the one
-whose bytes were damaged stays readable through ``get_messages``; nothing else disappears."""
+whose bytes were damaged stays readable through ``get_messages`` (every message, when the
+damage is in a consume queue: it is derived from the log, and rebuilt); nothing else
+disappears."""
 
 from __future__ import annotations
 
 import shutil
+import struct
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,8 @@ from hypothesis import strategies as st
 
 from localstore import GetStatus, MessageStore, NewMessage
 from localstore.errors import DamagedRecordError, StoreError
+from localstore.record.codec import decode_record
+from localstore.recovery.verify import verify_store
 
 TOPIC = "Anywhere"
 QUEUES = 2
@@ -91,6 +97,8 @@ def test_one_damaged_byte_anywhere(template, tmp_path_factory, data, crashed):
         found, reported = readable(store, placed)
         lost = {p[0] for p in placed} - found
         assert len(lost) <= 1, (victim, position, sorted(lost))
+        if victim.parent.parent.parent.name == "consumequeue":  # derived: rebuilt, none lost
+            assert not lost, (victim, position, sorted(lost))
         if lost and victim.parent.name == "commitlog":
             # the lost one is the damaged record: kept and recorded, cut as a torn tail, or
             # (its header names another queue offset: no CRC covers it) reported by its get
@@ -113,20 +121,87 @@ def _crc_only_damage_unseen(store: MessageStore, phys: int) -> bool:
 
 @pytest.mark.parametrize("flip", [0x80, 0x01], ids=["negative", "far"])
 @pytest.mark.parametrize("damaged_unit", [0, 5, 7], ids=["first", "mid", "last-of-file"])
-def test_a_damaged_unit_offset_hides_no_other_message(template, tmp_path, flip, damaged_unit):
+def test_a_damaged_unit_offset_hides_no_message(template, tmp_path, caplog, flip, damaged_unit):
     """A unit of queue 0 whose commitlog offset's top byte is damaged (negative, or far past
     the log): the queue's first unit must still be found where it is (a damaged unit is not a
-    record deleted by retention), so only the damaged unit's message may be unreadable (the
-    queue's first unit is checked at open, and the queue rebuilt: then none is)."""
+    record deleted by retention), and no message is lost: the queue's first unit is checked at
+    open (the queue rebuilt), a later one is rebuilt from the log by the get that meets it (it
+    was once skipped, read as deleted by retention), which says so."""
     source, placed, _ = template
     root = _with_a_damaged_unit(source, tmp_path, 0, damaged_unit, 0, flip, crashed=False)
     with MessageStore(root) as store:
         assert store.min_offset(TOPIC, 0) == 0
         found, _ = readable(store, placed)
-        lost = {p[0] for p in placed} - found
-        if damaged_unit == 0:  # checked at open: the queue is rebuilt, nothing is lost
-            assert not lost
-        assert lost <= {p[0] for p in placed if p[1:3] == (0, damaged_unit)}
+        assert found == {p[0] for p in placed}
+        if damaged_unit:
+            assert f"consume queue {TOPIC}/0 offset {damaged_unit} was damaged" in caplog.text
+
+
+def _record_elsewhere(placed: Placed, queue_id: int, queue_offset: int, target: str) -> int:
+    """Where a damaged unit of ``queue_id`` at ``queue_offset`` points for ``target``."""
+    phys = {p[1:3]: p[0] for p in placed}
+    if target == "same-queue-earlier":
+        return phys[(queue_id, queue_offset - 2)]
+    if target == "same-queue-later":
+        return phys[(queue_id, queue_offset + 1)]
+    if target == "other-queue":
+        return phys[(1 - queue_id, queue_offset)]
+    return phys[(queue_id, queue_offset)] + 8  # inside its own record: no record starts there
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+@pytest.mark.parametrize(
+    "target", ["same-queue-earlier", "same-queue-later", "other-queue", "inside-a-record"]
+)
+def test_a_unit_pointing_at_another_record_loses_no_message(
+    template, tmp_path, caplog, target, crashed
+):
+    """A unit in the middle of queue 0 (offset 5) damaged to point at another valid record of
+    its queue or of the other queue, or inside a record: a decoded get, and a raw get asked to
+    check, answer every message of the queue, each at its own queue offset, never the record
+    the unit pointed at (they reported offset 5 as damaged, and a consumer skipped it). The get
+    rebuilt the unit from the log and said so, on disk (verify finds nothing). (A raw get not
+    asked to check copies without decoding: its reader checks each record's header and asks
+    again with ``check``, tests/sdk/test_damaged_records.py.)"""
+    source, placed, _ = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    unit_file = root / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    raw = bytearray(unit_file.read_bytes())
+    struct.pack_into(">q", raw, 5 * 20, _record_elsewhere(placed, 0, 5, target))
+    unit_file.write_bytes(raw)
+    if crashed:
+        (root / "abort").write_text("4242")
+    queue = [(phys, body) for phys, queue_id, _, body in placed if queue_id == 0]
+    for how in ("decoded", "checked"):
+        with MessageStore(root) as store:
+            assert _queue_read(store, how) == queue[:8], how  # the unit's file: offsets 0-7
+            assert verify_store(store).ok
+        assert f"consume queue {TOPIC}/0 offset 5 was damaged" in caplog.text
+        shutil.rmtree(root)
+        shutil.copytree(source, root)
+        unit_file.write_bytes(raw)
+
+
+def _queue_read(store: MessageStore, how: str) -> list[tuple[int, bytes]]:
+    """Queue 0's first file read in one get from offset 0, as (commitlog offset, body)."""
+    if how == "decoded":
+        got = store.get_messages(TOPIC, 0, 0, max_count=32)
+        messages = got.messages
+    else:
+        got = store.get_message_bytes(TOPIC, 0, 0, max_count=32, check=True)
+        messages = list(_decoded(got.raw))
+    assert got.damaged is None
+    assert [m.queue_offset for m in messages] == list(range(len(messages)))
+    return [(m.phys_offset, m.body) for m in messages]
+
+
+def _decoded(raw: bytes):
+    position = 0
+    while position < len(raw):
+        message = decode_record(memoryview(raw), position)
+        yield message
+        position += message.store_size
 
 
 @pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
@@ -196,3 +271,43 @@ def _with_a_damaged_unit(
     if crashed:
         (root / "abort").write_text("4242")
     return root
+
+
+def test_a_unit_is_rebuilt_while_puts_go_on(tmp_path, caplog):
+    """A get rebuilds a damaged unit while another thread keeps putting to the same queue (the
+    rebuild holds the put lock, so no put moves the queue meanwhile): every message, those put
+    before and during the rebuild, is read at its own queue offset, and verify finds nothing."""
+    root = tmp_path / "store"
+    with MessageStore(root, **GEOMETRY) as store:
+        first = [store.put(NewMessage(TOPIC, b"before %d" % i, i % QUEUES)) for i in range(20)]
+        stop = threading.Event()
+        bodies: list[bytes] = []
+
+        def keep_putting() -> None:
+            while not stop.is_set() and len(bodies) < 2000:
+                body = b"during %d" % len(bodies)
+                assert store.put(NewMessage(TOPIC, body, 0)).ok
+                bodies.append(body)
+
+        writer = threading.Thread(target=keep_putting)
+        writer.start()
+        try:
+            unit_file = root / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+            with open(unit_file, "r+b") as handle:  # unit 5 -> queue 1's record
+                handle.seek(5 * 20)
+                handle.write(first[3].phys_offset.to_bytes(8, "big"))
+            (message,) = store.get_messages(TOPIC, 0, 5, max_count=1).messages
+        finally:
+            stop.set()
+            writer.join(timeout=60)
+        assert not writer.is_alive()
+        assert message.phys_offset == first[10].phys_offset
+        assert f"consume queue {TOPIC}/0 offset 5 was damaged" in caplog.text
+        queue = [b"before %d" % i for i in range(0, 20, QUEUES)] + bodies
+        got = []
+        while len(got) < len(queue):
+            result = store.get_messages(TOPIC, 0, len(got), max_count=32)
+            assert result.damaged is None
+            got += [m.body for m in result.messages]
+        assert got == queue
+        assert verify_store(store).ok

@@ -60,3 +60,26 @@ def test_a_clean_store_reports_no_cut(tmp_path):
         store.put(NewMessage("T", b"x"))
     text = quiver("store", "verify", root)
     assert text.returncode == 0 and "recovery at open" not in text.stdout
+
+
+def test_verify_repair_rebuilds_a_unit_pointing_at_another_record(tmp_path):
+    """A unit in the middle of a queue pointing at the other queue's record: verify names it
+    and exits 1; ``--repair`` rebuilds it from the commitlog, says so, verifies again (OK) and
+    the message is read at its queue offset."""
+    root = tmp_path / "store"
+    with MessageStore(root) as store:
+        results = [store.put(NewMessage("T", b"body %d" % i, i % 2)) for i in range(10)]
+    unit_file = root / "consumequeue" / "T" / "0" / f"{0:020d}"
+    units = bytearray(unit_file.read_bytes())
+    units[2 * 20 : 2 * 20 + 8] = results[3].phys_offset.to_bytes(8, "big")  # queue 1's record
+    unit_file.write_bytes(units)
+    checked = quiver("store", "verify", root)
+    assert checked.returncode == 1
+    assert "consume queue T/0 offset 2: the record at" in checked.stdout, checked.stdout
+    repaired = quiver("store", "verify", root, "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "consume queue T/0 offset 2: rebuilt" in repaired.stdout
+    assert "OK" in repaired.stdout
+    with MessageStore(root) as store:
+        (message,) = store.get_messages("T", 0, 2, max_count=1).messages
+        assert message.phys_offset == results[4].phys_offset and message.body == b"body 4"

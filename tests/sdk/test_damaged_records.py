@@ -212,3 +212,51 @@ def test_a_pull_consumer_steps_over_the_damaged_record(
         bad_queue = next(q for q in consumer.assignment() if q.queue_id == BAD_QUEUE)
         assert consumer.position(bad_queue) == PER_QUEUE
     _assert_one_skip_logged(caplog, bad_phys)
+
+
+def _point_unit_at(root: Path, queue_id: int, queue_offset: int, phys_offset: int) -> None:
+    """The consume-queue unit's commitlog offset is overwritten with ``phys_offset``."""
+    unit_file = root / "consumequeue" / TOPIC / str(queue_id) / f"{0:020d}"
+    with open(unit_file, "r+b") as handle:
+        handle.seek(queue_offset * 20)
+        handle.write(phys_offset.to_bytes(8, "big"))
+
+
+@pytest.mark.parametrize("target", ["same-queue", "other-queue"])
+@pytest.mark.parametrize("tags", [None, "A"], ids=["all", "tagged"])
+def test_a_unit_pointing_at_another_record_loses_no_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, tags: str | None, target: str
+) -> None:
+    """A unit in the middle of a queue damaged to point at another valid record (of its queue,
+    or of another): the consumer gets every message of every queue, each once and at its own
+    queue offset, and skips none. It once got the other record in its place (the broker copied
+    it), then, asking the broker to check, had the unit's message skipped as damaged; now the
+    broker rebuilds the unit from the commitlog and logs a WARNING naming it."""
+    with EmbeddedBroker(tmp_path / "b", commitlog_file_size=SEGMENT_SIZE) as broker:
+        _send_all(broker)
+        store = broker.service.store
+        other_queue = BAD_QUEUE if target == "same-queue" else BAD_QUEUE + 1
+        elsewhere = store.get_messages(TOPIC, other_queue, BAD_OFFSET - 2, max_count=1)
+        _point_unit_at(broker.root, BAD_QUEUE, BAD_OFFSET, elsewhere.messages[0].phys_offset)
+        wanted = set(TAG_OF) if tags is None else {tags}
+        expected = {
+            q: [i for i in range(PER_QUEUE) if TAG_OF[i % 2] in wanted] for q in range(QUEUES)
+        }
+        got: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(QUEUES)}
+        caplog.set_level(logging.WARNING)
+        with PullConsumer(broker, "g", consume_from=ConsumeFrom.FIRST_OFFSET) as consumer:
+            consumer.subscribe({TOPIC: tags})
+            want = sum(len(offsets) for offsets in expected.values())
+            for _ in range(200):  # each poll returns what is fetched; bounded, not timed
+                for message in consumer.poll(0.05):
+                    got[message.queue_id].append((message.queue_offset, message.body))
+                if sum(map(len, got.values())) >= want:
+                    break
+            assert consumer.stats.damaged_skipped == 0
+    assert got == {
+        q: [(i, f"q{q}-m{i}".encode()) for i in offsets] for q, offsets in expected.items()
+    }
+    assert not _skip_logs(caplog)
+    if tags is None or TAG_OF[BAD_OFFSET % 2] in wanted:
+        rebuilt = f"consume queue {TOPIC}/{BAD_QUEUE} offset {BAD_OFFSET} was damaged"
+        assert any(rebuilt in r.getMessage() for r in caplog.records)
