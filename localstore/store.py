@@ -200,7 +200,11 @@ class MessageStore:
         self._retired = RetiredFiles()
         self._put_lock = threading.Lock()
         # Units a get could not rebuild (localstore.recovery.unit_repair), with what it reports.
-        self._unrepairable: dict[tuple[str, int, int, int], DamagedRecordError] = {}
+        # a get's answer for a damaged unit, and the log's visible end it holds for (None: for
+        # good, the unit is right and its record damaged; else until more of the log shows)
+        self._unrepairable: dict[
+            tuple[str, int, int, int], tuple[DamagedRecordError, int | None]
+        ] = {}
         self._abort.create()
         # RocketMQ checks every 10 s, the first time after 60 s.
         self._cleaner = PeriodicTask(
@@ -584,31 +588,40 @@ class MessageStore:
         """None when the unit ``error`` names was rebuilt from the log, or found rebuilt by
         another reader (:mod:`localstore.recovery.unit_repair`): the get reads again. Else the
         error to report, saying why the unit could not be rebuilt when it is the unit that is
-        damaged. A unit that cannot be rebuilt is remembered, so its readers do not search
-        again (under the put lock: no put or retention run moves the queue meanwhile)."""
+        damaged. The answer is remembered, so its readers do not search again (under the put
+        lock: no put or retention run moves the queue meanwhile): for good when the unit is
+        right and its record damaged, else while the log's visible end stays where it was (a
+        put under sync flush may show the neighbour that bounds the search)."""
         key = (queue.topic, queue.queue_id, error.queue_offset, error.phys_offset)
         known = self._unrepairable.get(key)
-        if known is not None:
-            return known
+        if known is not None and known[1] in (None, self.commitlog.confirmed_offset):
+            return known[0]
         with self._put_lock:
             self._ensure_open()
             if queue is not self.queues.get(queue.topic, queue.queue_id):
                 return None  # the topic was deleted (or made again) meanwhile: read afresh
             outcome = repair_unit(
-                self.commitlog, queue, error.queue_offset, self._delay_levels, self.damaged
+                self.commitlog,
+                queue,
+                error.queue_offset,
+                self._delay_levels,
+                self.damaged,
+                topic_since=self.topics.deleted.get(queue.topic, 0),
             )
             if outcome.repaired or (
                 outcome.sound and _unit_phys(queue, error.queue_offset) != error.phys_offset
             ):
                 return None
+            holds_until: int | None = None
             if not outcome.sound:
                 why = f"{error.reason}; the unit cannot be rebuilt from the log: {outcome.why}"
                 error = DamagedRecordError(
                     error.topic, error.queue_id, error.queue_offset, error.phys_offset, why
                 )
+                holds_until = self.commitlog.confirmed_offset
             if len(self._unrepairable) >= _UNREPAIRABLE_KEPT:
                 self._unrepairable.clear()
-            self._unrepairable[key] = error
+            self._unrepairable[key] = (error, holds_until)
         return error
 
     def repair_unit(self, topic: str, queue_id: int, queue_offset: int) -> UnitRepair:
@@ -629,6 +642,7 @@ class MessageStore:
                 self._delay_levels,
                 self.damaged,
                 max_search_bytes=None,
+                topic_since=self.topics.deleted.get(topic, 0),
             )
 
     def min_offset(self, topic: str, queue_id: int) -> int:

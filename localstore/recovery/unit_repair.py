@@ -49,7 +49,7 @@ from localstore.recovery.log_scan import iter_records
 
 log = logging.getLogger(__name__)
 
-MAX_SEARCH_BYTES = 64 * 1024 * 1024  # a get's repair walks at most this much of the log
+MAX_SEARCH_BYTES = 4 * 1024 * 1024  # a get's repair walks at most this much of the log (puts wait)
 NEIGHBOURS_CHECKED = 16  # units on each side looked at for a sound one to bound the search
 _NO_UNIT = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
 
@@ -77,9 +77,12 @@ def repair_unit(
     damaged: DamagedRanges | None = None,
     *,
     max_search_bytes: int | None = MAX_SEARCH_BYTES,
+    topic_since: int = 0,
 ) -> UnitRepair:
     """Rebuild unit ``queue_offset`` of ``queue`` from the log if it does not point at its own
-    record (see the module docstring); ``max_search_bytes`` None: walk any distance."""
+    record (see the module docstring); ``max_search_bytes`` None: walk any distance.
+    ``topic_since``: the commitlog offset from which the queue's topic is the one the queue
+    holds (where it was last deleted, if it was: the records before name a topic gone)."""
     if queue_offset < queue.min_offset:
         return _SOUND  # retention deleted its record meanwhile: nothing to rebuild
     if queue_offset >= queue.max_offset:
@@ -91,7 +94,7 @@ def repair_unit(
     if own is not None and (own.store_size, _tags_code(own, delays)) == (size, code):
         return _SOUND
     if own is None:
-        bounds = _search_bounds(commitlog, queue, queue_offset)
+        bounds = _search_bounds(commitlog, queue, queue_offset, topic_since)
         if isinstance(bounds, str):
             return UnitRepair(False, False, bounds)
         low, high = bounds
@@ -160,23 +163,38 @@ def _own_record(
 
 
 def _search_bounds(
-    commitlog: CommitLog, queue: ConsumeQueue, queue_offset: int
+    commitlog: CommitLog, queue: ConsumeQueue, queue_offset: int, topic_since: int
 ) -> tuple[int, int] | str:
     """[after the record of the nearest sound unit before it, the record of the nearest sound
-    unit after it) of the log (the log's min offset or end where the queue has none), or why
-    its neighbours cannot bound the search: each of the :data:`NEIGHBOURS_CHECKED` on a side is
-    damaged too."""
+    unit after it) of the log (where the queue has none: the log's min offset or where its
+    topic was last deleted, and the log's visible end), or why its neighbours cannot bound the
+    search: each of the :data:`NEIGHBOURS_CHECKED` on a side is damaged too. Units after it
+    whose records are not visible yet (a put under sync flush waiting for its flush) end the
+    queue for the search."""
     before = _nearest_sound(commitlog, queue, range(queue_offset - 1, queue.min_offset - 1, -1))
-    after = _nearest_sound(commitlog, queue, range(queue_offset + 1, queue.max_offset))
+    after = _nearest_sound(
+        commitlog, queue, range(queue_offset + 1, _visible_units_end(commitlog, queue))
+    )
     if isinstance(before, str):
         return before
     if isinstance(after, str):
         return after
-    low = commitlog.min_offset if before is None else before[0] + before[1]
+    floor = max(commitlog.min_offset, topic_since)
+    low = floor if before is None else before[0] + before[1]
     high = commitlog.confirmed_offset if after is None else after[0]
     if low >= high:
         return f"its neighbours' records leave no room for it ([{low}, {high}))"
     return low, high
+
+
+def _visible_units_end(commitlog: CommitLog, queue: ConsumeQueue) -> int:
+    """The queue offset past the queue's last unit whose record is visible: units a put has
+    written ahead of its flush (sync flush) point at or past the log's visible end."""
+    end = queue.max_offset
+    visible = commitlog.confirmed_offset
+    while end > queue.min_offset and queue.unit_head(end - 1)[0] >= visible:
+        end -= 1
+    return end
 
 
 def _nearest_sound(

@@ -174,6 +174,7 @@ def test_a_unit_pointing_at_another_record_loses_no_message(
         (root / "abort").write_text("4242")
     queue = [(phys, body) for phys, queue_id, _, body in placed if queue_id == 0]
     for how in ("decoded", "checked"):
+        caplog.clear()  # each way of reading must log its own rebuild
         with MessageStore(root) as store:
             assert _queue_read(store, how) == queue[:8], how  # the unit's file: offsets 0-7
             assert verify_store(store).ok
