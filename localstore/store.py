@@ -75,7 +75,7 @@ from localstore.record.tags import TagFilter, parse_delay_levels
 from localstore.recovery.checkpoint import AbortMarker, Checkpoint
 from localstore.recovery.damaged import DamagedRanges
 from localstore.recovery.recover import RecoveryReport, recover
-from localstore.recovery.unit_repair import UnitRepair, repair_unit
+from localstore.recovery.unit_repair import MAX_SEARCH_BYTES, UnitRepair, repair_unit
 from localstore.results import FLUSH_DISK_TIMEOUT, GetResult, PutResult
 from localstore.retention import CleanReport, clean, correct_min_offset
 from localstore.runtime.closing import CloseSteps
@@ -199,9 +199,9 @@ class MessageStore:
         sync = self.geometry.flush_mode == "sync"
         self._retired = RetiredFiles()
         self._put_lock = threading.Lock()
-        # Units a get could not rebuild (localstore.recovery.unit_repair), with what it reports.
-        # a get's answer for a damaged unit, and the log's visible end it holds for (None: for
-        # good, the unit is right and its record damaged; else until more of the log shows)
+        # A get's answer for a damaged unit it could not rebuild (localstore.recovery.
+        # unit_repair), and the log's visible end it holds for (None: for good, the unit is
+        # right and its record damaged; else until more of the log shows)
         self._unrepairable: dict[
             tuple[str, int, int, int], tuple[DamagedRecordError, int | None]
         ] = {}
@@ -518,27 +518,6 @@ class MessageStore:
     ) -> GetResult:
         self._ensure_open()
         tag_filter = read_filter(max_count, tags)
-        queue = self.queues.get(topic, queue_id)
-        answered: GetResult | None = None
-        try:
-            result = get_messages(
-                self.commitlog,
-                queue,
-                queue_offset,
-                max_count,
-                max_bytes,
-                tag_filter,
-                raw,
-                check,
-                self.options.check_crc_on_read,
-            )
-        except DamagedRecordError as exc:
-            damaged = exc
-        else:
-            if result.damaged is None:
-                return result
-            answered, damaged = result, result.damaged
-        assert queue is not None  # only a queue's units name a damaged record
         read = partial(
             get_messages,
             self.commitlog,
@@ -549,6 +528,17 @@ class MessageStore:
             check=check,
             check_crc=self.options.check_crc_on_read,
         )
+        queue = self.queues.get(topic, queue_id)
+        answered: GetResult | None = None
+        try:
+            result = read(queue, queue_offset)
+        except DamagedRecordError as exc:
+            damaged = exc
+        else:
+            if result.damaged is None:
+                return result
+            answered, damaged = result, result.damaged
+        assert queue is not None  # only a queue's units name a damaged record
         return self._read_repairing(read, queue, queue_offset, answered, damaged)
 
     def _read_repairing(
@@ -600,14 +590,7 @@ class MessageStore:
             self._ensure_open()
             if queue is not self.queues.get(queue.topic, queue.queue_id):
                 return None  # the topic was deleted (or made again) meanwhile: read afresh
-            outcome = repair_unit(
-                self.commitlog,
-                queue,
-                error.queue_offset,
-                self._delay_levels,
-                self.damaged,
-                topic_since=self.topics.deleted.get(queue.topic, 0),
-            )
+            outcome = self._repair_unit(queue, error.queue_offset, MAX_SEARCH_BYTES)
             if outcome.repaired or (
                 outcome.sound and _unit_phys(queue, error.queue_offset) != error.phys_offset
             ):
@@ -635,15 +618,22 @@ class MessageStore:
             queue = self.queues.get(topic, queue_id)
             if queue is None:
                 return UnitRepair(False, False, f"no consume queue {topic}/{queue_id}")
-            return repair_unit(
-                self.commitlog,
-                queue,
-                queue_offset,
-                self._delay_levels,
-                self.damaged,
-                max_search_bytes=None,
-                topic_since=self.topics.deleted.get(topic, 0),
-            )
+            return self._repair_unit(queue, queue_offset, None)
+
+    def _repair_unit(
+        self, queue: ConsumeQueue, queue_offset: int, max_search_bytes: int | None
+    ) -> UnitRepair:
+        """:func:`~localstore.recovery.unit_repair.repair_unit` on this store's log, searching
+        no further back than the queue's topic was last deleted (under the put lock)."""
+        return repair_unit(
+            self.commitlog,
+            queue,
+            queue_offset,
+            self._delay_levels,
+            self.damaged,
+            max_search_bytes=max_search_bytes,
+            topic_since=self.topics.deleted.get(queue.topic, 0),
+        )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""

@@ -22,6 +22,7 @@ from localstore.record.codec import LONG, make_offset_msg_id, unpack_host
 from quiver_errors import InvalidArgumentError
 
 __all__ = [
+    "UNIQ_KEY_COUNTER_DIGITS",
     "UniqKeyGenerator",
     "UniqKeyRun",
     "make_offset_msg_id",
@@ -58,6 +59,9 @@ class UniqKeyRun(list[str]):
 
     head: str
     first: int
+
+
+UNIQ_KEY_COUNTER_DIGITS = 4  # a UNIQ_KEY ends with its counter: a short, in upper-case hex
 
 
 def uniq_key_run(head: str, first: int, n: int) -> UniqKeyRun:

@@ -49,7 +49,7 @@ from itertools import repeat
 
 from localstore.record.codec import NewMessage
 from localstore.record.layout import MAGIC_V1, MAX_PROPERTIES_BYTES, SHORT
-from localstore.record.message_id import UniqKeyRun, uniq_key_run
+from localstore.record.message_id import UNIQ_KEY_COUNTER_DIGITS, UniqKeyRun, uniq_key_run
 from localstore.record.properties import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -333,7 +333,6 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     return [value[start:] for value in values]
 
 
-_COUNTER_DIGITS = 4  # a UNIQ_KEY ends with its counter: a short in upper-case hex
 _NEXT_UNIQ_KEY = PROPERTY_SEPARATOR + UNIQ_KEY_PAIR_START
 
 
@@ -344,8 +343,8 @@ def _drawn_run(text: str, count: int) -> UniqKeyRun | None:
     the first is then compared with the whole, which alone decides."""
     start = len(UNIQ_KEY_PAIR_START)
     first_key = text[start : text.find(PROPERTY_SEPARATOR)]
-    head, counter = first_key[:-_COUNTER_DIGITS], first_key[-_COUNTER_DIGITS:]
-    if len(counter) != _COUNTER_DIGITS:
+    head, counter = first_key[:-UNIQ_KEY_COUNTER_DIGITS], first_key[-UNIQ_KEY_COUNTER_DIGITS:]
+    if len(counter) != UNIQ_KEY_COUNTER_DIGITS:
         return None
     try:
         first = int(counter, 16)
