@@ -213,16 +213,7 @@ class PushConsumer(WarnsUnclosed):
             raise ClientClosedError(f"push consumer of {self.group} is closed")
         if self._thread is not None:
             return
-        core = PushCore(
-            self._transport.broker_name,
-            self.group,
-            self.client_id,
-            self._subscription,
-            self.settings,
-            self.stats,
-            self._clock,
-        )
-        core.retry_later = self._retry_later
+        core = _new_core(self, self._transport.broker_name)
         try:
             self._under_control(core.rebalance())
         except BaseException:
@@ -656,16 +647,7 @@ class AsyncPushConsumer(WarnsUnclosed):
                 return
             broker_name = await self._transport.connect()
             self._check_not_closed_while_starting()
-            core = PushCore(
-                broker_name,
-                self.group,
-                self.client_id,
-                self._subscription,
-                self.settings,
-                self.stats,
-                self._clock,
-            )
-            core.retry_later = self._retry_later
+            core = _new_core(self, broker_name)
             try:
                 await self._under_control(core.rebalance())
             except BaseException:
@@ -949,3 +931,19 @@ class AsyncPushConsumer(WarnsUnclosed):
             await self.close()
             # closed by a listener or another task: return once that close has committed
             await self._close_done.wait()
+
+
+def _new_core(consumer: PushConsumer | AsyncPushConsumer, broker_name: str) -> PushCore:
+    """The decisions of ``consumer``'s membership (its group, id, subscription, settings,
+    stats and clock) against broker ``broker_name``, its local retries handed back to it."""
+    core = PushCore(
+        broker_name,
+        consumer.group,
+        consumer.client_id,
+        consumer._subscription,
+        consumer.settings,
+        consumer.stats,
+        consumer._clock,
+    )
+    core.retry_later = consumer._retry_later
+    return core
