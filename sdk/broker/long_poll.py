@@ -9,7 +9,8 @@ so one notifier serves blocking threads (:meth:`ArrivalNotifier.wait_keys`) and 
 
 Invariant (no lost wake-up): a waiter registers *before* it looks for messages, so a message
 that arrives between the look and the wait still fires its callback. A put that has no waiters
-on its queue costs one dict lookup.
+on its queue costs one dict lookup. :attr:`ArrivalNotifier.wake_ups` counts the notifications
+that found waiters, so a caller can tell whether its put woke anyone.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class ArrivalNotifier:
         self._lock = threading.Lock()
         self._watches: dict[QueueKey, dict[int, Watch]] = {}
         self._tokens = itertools.count(1)
+        self.wake_ups = 0  # notifications that found waiters (compare two readings)
 
     def watch(self, keys: Iterable[QueueKey], callback: Callable[[], None]) -> Watch:
         """Call ``callback`` on the next arrival on any of ``keys`` (from the putting thread;
@@ -80,6 +82,7 @@ class ArrivalNotifier:
             return
         with self._lock:
             waiting = self._watches.pop((topic, queue_id), None)
+            self.wake_ups += waiting is not None
         if waiting:
             for watch in waiting.values():
                 watch.fire((topic, queue_id))

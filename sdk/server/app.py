@@ -16,7 +16,10 @@ is copied into the mapped log on the loop when the thread is idle;
 reads of the log (pulls, queries by time, key and id, the admin's reports) run on a small
 reader pool; the calls that only touch memory (membership, leases, offsets, queue
 bounds) run on the loop. A pull with nothing new parks a future (long polling) and is woken
-by the arrival of a message.
+by the arrival of a message. A send that woke parked pulls answers after them (one turn of
+the loop later): their consumers wait on the message, its producer only on the receipt, and
+the client of both (one process holding a producer and a consumer) reads the pull's answer
+first.
 
 Every failure is an error answer of :mod:`sdk.protocol.errors`: bad input is a 4xx naming the
 problem, a closing broker a 503 (retriable), a request body over ``max_request_bytes`` a 413.
@@ -185,9 +188,8 @@ class BrokerApp:
         body = await request.read()
         messages, stamp = decode_send_query(request.query, body)
         refuse_broker_properties(messages)
-        result: SendResult = await self._write(
-            functools.partial(self.service.send, messages, stamp=stamp),
-            append_bytes=len(body),
+        result: SendResult = await self._append(
+            functools.partial(self.service.send, messages, stamp=stamp), len(body)
         )
         self._count_put(result, len(body))
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
@@ -196,13 +198,23 @@ class BrokerApp:
         body = await request.read()
         produces = decode_send_many_body(body)
         parts = [_decoded_part(query, data) for query, data in produces]
-        outcomes: list[SendResult | PartError] = await self._write(
-            functools.partial(self._store_parts, parts), append_bytes=len(body)
+        outcomes: list[SendResult | PartError] = await self._append(
+            functools.partial(self._store_parts, parts), len(body)
         )
         for (_query, data), outcome in zip(produces, outcomes, strict=True):
             if isinstance(outcome, SendResult):
                 self._count_put(outcome, len(data))
         return _json(encode_send_many_answer(outcomes))
+
+    async def _append(self, call: Callable[[], T], body_bytes: int) -> T:
+        """A send's store call through the writer; when it woke parked pulls, they answer
+        first (see the module docstring)."""
+        notifier = self.service.notifier
+        wake_ups = notifier.wake_ups
+        value = await self._write(call, append_bytes=body_bytes)
+        if notifier.wake_ups != wake_ups:
+            await asyncio.sleep(0)  # the woken pulls' tasks are ready: they run in this turn
+        return value
 
     def _count_put(self, result: SendResult, body_bytes: int) -> None:
         """Count a send's messages and produce-body bytes in the metrics, if it stored them."""
