@@ -33,8 +33,10 @@ answer is that record's receipt, as the send's was; the copies the broker makes 
 stamp. The service refuses a message that carries the property itself (a forged stamp would
 be taken for a stored one by the rebuild).
 
-Receipts are kept compact (commitlog offsets in an ``array``), and every answer is a fresh
-:class:`~sdk.transport.models.SendResult`: a caller changing its answer changes no other.
+Receipts are kept compact: a batch's commitlog offsets as a ``range`` where they are evenly
+spaced (records of one size, as a producer's batch of equal bodies mostly is), so the windows
+of a busy broker stay a few MiB at their bound. Every answer is a
+fresh :class:`~sdk.transport.models.SendResult`: a caller changing its answer changes no other.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class _Receipt:
     topic: str
     queue_id: int
     queue_offset: int
-    phys_offsets: array[int]
+    phys_offsets: _Offsets
     store_host: str
     store_timestamp: int
 
@@ -90,7 +92,7 @@ class _Receipt:
             result.topic,
             result.queue_id,
             result.queue_offset,
-            array("q", result.phys_offsets),
+            _Offsets.of(result.phys_offsets),
             result.store_host,
             result.store_timestamp,
         )
@@ -106,6 +108,46 @@ class _Receipt:
             self.store_host,
             self.store_timestamp,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Offsets:
+    """A stored batch's commitlog offsets, compact: the ``head`` then an evenly spaced
+    ``run``. A batch's records are one after the other and, for equal bodies, of one size, but
+    the store's put mark makes the first record longer than the rest
+    (:data:`~localstore.record.properties.PROPERTY_PUT_RECORDS`): a head of one offset and a
+    ``range`` then keep 100 offsets in a few words."""
+
+    head: array[int]
+    run: range
+
+    @classmethod
+    def of(cls, phys_offsets: Sequence[int]) -> _Offsets:
+        run = _evenly_spaced(phys_offsets)
+        if run is not None:
+            return cls(_NO_HEAD, run)
+        run = _evenly_spaced(phys_offsets[1:])
+        if run is not None:
+            return cls(array("q", phys_offsets[:1]), run)
+        return cls(array("q", phys_offsets), range(0))
+
+    def tolist(self) -> list[int]:
+        return self.head.tolist() + list(self.run)
+
+
+_NO_HEAD: array[int] = array("q")  # shared, never changed
+
+
+def _evenly_spaced(phys_offsets: Sequence[int]) -> range | None:
+    """``phys_offsets`` as a range when they rise by one step, else None."""
+    if len(phys_offsets) < 2:
+        return range(phys_offsets[0], phys_offsets[0] + 1) if phys_offsets else range(0)
+    first = phys_offsets[0]
+    step = phys_offsets[1] - first
+    if step <= 0:
+        return None
+    run = range(first, phys_offsets[-1] + 1, step)
+    return run if len(run) == len(phys_offsets) and list(run) == list(phys_offsets) else None
 
 
 class ProducerWindows:

@@ -198,6 +198,49 @@ def _stores_as(name: str, stores: list[str]) -> SendResult:
     return SendResult("PUT_OK", "", TOPIC, 0, len(stores) - 1, [100 * len(stores)], "AB", 1)
 
 
+@pytest.mark.parametrize(
+    "phys_offsets",
+    [
+        [],
+        [7],
+        [100, 350, 600, 850],
+        [100, 375, 625, 875],
+        [100, 350, 601, 851],
+        [0, 0],
+        [9, 5],
+        [4, 8, 16],
+        [3, 9],
+    ],
+)
+def test_a_retried_stamp_is_answered_with_the_first_copys_exact_offsets(
+    phys_offsets: list[int],
+) -> None:
+    windows = ProducerWindows()
+    stamp = ProducerStamp("p", 1)
+    stored = SendResult("PUT_OK", "", TOPIC, 0, 3, list(phys_offsets), "AB", 1)
+    assert windows.once(stamp, TOPIC, 0, lambda: stored) == stored
+    again = windows.once(stamp, TOPIC, 0, lambda: pytest.fail("stored twice"))
+    assert again == stored and again.phys_offsets == phys_offsets
+    assert again.phys_offsets is not stored.phys_offsets
+
+
+def test_evenly_spaced_offsets_are_kept_as_a_range() -> None:
+    """A batch of equal records (a producer's usual batch; its first record holds the put
+    mark) costs a few words in the window, not eight bytes an offset."""
+    windows = ProducerWindows()
+    offsets = [1000, *range(1259, 1259 + 99 * 234, 234)]
+    windows.once(
+        ProducerStamp("p", 1),
+        TOPIC,
+        0,
+        lambda: SendResult("PUT_OK", "", TOPIC, 0, 0, offsets, "AB", 1),
+    )
+    (window,) = windows._windows.values()
+    kept = window[1].phys_offsets
+    assert len(kept.head) == 1 and len(kept.run) == 99
+    assert windows.answer(ProducerStamp("p", 1), TOPIC, 0).phys_offsets == offsets
+
+
 def test_a_store_that_raises_reaches_the_caller_and_leaves_the_stamp_free():
     windows = ProducerWindows()
     stamp = ProducerStamp("p", 1)
