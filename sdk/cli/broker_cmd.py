@@ -12,7 +12,8 @@ SIGINT (Ctrl-C) stop it cleanly (:mod:`sdk.server.run`): in-flight requests fini
 is flushed and closed, and the next start recovers nothing. It serves on uvloop when that is
 installed (``--loop``, :mod:`sdk.server.event_loop`) and builds the key index in a child process
 (``StoreOptions.index_process``: on another core, off the writer thread), unless told
-``--in-process-index``.
+``--in-process-index``. Its process frees large buffers back to the system
+(:mod:`sdk.server.allocator`), so its memory stays flat under load.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sdk.cli.common import (
     parse_size,
 )
 from sdk.server import event_loop
+from sdk.server.allocator import keep_large_buffers_mapped
 
 __all__ = ["add_parser"]
 
@@ -108,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     def listening(url: str) -> None:
         line = json_line({"listening": url}) if args.json else f"listening on {url}"
         print(line, flush=True)
+
+    keep_large_buffers_mapped()  # this process is the broker's own (sdk.server.allocator)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -26,7 +26,9 @@ Figures, named as ``../shared/bench/peers.py`` names Redis Streams' (so ``peers.
 * with ``--spawn-broker``, ``broker_rss_mb``: the broker process's resident memory after the
   run (and ``broker_rss_start_mb`` before it), and ``broker_rss_anon_mb`` /
   ``broker_rss_anon_start_mb``, its anonymous part (the heap: what many clients could make
-  grow; the rest is the store's mapped files, which grow with what is stored).
+  grow; the rest is the store's mapped files, which grow with what is stored), and
+  ``broker_rss_anon_half_mb``: the anonymous part when the producers had sent half of
+  ``--count`` (memory that stays flat under load reads the same then and at the end).
 
 Each run uses a topic of its own (``bench-<pid>-<n>``), so runs against one broker do not
 read each other's messages.
@@ -103,9 +105,11 @@ async def _run(
         figure("broker_rss_anon_start_mb", rss_mb(config.broker_pid, "RssAnon"), 0)
     topic = await _new_topic(config, max(4, config.consumers))
     if "produce" in figures or "consume" in figures:
-        rate = await _produce(config, topic, progress)
+        rate, half_rss_mb = await _produce(config, topic, progress)
         if "produce" in figures:
             figure("produce_msgs_per_s", rate, config.count)
+        if half_rss_mb is not None:
+            figure("broker_rss_anon_half_mb", half_rss_mb, config.count // 2)
     if "consume" in figures:
         figure("consume_msgs_per_s", await _consume(config, topic, progress), config.count)
     if "e2e" in figures:
@@ -125,8 +129,11 @@ async def _new_topic(config: RemoteBenchConfig, queues: int) -> str:
     return topic
 
 
-async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) -> float:
-    """Warm every queue, then time ``config.count`` messages from the producers."""
+async def _produce(
+    config: RemoteBenchConfig, topic: str, progress: Progress
+) -> tuple[float, float | None]:
+    """Warm every queue, then time ``config.count`` messages from the producers; answers
+    their rate and the broker's anonymous memory at half of them (None without its pid)."""
     body = bench_body(config.size)
     batch = [Message(topic, body) for _ in range(config.batch)]
     transport = RemoteBroker(config.url).async_transport()  # shared: see the docstring
@@ -137,6 +144,7 @@ async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) ->
             await producers[0].send_batch(batch[:1], queue_id=queue_id)
         batches = -(-config.count // config.batch)
         sent = [0]
+        half_rss_mb: list[float] = []
         next_batch = iter(range(batches))
 
         async def producer(client: AsyncProducer) -> None:
@@ -145,6 +153,12 @@ async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) ->
                 await client.send_batch(batch[:size])
                 sent[0] += size
                 progress.update("produce", sent[0], config.count)
+                if (
+                    config.broker_pid is not None
+                    and not half_rss_mb
+                    and 2 * sent[0] >= config.count
+                ):
+                    half_rss_mb.append(rss_mb(config.broker_pid, "RssAnon"))
 
         started = time.perf_counter()
         await asyncio.gather(*(producer(client) for client in producers))
@@ -154,7 +168,7 @@ async def _produce(config: RemoteBenchConfig, topic: str, progress: Progress) ->
             await client.close()
         await transport.close()
     progress.done("produce")
-    return config.count / elapsed
+    return config.count / elapsed, (half_rss_mb[0] if half_rss_mb else None)
 
 
 async def _consume(config: RemoteBenchConfig, topic: str, progress: Progress) -> float:

@@ -133,6 +133,7 @@ def test_perf_consume_against_a_spawned_broker(tmp_path, loop):
     assert got["consume_msgs_per_s"] > 0
     assert got["broker_rss_mb"] > 0 and got["broker_rss_start_mb"] > 0
     assert 0 < got["broker_rss_anon_mb"] < got["broker_rss_mb"]
+    assert 0 < got["broker_rss_anon_half_mb"] < got["broker_rss_mb"]
     assert list(data.iterdir()) == []
 
 
