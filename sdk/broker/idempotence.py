@@ -201,6 +201,7 @@ class ProducerWindows:
             return _copy(pending.result())
         try:
             result = store()
+            receipt = _Receipt.of(result) if result.stored else None
         except BaseException as exc:
             with self._lock:
                 del self._in_flight[(key, sequence)]
@@ -208,8 +209,8 @@ class ProducerWindows:
             raise
         with self._lock:
             del self._in_flight[(key, sequence)]
-            if result.stored:
-                self._add(key, sequence, _Receipt.of(result))
+            if receipt is not None:
+                self._add(key, sequence, receipt)
         mine.set_result(result)
         return _copy(result)
 

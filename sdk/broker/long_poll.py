@@ -9,8 +9,9 @@ so one notifier serves blocking threads (:meth:`ArrivalNotifier.wait_keys`) and 
 
 Invariant (no lost wake-up): a waiter registers *before* it looks for messages, so a message
 that arrives between the look and the wait still fires its callback. A put that has no waiters
-on its queue costs one dict lookup. :attr:`ArrivalNotifier.wake_ups` counts the notifications
-that found waiters, so a caller can tell whether its put woke anyone.
+on its queue costs one dict lookup. :meth:`ArrivalNotifier.woken_here` counts, per thread, the
+notifications that found waiters: read before and after a put, it tells whether that put
+woke anyone.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class ArrivalNotifier:
         self._lock = threading.Lock()
         self._watches: dict[QueueKey, dict[int, Watch]] = {}
         self._tokens = itertools.count(1)
-        self.wake_ups = 0  # notifications that found waiters (compare two readings)
+        self._here = threading.local()  # .count: this thread's notifications that woke
 
     def watch(self, keys: Iterable[QueueKey], callback: Callable[[], None]) -> Watch:
         """Call ``callback`` on the next arrival on any of ``keys`` (from the putting thread;
@@ -82,10 +83,16 @@ class ArrivalNotifier:
             return
         with self._lock:
             waiting = self._watches.pop((topic, queue_id), None)
-            self.wake_ups += waiting is not None
         if waiting:
+            self._here.count = self.woken_here() + 1
             for watch in waiting.values():
                 watch.fire((topic, queue_id))
+
+    def woken_here(self) -> int:
+        """How many of this thread's notifications found waiters (see the module
+        docstring)."""
+        count: int = getattr(self._here, "count", 0)
+        return count
 
     def notify_all(self) -> None:
         """Fire every watch (shutdown: parked pulls answer at once)."""

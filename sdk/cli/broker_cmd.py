@@ -12,8 +12,8 @@ SIGINT (Ctrl-C) stop it cleanly (:mod:`sdk.server.run`): in-flight requests fini
 is flushed and closed, and the next start recovers nothing. It serves on uvloop when that is
 installed (``--loop``, :mod:`sdk.server.event_loop`) and builds the key index in a child process
 (``StoreOptions.index_process``: on another core, off the writer thread), unless told
-``--in-process-index``. Its process frees large buffers back to the system
-(:mod:`sdk.server.allocator`), so its memory stays flat under load.
+``--in-process-index``. Its process hands large freed buffers back to the system
+(:mod:`sdk.server.allocator`) rather than keeping them in a growing heap.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from sdk.cli.common import (
 )
 from sdk.server import event_loop
 from sdk.server.allocator import keep_large_buffers_mapped
+
+log = logging.getLogger(__name__)
 
 __all__ = ["add_parser"]
 
@@ -111,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         line = json_line({"listening": url}) if args.json else f"listening on {url}"
         print(line, flush=True)
 
-    keep_large_buffers_mapped()  # this process is the broker's own (sdk.server.allocator)
+    if keep_large_buffers_mapped():  # this process is the broker's own
+        log.debug("large buffers are mapped on their own (sdk.server.allocator)")
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -109,7 +109,7 @@ async def _run(
         if "produce" in figures:
             figure("produce_msgs_per_s", rate, config.count)
         if half_rss_mb is not None:
-            figure("broker_rss_anon_half_mb", half_rss_mb, config.count // 2)
+            figure("broker_rss_anon_half_mb", half_rss_mb, 0)
     if "consume" in figures:
         figure("consume_msgs_per_s", await _consume(config, topic, progress), config.count)
     if "e2e" in figures:

@@ -188,33 +188,35 @@ class BrokerApp:
         body = await request.read()
         messages, stamp = decode_send_query(request.query, body)
         refuse_broker_properties(messages)
-        result: SendResult = await self._append(
+        result, woke = await self._append(
             functools.partial(self.service.send, messages, stamp=stamp), len(body)
         )
         self._count_put(result, len(body))
+        await _yield_to_woken_pulls(woke)
         return _json(orjson.dumps(SEND_RESULT.encode(result)))
 
     async def _send_many(self, request: web.Request) -> web.Response:
         body = await request.read()
         produces = decode_send_many_body(body)
         parts = [_decoded_part(query, data) for query, data in produces]
-        outcomes: list[SendResult | PartError] = await self._append(
-            functools.partial(self._store_parts, parts), len(body)
-        )
+        outcomes, woke = await self._append(functools.partial(self._store_parts, parts), len(body))
         for (_query, data), outcome in zip(produces, outcomes, strict=True):
             if isinstance(outcome, SendResult):
                 self._count_put(outcome, len(data))
+        await _yield_to_woken_pulls(woke)
         return _json(encode_send_many_answer(outcomes))
 
-    async def _append(self, call: Callable[[], T], body_bytes: int) -> T:
-        """A send's store call through the writer; when it woke parked pulls, they answer
-        first (see the module docstring)."""
+    async def _append(self, call: Callable[[], T], body_bytes: int) -> tuple[T, bool]:
+        """A send's store call through the writer: its value, and whether it woke parked
+        pulls (counted on the thread that ran it)."""
         notifier = self.service.notifier
-        wake_ups = notifier.wake_ups
-        value = await self._write(call, append_bytes=body_bytes)
-        if notifier.wake_ups != wake_ups:
-            await asyncio.sleep(0)  # the woken pulls' tasks are ready: they run in this turn
-        return value
+
+        def noting_wake_ups() -> tuple[T, bool]:
+            before = notifier.woken_here()
+            value = call()
+            return value, notifier.woken_here() != before
+
+        return await self._write(noting_wake_ups, append_bytes=body_bytes)
 
     def _count_put(self, result: SendResult, body_bytes: int) -> None:
         """Count a send's messages and produce-body bytes in the metrics, if it stored them."""
@@ -411,6 +413,13 @@ class BrokerApp:
 
 _Part = tuple[Sequence[NewMessage], ProducerStamp | None]
 """A send-many part ready to store: its messages and its stamp."""
+
+
+async def _yield_to_woken_pulls(woke: bool) -> None:
+    """One turn of the loop when a send woke parked pulls: their tasks are ready and answer
+    in it, before the send does (see the module docstring)."""
+    if woke:
+        await asyncio.sleep(0)
 
 
 def _decoded_part(query: dict[str, str], body: memoryview) -> _Part | PartError:

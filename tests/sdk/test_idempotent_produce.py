@@ -210,6 +210,10 @@ def _stores_as(name: str, stores: list[str]) -> SendResult:
         [9, 5],
         [4, 8, 16],
         [3, 9],
+        [1, 5, 3],
+        [0, 2, 4, 7, 9],
+        [2**62, 2**62 + 2**40],
+        [0, 2**63 - 1],
     ],
 )
 def test_a_retried_stamp_is_answered_with_the_first_copys_exact_offsets(

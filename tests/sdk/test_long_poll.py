@@ -20,6 +20,20 @@ def test_watch_fires_once_on_its_queue_only():
     assert fired == ["a"]
 
 
+def test_a_thread_learns_whether_its_notifications_woke_anyone():
+    notifier = ArrivalNotifier()
+    notifier.notify("t", 0)  # nobody waits
+    assert notifier.woken_here() == 0
+    notifier.watch([("t", 0)], lambda: None)
+    elsewhere: list[int] = []
+    thread = threading.Thread(target=lambda: elsewhere.append(notifier.woken_here()))
+    notifier.notify("t", 0)
+    thread.start()
+    thread.join(30)
+    assert notifier.woken_here() == 1
+    assert elsewhere == [0]  # counted for the thread that notified only
+
+
 def test_cancelled_watch_never_fires():
     notifier = ArrivalNotifier()
     fired: list[int] = []
