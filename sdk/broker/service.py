@@ -748,6 +748,12 @@ class BrokerService:
         view = self.groups.view(group)
         return dataclasses.replace(view, owners=self.leases.owners(group))
 
+    def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
+        """:meth:`group_view` and the queue count of each of ``topics`` (:meth:`queue_count`),
+        in one answer: what a member computes its share from."""
+        counts = {topic: self.queue_count(topic) for topic in topics}
+        return dataclasses.replace(self.group_view(group), queue_counts=counts)
+
     def group_report(self, group: str) -> GroupInfo:
         """Members, the queues each owns, committed offsets and lag, as the broker sees them
         now (``quiver group show`` prints the same from the last recorded snapshot)."""

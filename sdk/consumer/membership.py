@@ -141,29 +141,33 @@ def assigned_queues(
     client_id: str,
     topics: Iterable[str],
     strategy: AllocateStrategy,
-) -> Steps[set[MessageQueue]]:
-    """The queues this member consumes now (see the module docstring)."""
+) -> Steps[tuple[int, set[MessageQueue]]]:
+    """The group's generation and the queues this member consumes at it (see the module
+    docstring), from one ``rebalance_view`` call: the group's members and the topics' queue
+    counts as the broker sees them now. The generation is the view's, not the member's own
+    heartbeat's: a member that joined with others at once allocated among all it saw, and a
+    pull's answer at that generation does not send it round again."""
     topics = sorted(set(topics))
+    view: GroupView = yield Call.of("rebalance_view", group, topics)
+    queues_of = {
+        topic: [MessageQueue(topic, broker_name, q) for q in range(view.queue_counts.get(topic, 0))]
+        for topic in topics
+    }
     if model is MessageModel.BROADCASTING:
-        every: set[MessageQueue] = set()
-        for topic in topics:
-            every.update((yield from topic_queues(broker_name, topic)))
-        return every
-    view: GroupView = yield Call.of("group_view", group)
+        return view.generation, {queue for queues in queues_of.values() for queue in queues}
     members = view.members
     if client_id not in members:
-        return set()
+        return view.generation, set()
     if isinstance(strategy, AllocateSticky):  # "previous" = who holds each queue now
         held: dict[str, list[MessageQueue]] = {}
         for queue, owner in view.owners.items():
             held.setdefault(owner, []).append(queue)
         strategy = AllocateSticky(held)
     mine: set[MessageQueue] = set()
-    for topic in topics:
-        queues = yield from topic_queues(broker_name, topic)
+    for queues in queues_of.values():
         if queues:
             mine.update(strategy.allocate(group, client_id, queues, members))
-    return mine
+    return view.generation, mine
 
 
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60_000  # ConsumeFrom.TIMESTAMP without one: RocketMQ's

@@ -156,10 +156,8 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         """Heartbeat; the group's generation, the queues allocated to this member, and those
         whose lease it holds now among them and ``held`` (clustering: takes or renews them;
         broadcasting: no leases, every allocated queue)."""
-        generation = yield from heartbeat(
-            self.group, self.client_id, subscription, self.message_model
-        )
-        wanted = yield from assigned_queues(
+        yield from heartbeat(self.group, self.client_id, subscription, self.message_model)
+        generation, wanted = yield from assigned_queues(
             self._known_broker,
             self.message_model,
             self.group,

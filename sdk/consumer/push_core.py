@@ -292,7 +292,7 @@ class PushCore:
         if self._closed:
             return
         yield from self._heartbeat()
-        self._wanted = yield from assigned_queues(
+        self.generation, self._wanted = yield from assigned_queues(
             self.broker_name,
             self.settings.message_model,
             self.group,

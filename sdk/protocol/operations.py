@@ -138,6 +138,7 @@ CONTROL_OPERATIONS: Mapping[str, Operation] = {
         _op("lock_queues", QUEUE_SET, _GROUP, _CLIENT, _p("queues", QUEUES)),
         _op("unlock_queues", NOTHING, _GROUP, _CLIENT, _p("queues", QUEUES)),
         _op("group_view", GROUP_VIEW, _GROUP),
+        _op("rebalance_view", GROUP_VIEW, _GROUP, _p("topics", list_of(STR))),
         _op(
             "send_back",
             SEND_RESULT,

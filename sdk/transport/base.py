@@ -125,6 +125,11 @@ class BrokerTransport(Protocol):
 
     def group_view(self, group: str) -> GroupView: ...
 
+    def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
+        """What a member needs to compute its share in one answer: the group's view (members,
+        generation, lease owners) and the queue count of each of ``topics``."""
+        ...
+
     # transactions (sdk.transport.transaction_models)
     def send_half(self, group: str, message: NewMessage) -> SendResult:
         """Store a half message of producer group ``group`` (invisible until committed)."""
@@ -263,6 +268,8 @@ class AsyncBrokerTransport(Protocol):
     ) -> None: ...
 
     async def group_view(self, group: str) -> GroupView: ...
+
+    async def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView: ...
 
     # transactions: as BrokerTransport's
     async def send_half(self, group: str, message: NewMessage) -> SendResult: ...

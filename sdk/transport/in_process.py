@@ -171,6 +171,11 @@ class InProcessTransport:
         self._check_open()
         return self.service.group_view(group)
 
+    @_translated
+    def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
+        self._check_open()
+        return self.service.rebalance_view(group, topics)
+
     def lock_queues(
         self, group: str, client_id: str, queues: Sequence[MessageQueue]
     ) -> set[MessageQueue]:

@@ -206,12 +206,15 @@ class StoredRecords:
 @dataclass(frozen=True, slots=True)
 class GroupView:
     """A consumer group's live members (sorted client ids) at membership ``generation``, their
-    subscriptions, and who holds each queue's lease now (``owners``)."""
+    subscriptions, and who holds each queue's lease now (``owners``). A rebalance view
+    (``rebalance_view``) also holds ``queue_counts``: how many queues each topic it was asked
+    about has (empty in a plain ``group_view``)."""
 
     generation: int
     members: tuple[str, ...]
     subscriptions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     owners: Mapping[MessageQueue, str] = field(default_factory=dict)
+    queue_counts: Mapping[str, int] = field(default_factory=dict)
 
 
 _Decoded = TypeVar("_Decoded")
