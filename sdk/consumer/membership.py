@@ -35,9 +35,16 @@ from offsetstore import (
     RemoteBrokerOffsetStore,
 )
 from sdk.consumer.allocate import AllocateSticky, AllocateStrategy
-from sdk.consumer.offset_steps import NO_BACKEND, read_committed
+from sdk.consumer.offset_steps import NO_BACKEND, read_committed, read_starts
 from sdk.errors import InvalidArgumentError
-from sdk.transport.models import BROADCASTING, CLUSTERING, GroupView
+from sdk.transport.models import (
+    BROADCASTING,
+    CLUSTERING,
+    CONSUME_FROM_FIRST_OFFSET,
+    CONSUME_FROM_LAST_OFFSET,
+    CONSUME_FROM_TIMESTAMP,
+    GroupView,
+)
 from sdk.transport.steps import Call, Steps
 
 __all__ = [
@@ -49,6 +56,7 @@ __all__ = [
     "make_offset_store",
     "new_client_id",
     "start_offset",
+    "start_offsets",
 ]
 
 _instances = itertools.count(1)
@@ -66,9 +74,9 @@ class MessageModel(enum.Enum):
 class ConsumeFrom(enum.Enum):
     """Where a group starts on a queue it has never committed."""
 
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+    LAST_OFFSET = CONSUME_FROM_LAST_OFFSET
+    FIRST_OFFSET = CONSUME_FROM_FIRST_OFFSET
+    TIMESTAMP = CONSUME_FROM_TIMESTAMP
 
 
 def check_group(group: str) -> str:
@@ -214,6 +222,28 @@ def start_offset(
         start = yield Call.of("offset_for_timestamp", topic, queue_id, consume_timestamp_ms)
     offsets.update_offset(queue, start, False)
     return start
+
+
+def start_offsets(
+    offsets: OffsetStore,
+    queues: Iterable[MessageQueue],
+    consume_from: ConsumeFrom,
+    consume_timestamp_ms: int,
+) -> Steps[dict[MessageQueue, int]]:
+    """Where to start pulling each of ``queues`` (a queue whose offset could not be read is
+    left out: try again later), recorded in ``offsets``. The broker's offsets (clustering): one
+    ``start_offsets`` call for them all, in which the broker records the ``consume_from`` start
+    of a queue never committed; local ones (broadcasting): :func:`start_offset` per queue, and
+    the caller persists them."""
+    queues = sorted(queues)
+    if not isinstance(offsets, RemoteBrokerOffsetStore):
+        found: dict[MessageQueue, int] = {}
+        for queue in queues:
+            start = yield from start_offset(offsets, queue, consume_from, consume_timestamp_ms)
+            if start is not None:
+                found[queue] = start
+        return found
+    return (yield from read_starts(offsets, queues, consume_from.value, consume_timestamp_ms))
 
 
 def check_subscription(

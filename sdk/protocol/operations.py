@@ -39,6 +39,7 @@ from sdk.protocol.shapes import (
     OPTIONAL_INT,
     QUEUE_LAG,
     QUEUE_SET,
+    QUEUE_STARTS,
     QUEUES,
     RESET_REQUEST,
     SEND_RESULT,
@@ -126,6 +127,15 @@ CONTROL_OPERATIONS: Mapping[str, Operation] = {
             _QUEUE_ID,
         ),
         _op("commit_offsets", NOTHING, _p("broker_name", STR), _GROUP, _p("offsets", OFFSETS)),
+        _op(
+            "start_offsets",
+            QUEUE_STARTS,
+            _p("broker_name", STR),
+            _GROUP,
+            _p("queues", QUEUES),
+            _p("consume_from", STR),
+            _p("timestamp_ms", INT),
+        ),
         _op(
             "heartbeat",
             INT,

@@ -34,7 +34,7 @@ from sdk.transport.admin_models import (
     ResetRequest,
     TopicInfo,
 )
-from sdk.transport.models import GroupView, SendResult
+from sdk.transport.models import GroupView, QueueStart, SendResult
 from sdk.transport.transaction_models import EndTransactionResult
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "QUEUES",
     "QUEUE_LAG",
     "QUEUE_SET",
+    "QUEUE_STARTS",
     "RESET_REQUEST",
     "SEND_RESULT",
     "STR",
@@ -231,6 +232,37 @@ OFFSETS = Shape(
     {
         "type": "array",
         "items": _tuple_schema(_STR_SCHEMA, _STR_SCHEMA, _QUEUE_ID_SCHEMA, _OFFSET_SCHEMA),
+    },
+)
+
+
+def _decode_queue_starts(value: Any, field: str) -> list[QueueStart]:
+    if not isinstance(value, list):
+        raise _refuse(field, "a list of [topic, broker_name, queue_id, committed, start]", value)
+    starts = []
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(item, list) or len(item) != 5:
+            raise _refuse(where, "[topic, broker_name, queue_id, committed, start]", item)
+        committed = None if item[3] is None else checked_int(item[3], f"{where} committed", 0)
+        start = checked_int(item[4], f"{where} start", 0)
+        starts.append(QueueStart(_decode_queue(item[:3], where), committed, start))
+    return starts
+
+
+QUEUE_STARTS = Shape(
+    "a list of [topic, broker_name, queue_id, committed, start]",
+    lambda starts: [[*_encode_queue(s.queue), s.committed, s.start] for s in starts],
+    _decode_queue_starts,
+    {
+        "type": "array",
+        "items": _tuple_schema(
+            _STR_SCHEMA,
+            _STR_SCHEMA,
+            _QUEUE_ID_SCHEMA,
+            {**_OFFSET_SCHEMA, "nullable": True},
+            _OFFSET_SCHEMA,
+        ),
     },
 )
 

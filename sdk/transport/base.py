@@ -33,6 +33,7 @@ from sdk.transport.models import (
     GroupView,
     PullBatch,
     PullBatchResult,
+    QueueStart,
     SendResult,
     StoredRecords,
 )
@@ -104,6 +105,20 @@ class BrokerTransport(Protocol):
     def commit_offsets(
         self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
     ) -> None: ...
+
+    def start_offsets(
+        self,
+        broker_name: str,
+        group: str,
+        queues: Sequence[MessageQueue],
+        consume_from: str,
+        timestamp_ms: int,
+    ) -> list[QueueStart]:
+        """Where ``group`` starts each of ``queues``: its committed offset, or for a queue it
+        never committed the ``consume_from`` rule's offset (a ``CONSUME_FROM_*`` name;
+        ``timestamp_ms`` for the timestamp rule; a retry topic from its beginning), recorded as
+        the group's committed offset at once."""
+        ...
 
     def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
@@ -252,6 +267,15 @@ class AsyncBrokerTransport(Protocol):
     async def commit_offsets(
         self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
     ) -> None: ...
+
+    async def start_offsets(
+        self,
+        broker_name: str,
+        group: str,
+        queues: Sequence[MessageQueue],
+        consume_from: str,
+        timestamp_ms: int,
+    ) -> list[QueueStart]: ...
 
     async def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
