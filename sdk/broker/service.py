@@ -97,6 +97,9 @@ from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
     BROADCASTING,
     CLUSTERING,
+    CONSUME_FROM_FIRST_OFFSET,
+    CONSUME_FROM_LAST_OFFSET,
+    CONSUME_FROM_RULES,
     RECORD_DAMAGED,
     DamagedRecord,
     GroupView,
@@ -105,6 +108,7 @@ from sdk.transport.models import (
     PullBatchResult,
     QueuePull,
     QueuePullResult,
+    QueueStart,
     SendResult,
     StoredRecords,
 )
@@ -691,6 +695,41 @@ class BrokerService:
         found = self.offsets.query(group, topic, queue_id, zero_if_young=False)
         return found if isinstance(found, int) else None
 
+    def start_offsets(
+        self, group: str, queues: Sequence[MessageQueue], consume_from: str, timestamp_ms: int
+    ) -> list[QueueStart]:
+        """Where ``group`` starts each of ``queues`` (RocketMQ's ``computePullFromWhere``, made
+        by the broker so a member needs one call for all its new queues): the committed offset,
+        or for a queue never committed the ``consume_from`` rule's (the queue's end, its
+        minimum, or the first message stored at or after ``timestamp_ms``; a retry topic from
+        its minimum), recorded as the group's committed offset at once, so a restart does not
+        skip what arrives meanwhile. An unknown rule is refused (InvalidArgumentError)."""
+        if consume_from not in CONSUME_FROM_RULES:
+            raise InvalidArgumentError(
+                f"consume_from must be one of {sorted(CONSUME_FROM_RULES)},"
+                f" not {consume_from!r:.60}"
+            )
+        starts: list[QueueStart] = []
+        recorded: dict[MessageQueue, int] = {}
+        for queue in queues:
+            committed = self.query_offset(group, queue.topic, queue.queue_id)
+            if committed is None:
+                start = recorded[queue] = self._rule_start(queue, consume_from, timestamp_ms)
+            else:
+                start = committed
+            starts.append(QueueStart(queue, committed, start))
+        if recorded:
+            self.commit_offsets(group, recorded)
+        return starts
+
+    def _rule_start(self, queue: MessageQueue, consume_from: str, timestamp_ms: int) -> int:
+        topic, queue_id = queue.topic, queue.queue_id
+        if topic.startswith(RETRY_PREFIX) or consume_from == CONSUME_FROM_FIRST_OFFSET:
+            return self.min_offset(topic, queue_id)
+        if consume_from == CONSUME_FROM_LAST_OFFSET:
+            return self.max_offset(topic, queue_id)
+        return self.offset_for_timestamp(topic, queue_id, timestamp_ms)
+
     def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         by_topic: dict[str, dict[int, int]] = {}
         for queue, offset in offsets.items():
@@ -747,6 +786,12 @@ class BrokerService:
         """The group's live members, their subscriptions and the queues' lease owners."""
         view = self.groups.view(group)
         return dataclasses.replace(view, owners=self.leases.owners(group))
+
+    def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
+        """:meth:`group_view` and the queue count of each of ``topics`` (:meth:`queue_count`),
+        in one answer: what a member computes its share from."""
+        counts = {topic: self.queue_count(topic) for topic in topics}
+        return dataclasses.replace(self.group_view(group), queue_counts=counts)
 
     def group_report(self, group: str) -> GroupInfo:
         """Members, the queues each owns, committed offsets and lag, as the broker sees them

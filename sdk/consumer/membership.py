@@ -35,9 +35,16 @@ from offsetstore import (
     RemoteBrokerOffsetStore,
 )
 from sdk.consumer.allocate import AllocateSticky, AllocateStrategy
-from sdk.consumer.offset_steps import NO_BACKEND, read_committed
+from sdk.consumer.offset_steps import NO_BACKEND, read_committed, read_starts
 from sdk.errors import InvalidArgumentError
-from sdk.transport.models import BROADCASTING, CLUSTERING, GroupView
+from sdk.transport.models import (
+    BROADCASTING,
+    CLUSTERING,
+    CONSUME_FROM_FIRST_OFFSET,
+    CONSUME_FROM_LAST_OFFSET,
+    CONSUME_FROM_TIMESTAMP,
+    GroupView,
+)
 from sdk.transport.steps import Call, Steps
 
 __all__ = [
@@ -49,6 +56,7 @@ __all__ = [
     "make_offset_store",
     "new_client_id",
     "start_offset",
+    "start_offsets",
 ]
 
 _instances = itertools.count(1)
@@ -66,9 +74,9 @@ class MessageModel(enum.Enum):
 class ConsumeFrom(enum.Enum):
     """Where a group starts on a queue it has never committed."""
 
-    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+    LAST_OFFSET = CONSUME_FROM_LAST_OFFSET
+    FIRST_OFFSET = CONSUME_FROM_FIRST_OFFSET
+    TIMESTAMP = CONSUME_FROM_TIMESTAMP
 
 
 def check_group(group: str) -> str:
@@ -141,29 +149,33 @@ def assigned_queues(
     client_id: str,
     topics: Iterable[str],
     strategy: AllocateStrategy,
-) -> Steps[set[MessageQueue]]:
-    """The queues this member consumes now (see the module docstring)."""
+) -> Steps[tuple[int, set[MessageQueue]]]:
+    """The group's generation and the queues this member consumes at it (see the module
+    docstring), from one ``rebalance_view`` call: the group's members and the topics' queue
+    counts as the broker sees them now. The generation is the view's, not the member's own
+    heartbeat's: a member that joined with others at once allocated among all it saw, and a
+    pull's answer at that generation does not send it round again."""
     topics = sorted(set(topics))
+    view: GroupView = yield Call.of("rebalance_view", group, topics)
+    queues_of = {
+        topic: [MessageQueue(topic, broker_name, q) for q in range(view.queue_counts.get(topic, 0))]
+        for topic in topics
+    }
     if model is MessageModel.BROADCASTING:
-        every: set[MessageQueue] = set()
-        for topic in topics:
-            every.update((yield from topic_queues(broker_name, topic)))
-        return every
-    view: GroupView = yield Call.of("group_view", group)
+        return view.generation, {queue for queues in queues_of.values() for queue in queues}
     members = view.members
     if client_id not in members:
-        return set()
+        return view.generation, set()
     if isinstance(strategy, AllocateSticky):  # "previous" = who holds each queue now
         held: dict[str, list[MessageQueue]] = {}
         for queue, owner in view.owners.items():
             held.setdefault(owner, []).append(queue)
         strategy = AllocateSticky(held)
     mine: set[MessageQueue] = set()
-    for topic in topics:
-        queues = yield from topic_queues(broker_name, topic)
+    for queues in queues_of.values():
         if queues:
             mine.update(strategy.allocate(group, client_id, queues, members))
-    return mine
+    return view.generation, mine
 
 
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60_000  # ConsumeFrom.TIMESTAMP without one: RocketMQ's
@@ -210,6 +222,28 @@ def start_offset(
         start = yield Call.of("offset_for_timestamp", topic, queue_id, consume_timestamp_ms)
     offsets.update_offset(queue, start, False)
     return start
+
+
+def start_offsets(
+    offsets: OffsetStore,
+    queues: Iterable[MessageQueue],
+    consume_from: ConsumeFrom,
+    consume_timestamp_ms: int,
+) -> Steps[dict[MessageQueue, int]]:
+    """Where to start pulling each of ``queues`` (a queue whose offset could not be read is
+    left out: try again later), recorded in ``offsets``. The broker's offsets (clustering): one
+    ``start_offsets`` call for them all, in which the broker records the ``consume_from`` start
+    of a queue never committed; local ones (broadcasting): :func:`start_offset` per queue, and
+    the caller persists them."""
+    queues = sorted(queues)
+    if not isinstance(offsets, RemoteBrokerOffsetStore):
+        found: dict[MessageQueue, int] = {}
+        for queue in queues:
+            start = yield from start_offset(offsets, queue, consume_from, consume_timestamp_ms)
+            if start is not None:
+                found[queue] = start
+        return found
+    return (yield from read_starts(offsets, queues, consume_from.value, consume_timestamp_ms))
 
 
 def check_subscription(

@@ -25,9 +25,10 @@ from offsetstore import MessageQueue, OffsetStore, ReadOffsetType, RemoteBrokerO
 from offsetstore.base import ReadResult
 from offsetstore.remote_broker import RetryPolicy, is_retriable
 from sdk.errors import IllegalStateError
+from sdk.transport.models import QueueStart
 from sdk.transport.steps import Call, Pause, Steps
 
-__all__ = ["NO_BACKEND", "persist", "read_committed"]
+__all__ = ["NO_BACKEND", "persist", "read_committed", "read_starts"]
 
 
 class _NoBackend:
@@ -73,6 +74,38 @@ def read_committed(offsets: OffsetStore, queue: MessageQueue) -> Steps[ReadResul
     except Exception as exc:
         return offsets.read_failed(queue, exc)
     return offsets.offset_read(queue, found)  # type: ignore[arg-type]
+
+
+def read_starts(
+    offsets: RemoteBrokerOffsetStore,
+    queues: list[MessageQueue],
+    consume_from: str,
+    timestamp_ms: int,
+) -> Steps[dict[MessageQueue, int]]:
+    """Where the group starts ``queues`` (of one broker), in one ``start_offsets`` call: the
+    committed offset as the store keeps it (our own newer commit still waiting to land
+    counted), else the ``consume_from`` rule's start, which the broker recorded as the group's
+    committed offset. Each is recorded in memory; none when the call failed (logged)."""
+    if not queues:
+        return {}
+    call = Call.of(
+        "start_offsets", queues[0].broker_name, offsets.group, queues, consume_from, timestamp_ms
+    )
+    try:
+        answer: list[QueueStart] = yield from _retried(call, offsets.retry)  # type: ignore[assignment]
+    except Exception as exc:
+        for queue in queues:
+            offsets.read_failed(queue, exc)
+        return {}
+    starts: dict[MessageQueue, int] = {}
+    for queue_start in answer:
+        queue = queue_start.queue
+        found = offsets.offset_read(queue, queue_start.committed)
+        if not isinstance(found, int) or found < 0:  # never committed: the rule's start
+            found = queue_start.start
+            offsets.update_offset(queue, found, False)
+        starts[queue] = found
+    return starts
 
 
 def persist(

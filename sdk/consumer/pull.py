@@ -17,7 +17,7 @@ One poll: when subscribed, heartbeat, the allocation of queues among the group's
 (``membership.assigned_queues``) and their leases if due, else a renewal of the leases when due
 or before committing; auto-commit if due (only queues whose lease was just confirmed); commit
 (with auto-commit) and forget queues taken away, drop lost ones uncommitted, fix the start of new
-ones (``membership.start_offset``); then hand out what was fetched, or hold one long-polling
+ones (``membership.start_offsets``); then hand out what was fetched, or hold one long-polling
 :class:`PullBatch` over every assigned, unpaused queue, which the broker answers as soon as any
 queue has something.
 
@@ -63,7 +63,7 @@ from sdk.consumer.membership import (
     assigned_queues,
     heartbeat,
     make_offset_store,
-    start_offset,
+    start_offsets,
     topic_queues,
 )
 from sdk.consumer.offset_steps import persist, read_committed
@@ -156,10 +156,8 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         """Heartbeat; the group's generation, the queues allocated to this member, and those
         whose lease it holds now among them and ``held`` (clustering: takes or renews them;
         broadcasting: no leases, every allocated queue)."""
-        generation = yield from heartbeat(
-            self.group, self.client_id, subscription, self.message_model
-        )
-        wanted = yield from assigned_queues(
+        yield from heartbeat(self.group, self.client_id, subscription, self.message_model)
+        generation, wanted = yield from assigned_queues(
             self._known_broker,
             self.message_model,
             self.group,
@@ -243,17 +241,16 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         self, queues: list[MessageQueue], assigned: list[MessageQueue]
     ) -> Steps[Offsets]:
         """Start offsets of ``queues`` (committed, else the ``consume_from`` rule), recorded
-        at once; a queue whose offset cannot be read is left out (tried again next poll)."""
-        starts: Offsets = {}
+        at once (clustering: by the broker, in the call that answers them; broadcasting: in
+        the local file); a queue whose offset cannot be read is left out (tried again next
+        poll)."""
+        starts = yield from start_offsets(
+            self._offsets, queues, self.consume_from, self.consume_timestamp_ms
+        )
         for queue in queues:
-            start = yield from start_offset(
-                self._offsets, queue, self.consume_from, self.consume_timestamp_ms
-            )
-            if start is None:
+            if queue not in starts:
                 log.warning("offset of %s unreadable for %s; trying again later", queue, self.group)
-            else:
-                starts[queue] = start
-        if starts:
+        if starts and self.message_model is MessageModel.BROADCASTING:
             yield from persist(self._offsets, assigned, drop_others=True)
         return starts
 

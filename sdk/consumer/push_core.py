@@ -46,7 +46,7 @@ from sdk.consumer.membership import (
     check_start,
     heartbeat,
     make_offset_store,
-    start_offset,
+    start_offsets,
 )
 from sdk.consumer.offset_steps import persist
 from sdk.consumer.ownership import QueueOwnership
@@ -292,7 +292,7 @@ class PushCore:
         if self._closed:
             return
         yield from self._heartbeat()
-        self._wanted = yield from assigned_queues(
+        self.generation, self._wanted = yield from assigned_queues(
             self.broker_name,
             self.settings.message_model,
             self.group,
@@ -350,10 +350,7 @@ class PushCore:
             q for q in ownership.owned if q not in self.states and not ownership.is_releasing(q)
         }
         started = started | orphans
-        taken = []
-        for queue in sorted(started):
-            if (yield from self._take(queue)):
-                taken.append(queue)
+        taken = yield from self._take(started)
         yield from self.ownership.released(started.difference(taken))
         if taken:
             self._tell("on_assigned", taken)
@@ -388,19 +385,25 @@ class PushCore:
             return None
         return state
 
-    def _take(self, queue: MessageQueue) -> Steps[bool]:
+    def _take(self, queues: set[MessageQueue]) -> Steps[list[MessageQueue]]:
+        """Start consuming ``queues`` from where the group is (one broker call for them all);
+        answers those taken, sorted (a queue whose offset is unreadable is not)."""
         settings = self.settings
-        start = yield from start_offset(
-            self.offsets, queue, settings.consume_from, settings.consume_timestamp_ms
+        starts = yield from start_offsets(
+            self.offsets, queues, settings.consume_from, settings.consume_timestamp_ms
         )
-        if start is None:
-            log.warning("offset of %s unreadable; will retry at the next rebalance", queue)
-            return False
-        expression = self.subscription.get(queue.topic)
-        self.states[queue] = QueueState(
-            ProcessQueue(), start, expression, self.filters[queue.topic]
-        )
-        return True
+        taken = []
+        for queue in sorted(queues):
+            start = starts.get(queue)
+            if start is None:
+                log.warning("offset of %s unreadable; will retry at the next rebalance", queue)
+                continue
+            expression = self.subscription.get(queue.topic)
+            self.states[queue] = QueueState(
+                ProcessQueue(), start, expression, self.filters[queue.topic]
+            )
+            taken.append(queue)
+        return taken
 
     def _drained(self, queue: MessageQueue) -> bool:
         """Whether a releasing queue has no listener call left (sealed now), or waited too

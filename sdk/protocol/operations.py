@@ -39,6 +39,7 @@ from sdk.protocol.shapes import (
     OPTIONAL_INT,
     QUEUE_LAG,
     QUEUE_SET,
+    QUEUE_STARTS,
     QUEUES,
     RESET_REQUEST,
     SEND_RESULT,
@@ -127,6 +128,15 @@ CONTROL_OPERATIONS: Mapping[str, Operation] = {
         ),
         _op("commit_offsets", NOTHING, _p("broker_name", STR), _GROUP, _p("offsets", OFFSETS)),
         _op(
+            "start_offsets",
+            QUEUE_STARTS,
+            _p("broker_name", STR),
+            _GROUP,
+            _p("queues", QUEUES),
+            _p("consume_from", STR),
+            _p("timestamp_ms", INT),
+        ),
+        _op(
             "heartbeat",
             INT,
             _GROUP,
@@ -138,6 +148,7 @@ CONTROL_OPERATIONS: Mapping[str, Operation] = {
         _op("lock_queues", QUEUE_SET, _GROUP, _CLIENT, _p("queues", QUEUES)),
         _op("unlock_queues", NOTHING, _GROUP, _CLIENT, _p("queues", QUEUES)),
         _op("group_view", GROUP_VIEW, _GROUP),
+        _op("rebalance_view", GROUP_VIEW, _GROUP, _p("topics", list_of(STR))),
         _op(
             "send_back",
             SEND_RESULT,

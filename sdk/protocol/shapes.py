@@ -34,7 +34,7 @@ from sdk.transport.admin_models import (
     ResetRequest,
     TopicInfo,
 )
-from sdk.transport.models import GroupView, SendResult
+from sdk.transport.models import GroupView, QueueStart, SendResult
 from sdk.transport.transaction_models import EndTransactionResult
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "QUEUES",
     "QUEUE_LAG",
     "QUEUE_SET",
+    "QUEUE_STARTS",
     "RESET_REQUEST",
     "SEND_RESULT",
     "STR",
@@ -235,6 +236,37 @@ OFFSETS = Shape(
 )
 
 
+def _decode_queue_starts(value: Any, field: str) -> list[QueueStart]:
+    if not isinstance(value, list):
+        raise _refuse(field, "a list of [topic, broker_name, queue_id, committed, start]", value)
+    starts = []
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(item, list) or len(item) != 5:
+            raise _refuse(where, "[topic, broker_name, queue_id, committed, start]", item)
+        committed = None if item[3] is None else checked_int(item[3], f"{where} committed", 0)
+        start = checked_int(item[4], f"{where} start", 0)
+        starts.append(QueueStart(_decode_queue(item[:3], where), committed, start))
+    return starts
+
+
+QUEUE_STARTS = Shape(
+    "a list of [topic, broker_name, queue_id, committed, start]",
+    lambda starts: [[*_encode_queue(s.queue), s.committed, s.start] for s in starts],
+    _decode_queue_starts,
+    {
+        "type": "array",
+        "items": _tuple_schema(
+            _STR_SCHEMA,
+            _STR_SCHEMA,
+            _QUEUE_ID_SCHEMA,
+            {**_OFFSET_SCHEMA, "nullable": True},
+            _OFFSET_SCHEMA,
+        ),
+    },
+)
+
+
 def _object(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _refuse(field, "an object", value)
@@ -368,22 +400,31 @@ def _decode_group_view(value: Any, field: str) -> GroupView:
         if not isinstance(item, list) or len(item) != 4:
             raise _refuse(where, "[topic, broker_name, queue_id, owner]", item)
         owned[_decode_queue(item[:3], where)] = checked_str(item[3], where)
+    counts = _object(fields.get("queue_counts", {}), f"{field}.queue_counts")
     return GroupView(
         checked_int(fields.get("generation"), f"{field}.generation"),
         tuple(checked_str(m, f"{field}.members") for m in members),
         {c: _decode_str_map(s, f"{field}.subscriptions.{c}") for c, s in subscriptions.items()},
         owned,
+        {t: checked_int(n, f"{field}.queue_counts.{t}", 0, INT32_MAX) for t, n in counts.items()},
     )
+
+
+def _encode_group_view(view: GroupView) -> dict[str, Any]:
+    encoded = {
+        "generation": view.generation,
+        "members": list(view.members),
+        "subscriptions": {c: dict(s) for c, s in view.subscriptions.items()},
+        "owners": [[*_encode_queue(q), owner] for q, owner in sorted(view.owners.items())],
+    }
+    if view.queue_counts:  # a rebalance view's; a plain group view's answer stays as it was
+        encoded["queue_counts"] = dict(view.queue_counts)
+    return encoded
 
 
 GROUP_VIEW = Shape(
     "a group view",
-    lambda v: {
-        "generation": v.generation,
-        "members": list(v.members),
-        "subscriptions": {c: dict(s) for c, s in v.subscriptions.items()},
-        "owners": [[*_encode_queue(q), owner] for q, owner in sorted(v.owners.items())],
-    },
+    _encode_group_view,
     _decode_group_view,
     {
         "type": "object",
@@ -396,6 +437,7 @@ GROUP_VIEW = Shape(
                 "type": "array",
                 "items": _tuple_schema(_STR_SCHEMA, _STR_SCHEMA, _QUEUE_ID_SCHEMA, _STR_SCHEMA),
             },
+            "queue_counts": {"type": "object", "additionalProperties": _QUEUE_ID_SCHEMA},
         },
     },
 )

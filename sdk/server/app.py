@@ -101,6 +101,7 @@ ON_LOOP = frozenset(
         "lock_queues",
         "unlock_queues",
         "group_view",
+        "rebalance_view",
     }
 )
 """Control operations answered from memory: on the event loop. The others read the log or

@@ -33,6 +33,7 @@ from sdk.transport.models import (
     GroupView,
     PullBatch,
     PullBatchResult,
+    QueueStart,
     SendResult,
     StoredRecords,
 )
@@ -105,6 +106,20 @@ class BrokerTransport(Protocol):
         self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
     ) -> None: ...
 
+    def start_offsets(
+        self,
+        broker_name: str,
+        group: str,
+        queues: Sequence[MessageQueue],
+        consume_from: str,
+        timestamp_ms: int,
+    ) -> list[QueueStart]:
+        """Where ``group`` starts each of ``queues``: its committed offset, or for a queue it
+        never committed the ``consume_from`` rule's offset (a ``CONSUME_FROM_*`` name;
+        ``timestamp_ms`` for the timestamp rule; a retry topic from its beginning), recorded as
+        the group's committed offset at once."""
+        ...
+
     def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
     ) -> int:
@@ -124,6 +139,11 @@ class BrokerTransport(Protocol):
         ...
 
     def group_view(self, group: str) -> GroupView: ...
+
+    def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
+        """What a member needs to compute its share in one answer: the group's view (members,
+        generation, lease owners) and the queue count of each of ``topics``."""
+        ...
 
     # transactions (sdk.transport.transaction_models)
     def send_half(self, group: str, message: NewMessage) -> SendResult:
@@ -248,6 +268,15 @@ class AsyncBrokerTransport(Protocol):
         self, broker_name: str, group: str, offsets: Mapping[MessageQueue, int]
     ) -> None: ...
 
+    async def start_offsets(
+        self,
+        broker_name: str,
+        group: str,
+        queues: Sequence[MessageQueue],
+        consume_from: str,
+        timestamp_ms: int,
+    ) -> list[QueueStart]: ...
+
     async def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
     ) -> int: ...
@@ -263,6 +292,8 @@ class AsyncBrokerTransport(Protocol):
     ) -> None: ...
 
     async def group_view(self, group: str) -> GroupView: ...
+
+    async def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView: ...
 
     # transactions: as BrokerTransport's
     async def send_half(self, group: str, message: NewMessage) -> SendResult: ...

@@ -32,6 +32,7 @@ from sdk.transport.models import (
     GroupView,
     PullBatch,
     PullBatchResult,
+    QueueStart,
     SendResult,
     StoredRecords,
 )
@@ -150,6 +151,19 @@ class InProcessTransport:
         self._check_broker(broker_name)
         self.service.commit_offsets(group, offsets)
 
+    @_translated
+    def start_offsets(
+        self,
+        broker_name: str,
+        group: str,
+        queues: Sequence[MessageQueue],
+        consume_from: str,
+        timestamp_ms: int,
+    ) -> list[QueueStart]:
+        for name in {broker_name, *(queue.broker_name for queue in queues)}:
+            self._check_broker(name)
+        return self.service.start_offsets(group, queues, consume_from, timestamp_ms)
+
     def _check_broker(self, broker_name: str) -> None:
         self._check_open()
         if broker_name != self.service.broker_name:
@@ -170,6 +184,11 @@ class InProcessTransport:
     def group_view(self, group: str) -> GroupView:
         self._check_open()
         return self.service.group_view(group)
+
+    @_translated
+    def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
+        self._check_open()
+        return self.service.rebalance_view(group, topics)
 
     def lock_queues(
         self, group: str, client_id: str, queues: Sequence[MessageQueue]

@@ -30,6 +30,10 @@ from offsetstore import MessageQueue
 __all__ = [
     "BROADCASTING",
     "CLUSTERING",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_RULES",
+    "CONSUME_FROM_TIMESTAMP",
     "MAX_QUERY_COUNT",
     "NO_END_MS",
     "RECORD_DAMAGED",
@@ -40,6 +44,7 @@ __all__ = [
     "PullBatchResult",
     "QueuePull",
     "QueuePullResult",
+    "QueueStart",
     "SendResult",
     "StoredRecords",
     "decode_records",
@@ -53,6 +58,14 @@ MAX_QUERY_COUNT = 64
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
+
+# Where a group starts a queue it never committed (RocketMQ's ConsumeFromWhere names).
+CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+CONSUME_FROM_RULES = frozenset(
+    {CONSUME_FROM_LAST_OFFSET, CONSUME_FROM_FIRST_OFFSET, CONSUME_FROM_TIMESTAMP}
+)
 
 # Statuses of a queue's pull that mean "nothing new yet" (the request may be parked).
 NOTHING_NEW = frozenset({"OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE"})
@@ -206,12 +219,26 @@ class StoredRecords:
 @dataclass(frozen=True, slots=True)
 class GroupView:
     """A consumer group's live members (sorted client ids) at membership ``generation``, their
-    subscriptions, and who holds each queue's lease now (``owners``)."""
+    subscriptions, and who holds each queue's lease now (``owners``). A rebalance view
+    (``rebalance_view``) also holds ``queue_counts``: how many queues each topic it was asked
+    about has (empty in a plain ``group_view``)."""
 
     generation: int
     members: tuple[str, ...]
     subscriptions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     owners: Mapping[MessageQueue, str] = field(default_factory=dict)
+    queue_counts: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStart:
+    """Where a consumer group starts ``queue`` (``start_offsets``): its committed offset, or
+    ``committed`` None when it had none and ``start`` is the consume-from rule's offset, which
+    the broker recorded as the group's committed offset in the same call."""
+
+    queue: MessageQueue
+    committed: int | None
+    start: int
 
 
 _Decoded = TypeVar("_Decoded")

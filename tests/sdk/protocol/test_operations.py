@@ -70,8 +70,8 @@ def test_every_method_that_moves_no_message_bytes_is_in_the_table() -> None:
 def test_the_membership_offsets_and_leases_methods_are_all_in_the_table() -> None:
     core = {
         "queue_count", "min_offset", "max_offset", "offset_for_timestamp", "query_offset",
-        "commit_offsets", "heartbeat", "unregister", "lock_queues", "unlock_queues",
-        "group_view", "send_back", "end_transaction",
+        "commit_offsets", "start_offsets", "heartbeat", "unregister", "lock_queues",
+        "unlock_queues", "group_view", "rebalance_view", "send_back", "end_transaction",
     }  # fmt: skip
     assert core <= set(CONTROL_OPERATIONS)
     assert not NOT_CONTROL & set(CONTROL_OPERATIONS)
@@ -121,9 +121,13 @@ def test_clients_work_over_the_encoded_control_plane(tmp_path: Path) -> None:
             committed = {q.queue_id: consumer.committed(q) for q in consumer.assignment()}
         assert sorted(got) == [f"m{i}".encode() for i in range(10)]
         assert sum(v or 0 for v in committed.values()) == 10
-        assert {"heartbeat", "group_view", "lock_queues", "commit_offsets", "query_offset"} <= set(
-            loopback.crossed
-        )
+        assert {
+            "heartbeat",
+            "rebalance_view",
+            "lock_queues",
+            "commit_offsets",
+            "start_offsets",
+        } <= set(loopback.crossed)
 
 
 def test_a_request_missing_a_parameter_or_of_the_wrong_kind_is_refused_by_name() -> None:
