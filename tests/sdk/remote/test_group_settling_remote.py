@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sdk import Admin, AsyncPullConsumer, ConsumeFrom, Message, Producer, RemoteBroker
-from sdk.transport.base import AsyncBrokerTransport
 from tests.sdk.remote.broker_process import BrokerProcess
+from tests.sdk.test_group_settling import Yielding  # counts the calls by name
 
 pytestmark = pytest.mark.integration
 
@@ -28,39 +27,6 @@ GROUP = "joiners"
 MEMBERS = 6
 PER_QUEUE = 20
 SETTLE_S = 90.0  # the longest the group may take here, under load (a bound, not an expectation)
-
-
-class Counting:
-    """An asyncio transport counting the calls made through it by method name."""
-
-    def __init__(self, real: AsyncBrokerTransport, calls: Counter[str]) -> None:
-        self.real = real
-        self.calls = calls
-
-    @property
-    def broker_name(self) -> str:
-        return self.real.broker_name
-
-    async def connect(self) -> str:
-        return await self.real.connect()
-
-    async def close(self) -> None:
-        await self.real.close()
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self.real, name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return await method(*args, **kwargs)
-
-        return call
-
-    async def pull(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.__getattr__("pull")(*args, **kwargs)
-
-    async def send(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.__getattr__("send")(*args, **kwargs)
 
 
 def test_members_joining_together_over_http_settle_and_receive_everything(
@@ -89,7 +55,7 @@ async def _consume(
 ) -> tuple[list[bytes], dict[str, set[Any]], Counter[str]]:
     """Poll every member at once until all messages came and each holds one queue; answers
     the bodies received, the queues whose lease each member holds, the calls made so far."""
-    transports = [Counting(RemoteBroker(url).async_transport(), calls) for _ in range(MEMBERS)]
+    transports = [Yielding(RemoteBroker(url).async_transport(), calls) for _ in range(MEMBERS)]
     consumers = [
         AsyncPullConsumer(transport, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
         for transport in transports
