@@ -160,12 +160,7 @@ class ConsumerOffsetTable:
         """Record several queues of one topic at once. A queue id outside ``[0, 2**31 - 1]`` or an
         offset outside ``[0, 2**63 - 1]`` is refused (InvalidArgumentError) before any is
         recorded: the offset file could not be loaded again with it."""
-        for queue_id, offset in offsets.items():
-            if type(queue_id) is not int or not 0 <= queue_id <= INT32_MAX:
-                raise InvalidArgumentError(
-                    f"{topic}@{group}: a queue id is an int in [0, {INT32_MAX}], got {queue_id!r}"
-                )
-            check_offset(offset)
+        _check_entries(group, topic, offsets)
         key = _key(topic, group)
         with self._lock:
             queues = self._table.setdefault(key, {})
@@ -175,6 +170,20 @@ class ConsumerOffsetTable:
                     log.debug("offset of %s/%d moves back: %d -> %d", key, queue_id, old, offset)
                 queues[queue_id] = offset
             self._touch()
+
+    def commit_absent(self, group: str, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Record each of ``offsets`` whose queue has no committed offset yet, in one step
+        under the table's lock (a commit or a reset that lands meanwhile wins), and answer the
+        offset each queue has after it. Checked as :meth:`commit_many` checks."""
+        _check_entries(group, topic, offsets)
+        with self._lock:
+            queues = self._table.setdefault(_key(topic, group), {})
+            now = {
+                queue_id: queues.setdefault(queue_id, offset)
+                for queue_id, offset in offsets.items()
+            }
+            self._touch()
+        return now
 
     def query(
         self, group: str, topic: str, queue_id: int, *, zero_if_young: bool = True
@@ -317,3 +326,13 @@ def _key(topic: str, group: str) -> str:
     if not topic or not group:
         raise InvalidArgumentError(f"a topic and a group must not be empty: {topic!r}, {group!r}")
     return f"{topic}@{group}"
+
+
+def _check_entries(group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Refuse a queue id outside ``[0, 2**31 - 1]`` or an offset outside ``[0, 2**63 - 1]``."""
+    for queue_id, offset in offsets.items():
+        if type(queue_id) is not int or not 0 <= queue_id <= INT32_MAX:
+            raise InvalidArgumentError(
+                f"{topic}@{group}: a queue id is an int in [0, {INT32_MAX}], got {queue_id!r}"
+            )
+        check_offset(offset)

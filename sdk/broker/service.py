@@ -703,24 +703,37 @@ class BrokerService:
         or for a queue never committed the ``consume_from`` rule's (the queue's end, its
         minimum, or the first message stored at or after ``timestamp_ms``; a retry topic from
         its minimum), recorded as the group's committed offset at once, so a restart does not
-        skip what arrives meanwhile. An unknown rule is refused (InvalidArgumentError)."""
+        skip what arrives meanwhile (unless a commit or a reset recorded one in between: it
+        wins). An unknown rule, or a queue id past the topic's queue count, is refused
+        (InvalidArgumentError) before anything is recorded."""
         if consume_from not in CONSUME_FROM_RULES:
             raise InvalidArgumentError(
                 f"consume_from must be one of {sorted(CONSUME_FROM_RULES)},"
                 f" not {consume_from!r:.60}"
             )
-        starts: list[QueueStart] = []
-        recorded: dict[MessageQueue, int] = {}
         for queue in queues:
-            committed = self.query_offset(group, queue.topic, queue.queue_id)
-            if committed is None:
-                start = recorded[queue] = self._rule_start(queue, consume_from, timestamp_ms)
-            else:
-                start = committed
-            starts.append(QueueStart(queue, committed, start))
-        if recorded:
-            self.commit_offsets(group, recorded)
-        return starts
+            if queue.queue_id >= self.queue_count(queue.topic):
+                raise InvalidArgumentError(
+                    f"{queue.topic} has no queue {queue.queue_id}: it has"
+                    f" {self.queue_count(queue.topic)}"
+                )
+        committed = {q: self.query_offset(group, q.topic, q.queue_id) for q in queues}
+        rule_starts: dict[str, dict[int, int]] = {}
+        for queue, offset in committed.items():
+            if offset is None:
+                start = self._rule_start(queue, consume_from, timestamp_ms)
+                rule_starts.setdefault(queue.topic, {})[queue.queue_id] = start
+        # recorded only where still absent: a commit or a reset that came meanwhile wins
+        now = {
+            topic: self.offsets.commit_absent(group, topic, starts)
+            for topic, starts in rule_starts.items()
+        }
+        return [
+            QueueStart(
+                queue, offset, now[queue.topic][queue.queue_id] if offset is None else offset
+            )
+            for queue, offset in committed.items()
+        ]
 
     def _rule_start(self, queue: MessageQueue, consume_from: str, timestamp_ms: int) -> int:
         topic, queue_id = queue.topic, queue.queue_id

@@ -149,12 +149,15 @@ def assigned_queues(
     client_id: str,
     topics: Iterable[str],
     strategy: AllocateStrategy,
+    heartbeat_generation: int,
 ) -> Steps[tuple[int, set[MessageQueue]]]:
     """The group's generation and the queues this member consumes at it (see the module
     docstring), from one ``rebalance_view`` call: the group's members and the topics' queue
     counts as the broker sees them now. The generation is the view's, not the member's own
-    heartbeat's: a member that joined with others at once allocated among all it saw, and a
-    pull's answer at that generation does not send it round again."""
+    heartbeat's (``heartbeat_generation``): a member that joined with others at once allocated
+    among all it saw, and a pull's answer at that generation does not send it round again. A
+    clustering member missing from the view answers the heartbeat's generation instead, so its
+    next pull comes back at once and it joins again."""
     topics = sorted(set(topics))
     view: GroupView = yield Call.of("rebalance_view", group, topics)
     queues_of = {
@@ -164,8 +167,10 @@ def assigned_queues(
     if model is MessageModel.BROADCASTING:
         return view.generation, {queue for queues in queues_of.values() for queue in queues}
     members = view.members
-    if client_id not in members:
-        return view.generation, set()
+    if client_id not in members:  # the broker forgot it since its heartbeat (a restart, say):
+        # the heartbeat's generation is not the view's, so the next pull comes back at once and
+        # the member joins again
+        return heartbeat_generation, set()
     if isinstance(strategy, AllocateSticky):  # "previous" = who holds each queue now
         held: dict[str, list[MessageQueue]] = {}
         for queue, owner in view.owners.items():

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from offsetstore import MessageQueue, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 from offsetstore.base import ReadResult
 from offsetstore.remote_broker import RetryPolicy, is_retriable
-from sdk.errors import IllegalStateError
+from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.transport.models import QueueStart
 from sdk.transport.steps import Call, Pause, Steps
 
@@ -88,6 +88,9 @@ def read_starts(
     committed offset. Each is recorded in memory; none when the call failed (logged)."""
     if not queues:
         return {}
+    brokers = {queue.broker_name for queue in queues}
+    if len(brokers) > 1:
+        raise InvalidArgumentError(f"queues of one broker only, got {sorted(brokers)}")
     call = Call.of(
         "start_offsets", queues[0].broker_name, offsets.group, queues, consume_from, timestamp_ms
     )

@@ -156,7 +156,9 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
         """Heartbeat; the group's generation, the queues allocated to this member, and those
         whose lease it holds now among them and ``held`` (clustering: takes or renews them;
         broadcasting: no leases, every allocated queue)."""
-        yield from heartbeat(self.group, self.client_id, subscription, self.message_model)
+        joined_at = yield from heartbeat(
+            self.group, self.client_id, subscription, self.message_model
+        )
         generation, wanted = yield from assigned_queues(
             self._known_broker,
             self.message_model,
@@ -164,6 +166,7 @@ class _PullConsumerBase(PullCore, WarnsUnclosed):
             self.client_id,
             subscription,
             self.allocate_strategy,
+            joined_at,
         )
         if self.message_model is not MessageModel.CLUSTERING:
             return generation, wanted, set(wanted)

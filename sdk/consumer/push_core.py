@@ -299,6 +299,7 @@ class PushCore:
             self.client_id,
             self.subscription,
             self.settings.allocate_strategy,
+            self.generation,  # the heartbeat's
         )
         yield from self._apply(*(yield from self.ownership.update(self._wanted)))
         self._last_rebalance = self.clock.monotonic()

@@ -168,3 +168,47 @@ def test_a_settled_group_consumes_everything_and_moves_the_queue_of_a_member_tha
         got = asyncio.run(consume())
     expected = [f"{q}-{i}".encode() for q in range(MEMBERS) for i in range(per_queue)]
     assert sorted(got) == sorted(expected)
+
+
+class Forgetting(Yielding):
+    """A :class:`Yielding` transport whose broker forgets the member (as a restarted broker
+    would) between its first heartbeat and its first ``rebalance_view``."""
+
+    def __init__(self, real: AsyncBrokerTransport, calls: Counter[str]) -> None:
+        super().__init__(real, calls)
+        self.client_id = ""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        call = super().__getattr__(name)
+        if name != "rebalance_view" or self.calls[name]:
+            return call
+
+        async def forgotten_first(*args: Any, **kwargs: Any) -> Any:
+            await self.real.unregister(GROUP, self.client_id)
+            return await call(*args, **kwargs)
+
+        return forgotten_first
+
+
+def test_a_member_the_broker_forgot_while_joining_joins_again_at_once(tmp_path: Path) -> None:
+    """Missing from the group's view, it keeps its heartbeat's generation, not the view's: its
+    next pull comes back at once with the broker's, and it joins again (with the view's
+    generation it would wait for the next rebalance, 20 s later)."""
+    with EmbeddedBroker(tmp_path / "broker", commitlog_file_size=1 << 20) as broker:
+        with Admin(broker) as admin:
+            admin.create_topic(TOPIC, 1)
+        with Producer(broker) as producer:
+            producer.send(Message(TOPIC, b"waiting"))
+        transport = Forgetting(broker.async_transport(), Counter())
+
+        async def first_message() -> list[bytes]:
+            consumer = AsyncPullConsumer(transport, GROUP, consume_from=ConsumeFrom.FIRST_OFFSET)
+            transport.client_id = consumer.client_id
+            consumer.subscribe([TOPIC])
+            try:
+                return [message.body for message in await consumer.poll(10.0)]
+            finally:
+                await consumer.close()
+
+        assert asyncio.run(first_message()) == [b"waiting"]
+        assert transport.calls["heartbeat"] == 2  # it joined again

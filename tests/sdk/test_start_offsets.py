@@ -107,6 +107,35 @@ def test_an_unknown_rule_or_a_bad_queue_is_refused_recording_nothing(
     assert service.query_offset(GROUP, TOPIC, 0) is None
 
 
+def test_a_queue_past_the_topics_queue_count_is_refused_recording_nothing(
+    service: BrokerService,
+) -> None:
+    with pytest.raises(InvalidArgumentError, match="has no queue 6"):
+        service.start_offsets(
+            GROUP, [_queue(service), _queue(service, 6)], CONSUME_FROM_FIRST_OFFSET, 0
+        )
+    assert service.query_offset(GROUP, TOPIC, 0) is None
+
+
+def test_a_commit_landing_while_the_start_is_worked_out_wins(
+    service: BrokerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the committed offset and recording the rule's start are not one step: a commit
+    (or an admin's reset) in between must not be overwritten by the start."""
+    _store(service, 5)
+    queue = _queue(service)
+    rule_start = service._rule_start
+
+    def with_a_commit_meanwhile(*args: object) -> int:
+        service.commit_offsets(GROUP, {queue: 2})  # another member, or a reset, meanwhile
+        return rule_start(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "_rule_start", with_a_commit_meanwhile)
+    [start] = service.start_offsets(GROUP, [queue], CONSUME_FROM_LAST_OFFSET, 0)
+    assert start.start == 2
+    assert service.query_offset(GROUP, TOPIC, 0) == 2
+
+
 def test_the_embedded_transport_refuses_a_queue_of_another_broker(service: BrokerService) -> None:
     transport = InProcessTransport(service)
     stranger = MessageQueue(TOPIC, "broker-z", 0)

@@ -31,6 +31,7 @@ from sdk.protocol.data_plane import send_query
 from sdk.protocol.produce_body import encode_produce_body
 from sdk.protocol.send_many import encode_send_many_body
 from sdk.server.openapi import openapi_document
+from sdk.transport.models import CONSUME_FROM_RULES
 from tests.sdk.remote.broker_process import BrokerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -104,12 +105,20 @@ def api_schema(broker: BrokerProcess) -> Any:
 
 
 def _steer(body: dict[str, Any]) -> None:
-    """Keep a generated body's long poll short, and name this broker where a body names one
-    (else every offset call stops at "queue of another broker" and never reaches the store)."""
+    """Keep a generated body's long poll short, name this broker where a body or its queues
+    name one (else every offset call stops at "queue of another broker" and never reaches the
+    store), and make half the ``consume_from`` strings a rule that exists (else no start is
+    ever worked out)."""
     if type(body.get("wait_ms")) is int:
         body["wait_ms"] = min(body["wait_ms"], MAX_WAIT_MS)
     if isinstance(body.get("broker_name"), str):
         body["broker_name"] = BROKER_NAME
+    for queue in body.get("queues") if isinstance(body.get("queues"), list) else ():
+        if isinstance(queue, list) and len(queue) == 3 and isinstance(queue[1], str):
+            queue[1] = BROKER_NAME  # [topic, broker_name, queue_id]
+    rule = body.get("consume_from")
+    if isinstance(rule, str) and len(rule) % 2 == 0:  # half of them a rule that exists
+        body["consume_from"] = sorted(CONSUME_FROM_RULES)[len(rule) % 3]
 
 
 def _assert_serving(broker: BrokerProcess) -> None:
