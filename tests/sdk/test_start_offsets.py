@@ -11,7 +11,9 @@ import pytest
 
 from localstore import NewMessage
 from offsetstore import MessageQueue
+from sdk import Admin, ConsumeFrom, ConsumeResult, EmbeddedBroker, Message, Producer, PushConsumer
 from sdk.broker.service import BrokerOptions, BrokerService
+from sdk.consumer import push
 from sdk.errors import InvalidArgumentError
 from sdk.message import retry_topic
 from sdk.transport.http_sync import HttpTransport
@@ -23,6 +25,7 @@ from sdk.transport.models import (
     QueueStart,
 )
 from tests.sdk.remote.broker_process import BrokerProcess
+from tests.sdk.waiting import wait_until
 
 TOPIC = "starts"
 GROUP = "g"
@@ -175,3 +178,28 @@ def test_both_answers_cross_http_to_a_broker_process(tmp_path: Path) -> None:
         )
         assert starts == [QueueStart(queue, None, 0)]
         assert transport.query_offset(transport.broker_name, GROUP, TOPIC, 1) == 0
+
+
+def test_a_push_member_records_a_new_queues_start_as_it_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LAST_OFFSET member that takes a never-committed queue records its start at once, not
+    at its next periodic persist: a member that dies before committing leaves the group where
+    it started, so the messages stored after that are not skipped by the next owner."""
+    monkeypatch.setattr(push, "OFFSET_PERSIST_INTERVAL_S", 3600.0)  # no periodic persist here
+    with EmbeddedBroker(tmp_path / "broker", commitlog_file_size=1 << 20) as broker:
+        with Admin(broker) as admin:
+            admin.create_topic(TOPIC, 1)
+        with Producer(broker) as producer:
+            for i in range(3):
+                producer.send(Message(TOPIC, f"before-{i}".encode()))
+        with PushConsumer(
+            broker,
+            GROUP,
+            {TOPIC: None},
+            lambda messages: ConsumeResult.SUCCESS,
+            consume_from=ConsumeFrom.LAST_OFFSET,
+        ):
+            # recorded when the member takes the queue (30 s: a bound, not an expectation)
+            wait_until(lambda: broker.service.query_offset(GROUP, TOPIC, 0) is not None, 30.0)
+            assert broker.service.query_offset(GROUP, TOPIC, 0) == 3
