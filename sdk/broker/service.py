@@ -97,8 +97,6 @@ from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
     BROADCASTING,
     CLUSTERING,
-    CONSUME_FROM_FIRST_OFFSET,
-    CONSUME_FROM_LAST_OFFSET,
     CONSUME_FROM_RULES,
     RECORD_DAMAGED,
     DamagedRecord,
@@ -111,6 +109,7 @@ from sdk.transport.models import (
     QueueStart,
     SendResult,
     StoredRecords,
+    start_bound,
 )
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
@@ -736,12 +735,13 @@ class BrokerService:
         ]
 
     def _rule_start(self, queue: MessageQueue, consume_from: str, timestamp_ms: int) -> int:
+        """The offset the rule starts a never-committed queue at (a call of this service's,
+        named by :func:`~sdk.transport.models.start_bound`, as the client's own rule makes)."""
         topic, queue_id = queue.topic, queue.queue_id
-        if topic.startswith(RETRY_PREFIX) or consume_from == CONSUME_FROM_FIRST_OFFSET:
-            return self.min_offset(topic, queue_id)
-        if consume_from == CONSUME_FROM_LAST_OFFSET:
-            return self.max_offset(topic, queue_id)
-        return self.offset_for_timestamp(topic, queue_id, timestamp_ms)
+        bound = start_bound(topic, consume_from)
+        timestamp = (timestamp_ms,) if bound == "offset_for_timestamp" else ()
+        start: int = getattr(self, bound)(topic, queue_id, *timestamp)
+        return start
 
     def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         by_topic: dict[str, dict[int, int]] = {}

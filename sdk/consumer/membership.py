@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from localstore.record.tags import TagFilter
-from localstore.record.validation import RETRY_PREFIX, TOPIC_PATTERN, topic_error
+from localstore.record.validation import TOPIC_PATTERN, topic_error
 from offsetstore import (
     NOT_FOUND,
     LocalFileOffsetStore,
@@ -44,6 +44,7 @@ from sdk.transport.models import (
     CONSUME_FROM_LAST_OFFSET,
     CONSUME_FROM_TIMESTAMP,
     GroupView,
+    start_bound,
 )
 from sdk.transport.steps import Call, Steps
 
@@ -218,13 +219,9 @@ def start_offset(
     if found is not NOT_FOUND:
         return None
     topic, queue_id = queue.topic, queue.queue_id
-    start: int
-    if topic.startswith(RETRY_PREFIX) or consume_from is ConsumeFrom.FIRST_OFFSET:
-        start = yield Call.of("min_offset", topic, queue_id)
-    elif consume_from is ConsumeFrom.LAST_OFFSET:
-        start = yield Call.of("max_offset", topic, queue_id)
-    else:
-        start = yield Call.of("offset_for_timestamp", topic, queue_id, consume_timestamp_ms)
+    bound = start_bound(topic, consume_from.value)
+    timestamp = (consume_timestamp_ms,) if bound == "offset_for_timestamp" else ()
+    start: int = yield Call.of(bound, topic, queue_id, *timestamp)
     offsets.update_offset(queue, start, False)
     return start
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from localstore.record.codec import RecordError, StoredMessage, decode_record, format_offset_msg_id
+from localstore.record.validation import RETRY_PREFIX
 from offsetstore import MessageQueue
 
 __all__ = [
@@ -66,6 +67,19 @@ CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 CONSUME_FROM_RULES = frozenset(
     {CONSUME_FROM_LAST_OFFSET, CONSUME_FROM_FIRST_OFFSET, CONSUME_FROM_TIMESTAMP}
 )
+
+
+def start_bound(topic: str, consume_from: str) -> str:
+    """Where the ``consume_from`` rule starts a queue of ``topic`` never committed, as the name
+    of the broker's call that reads it: ``min_offset`` (FIRST_OFFSET, and a retry topic whatever
+    the rule: its messages were meant for the group), ``max_offset`` (LAST_OFFSET) or
+    ``offset_for_timestamp`` (TIMESTAMP, with the rule's timestamp)."""
+    if topic.startswith(RETRY_PREFIX) or consume_from == CONSUME_FROM_FIRST_OFFSET:
+        return "min_offset"
+    if consume_from == CONSUME_FROM_LAST_OFFSET:
+        return "max_offset"
+    return "offset_for_timestamp"
+
 
 # Statuses of a queue's pull that mean "nothing new yet" (the request may be parked).
 NOTHING_NEW = frozenset({"OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE"})
