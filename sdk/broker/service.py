@@ -710,11 +710,11 @@ class BrokerService:
                 f"consume_from must be one of {sorted(CONSUME_FROM_RULES)},"
                 f" not {consume_from!r:.60}"
             )
+        counts = {topic: self.queue_count(topic) for topic in {q.topic for q in queues}}
         for queue in queues:
-            if queue.queue_id >= self.queue_count(queue.topic):
+            if queue.queue_id >= counts[queue.topic]:
                 raise InvalidArgumentError(
-                    f"{queue.topic} has no queue {queue.queue_id}: it has"
-                    f" {self.queue_count(queue.topic)}"
+                    f"{queue.topic} has no queue {queue.queue_id}: it has {counts[queue.topic]}"
                 )
         committed = {q: self.query_offset(group, q.topic, q.queue_id) for q in queues}
         rule_starts: dict[str, dict[int, int]] = {}
