@@ -37,6 +37,14 @@ all the texts at once when each holds its ``UNIQ_KEY`` alone; else one regular-e
 for a text of those alone, in the order a producer writes them, and a full parse for any other.
 A body that does not follow the layout is refused with :class:`sdk.errors.MalformedBodyError`,
 naming the byte offset and the problem.
+
+Equal messages are read and written across the batch. A producer's batch of bodies of one
+length, its texts of one length (each its ``UNIQ_KEY`` alone), is a column of records of one
+size whose heads differ only in BODYCRC. Its body is written with one join and its CRC words
+put in with strided assignments, and read back by checking each shared head byte of every
+message with one strided slice; its keys are checked as a run in one comparison. Each of
+these readings gives exactly what the message-by-message one would, or declines (returns
+None) and leaves the body to it: so a fault is always found, and named, by the one loop.
 """
 
 from __future__ import annotations
@@ -45,11 +53,11 @@ import re
 import struct
 import zlib
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import chain, repeat
 
 from localstore.record.codec import NewMessage
 from localstore.record.layout import MAGIC_V1, MAX_PROPERTIES_BYTES, SHORT
-from localstore.record.message_id import UNIQ_KEY_COUNTER_DIGITS, UniqKeyRun, uniq_key_run
+from localstore.record.message_id import UNIQ_KEY_COUNTER_DIGITS, UniqKeyRun
 from localstore.record.properties import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -80,6 +88,10 @@ _PROPERTIES_LENGTH_BYTES = SHORT.size
 _FIXED_BYTES = _HEAD_BYTES + _PROPERTIES_LENGTH_BYTES  # a message with empty body and properties
 _MAGICS = (MESSAGE_MAGIC, UNCHECKED_MAGIC)
 _CRC_AT, _BODY_LENGTH_AT = 8, 16
+# The head's bytes every message of a body of equal messages shares: TOTALSIZE and MAGICCODE,
+# FLAG and BODYLENGTH (not BODYCRC, at 8-11)
+_SHARED_HEAD_BYTES = (*range(0, _CRC_AT), *range(_CRC_AT + 4, _HEAD_BYTES))
+_NO_HEAD = (0, 0, 0, 0, 0)
 _PAIR_END = PROPERTY_SEPARATOR.encode()
 # What a body splits into: bodies, properties texts, flags and the bodies' CRCs (None when a
 # message came without one: magic 0).
@@ -104,6 +116,13 @@ def encode_produce_body(messages: Sequence[NewMessage]) -> bytes:
 
 
 def _encode(bodies: Sequence[bytes], texts: Sequence[bytes], flags: Sequence[int]) -> bytes:
+    equal = _encode_equal(bodies, texts, flags)
+    return _encode_each(bodies, texts, flags) if equal is None else equal
+
+
+def _encode_each(bodies: Sequence[bytes], texts: Sequence[bytes], flags: Sequence[int]) -> bytes:
+    """The body, message by message (any batch; raises InvalidArgumentError naming the first
+    message the layout cannot hold)."""
     parts: list[bytes] = []
     append, pack_head, pack_short, crc32 = parts.append, _HEAD.pack, SHORT.pack, zlib.crc32
     for index, (body, text, flag) in enumerate(zip(bodies, texts, flags, strict=True)):
@@ -132,6 +151,44 @@ def _encode(bodies: Sequence[bytes], texts: Sequence[bytes], flags: Sequence[int
         append(pack_short(text_bytes))
         append(text)
     return b"".join(parts)
+
+
+def _encode_equal(
+    bodies: Sequence[bytes], texts: Sequence[bytes], flags: Sequence[int]
+) -> bytes | None:
+    """:func:`_encode` of messages that share their body length, their properties length and
+    their flag (a producer's batch of bodies of one length), written field by field across the
+    messages; None for any others, and for a batch the loop must refuse (naming the message).
+
+    The messages but their CRCs are one join of a shared head, each body, the shared length
+    and each text; the CRC words are then written in, one strided assignment a byte."""
+    count = len(bodies)
+    body_bytes, text_bytes, flag = len(bodies[0]), len(texts[0]), flags[0]
+    if (
+        text_bytes > MAX_PROPERTIES_BYTES
+        or len(set(map(len, bodies))) != 1
+        or len(set(map(len, texts))) != 1
+        or flags.count(flag) != count
+    ):
+        return None
+    total = _FIXED_BYTES + body_bytes + text_bytes
+    try:
+        head = _HEAD.pack(total, MESSAGE_MAGIC, 0, flag, body_bytes)
+    except struct.error:
+        return None
+    length = SHORT.pack(text_bytes)
+    body = bytearray(
+        b"".join(chain.from_iterable(zip(repeat(head), bodies, repeat(length), texts)))
+    )
+    crcs = struct.pack(f">{count}I", *map(zlib.crc32, bodies))
+    for byte in range(4):
+        body[_CRC_AT + byte :: total] = crcs[byte::4]
+    # & 0x7FFFFFFF: the top bit of each CRC's first (most significant) byte cleared
+    body[_CRC_AT::total] = body[_CRC_AT::total].translate(_LOW_SEVEN_BITS)
+    return bytes(body)
+
+
+_LOW_SEVEN_BITS = bytes(value & 0x7F for value in range(256))
 
 
 def decode_produce_body(
@@ -179,13 +236,20 @@ def decode_produce_body(
 
 
 def _split(body: bytes | bytearray | memoryview) -> _Split:
-    """Bodies, properties texts, flags and body CRCs of every message, checked. The loop
-    runs once a message on the broker's produce path: it does the fewest steps a well-formed
-    message needs, and hands a failed check to :func:`_check_sizes` for its message."""
+    """Bodies, properties texts, flags and body CRCs of every message, checked: read across
+    the messages when they are alike (:func:`_split_equal`), else one by one."""
     data = body if isinstance(body, bytes) else bytes(body)
-    end = len(data)
-    if not end:
+    if not data:
         raise MalformedBodyError(0, "the body holds no message")
+    equal = _split_equal(data)
+    return _split_each(data) if equal is None else equal
+
+
+def _split_each(data: bytes) -> _Split:
+    """:func:`_split`, message by message (any body). The loop runs once a message on the
+    broker's produce path: it does the fewest steps a well-formed message needs, and hands a
+    failed check to :func:`_check_sizes` for its message."""
+    end = len(data)
     bodies: list[bytes] = []
     texts: list[bytes] = []
     flags: list[int] = []
@@ -232,6 +296,48 @@ def _split(body: bytes | bytearray | memoryview) -> _Split:
         flags.append(flag)
         position += total
     return bodies, texts, flags, None if unchecked else crcs
+
+
+def _split_equal(data: bytes) -> _Split | None:
+    """:func:`_split` of a body whose messages share their size, magic code, flag and body
+    length (a producer's batch of bodies of one length, their texts of one length), read field
+    by field across the messages instead of message by message; None for any other body, and
+    for one that breaks the layout anywhere, which the loop then reads (naming the fault).
+
+    Each shared field is checked byte by byte: the byte of every message, taken with one
+    strided slice, against the first message's byte repeated. The CRC words are gathered the
+    same way, four strided slices, and unpacked at once."""
+    total, magic, _, flag, body_bytes = (
+        _HEAD.unpack_from(data) if len(data) >= _HEAD_BYTES else _NO_HEAD
+    )
+    end = len(data)
+    if (
+        total < _FIXED_BYTES
+        or end % total
+        or magic not in _MAGICS
+        or not 0 <= body_bytes <= total - _FIXED_BYTES
+    ):
+        return None
+    count = end // total
+    length_at = _HEAD_BYTES + body_bytes
+    text_bytes = total - _FIXED_BYTES - body_bytes
+    if SHORT.unpack_from(data, length_at)[0] != text_bytes:
+        return None
+    for at in (*_SHARED_HEAD_BYTES, length_at, length_at + 1):
+        if data[at::total] != data[at : at + 1] * count:
+            return None
+    bodies = [data[at : at + body_bytes] for at in range(_HEAD_BYTES, _HEAD_BYTES + end, total)]
+    text_at = length_at + _PROPERTIES_LENGTH_BYTES
+    texts = [data[at : at + text_bytes] for at in range(text_at, text_at + end, total)]
+    if magic != MESSAGE_MAGIC:
+        return bodies, texts, [flag] * count, None
+    words = bytearray(4 * count)
+    for byte in range(4):
+        words[byte::4] = data[_CRC_AT + byte :: total]
+    crcs = list(struct.unpack(f">{count}i", words))
+    if [crc & 0x7FFFFFFF for crc in map(zlib.crc32, bodies)] != crcs:
+        return None
+    return bodies, texts, [flag] * count, crcs
 
 
 def _check_sizes(position: int, total: int, magic: int, body_bytes: int, left: int) -> None:
@@ -313,6 +419,9 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     :class:`UniqKeyRun`, which the key index hashes from a table. Every text starts with the
     pair's name and ends with a pair separator, and there are as many pair separators as
     texts: so each text holds that one pair."""
+    run = _drawn_run(texts)
+    if run is not None:
+        return run
     joined = b"".join(texts)
     if not (
         joined.count(_PAIR_END) == len(texts)
@@ -324,38 +433,69 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
         text = joined.decode()
     except UnicodeDecodeError:
         return None  # the text-by-text reading names the one at fault
-    run = _drawn_run(text, len(texts))
-    if run is not None:
-        return run
     values = text.split(PROPERTY_SEPARATOR)
     values.pop()  # after the last separator: nothing
     start = len(UNIQ_KEY_PAIR_START)
     return [value[start:] for value in values]
 
 
-_NEXT_UNIQ_KEY = PROPERTY_SEPARATOR + UNIQ_KEY_PAIR_START
+def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
+    """The UNIQ_KEYs of ``texts`` as the run a client drew them in, or None: each text
+    ``UNIQ_KEY\\x01value\\x02`` and nothing else, each value its predecessor's with the
+    counter (its last 4 hex digits) one up.
 
-
-def _drawn_run(text: str, count: int) -> UniqKeyRun | None:
-    """The UNIQ_KEYs of ``text`` (``count`` pairs ``UNIQ_KEY\\x01value\\x02``, nothing else)
-    as the run a client drew them in (each key its predecessor with the counter one up), or
-    None. The first and last keys rule most other texts out; the text of the run made from
-    the first is then compared with the whole, which alone decides."""
-    start = len(UNIQ_KEY_PAIR_START)
-    first_key = text[start : text.find(PROPERTY_SEPARATOR)]
-    head, counter = first_key[:-UNIQ_KEY_COUNTER_DIGITS], first_key[-UNIQ_KEY_COUNTER_DIGITS:]
-    if len(counter) != UNIQ_KEY_COUNTER_DIGITS:
+    Checked across the texts at once, not text by text: the texts such a run gives are the
+    first text repeated, each with its own counter. So the first text is checked alone, then
+    the repeat is made with the counters written in, one strided assignment a digit
+    (:data:`_COUNTER_COLUMNS`), and compared with all the texts joined."""
+    first_text = texts[0]
+    size = len(first_text)
+    count = len(texts)
+    counter_at = size - len(_PAIR_END) - UNIQ_KEY_COUNTER_DIGITS
+    if (
+        counter_at < len(_UNIQ_KEY_PAIR)
+        or count > _COUNTERS
+        or not first_text.startswith(_UNIQ_KEY_PAIR)
+        or first_text.find(_PAIR_END) != size - len(_PAIR_END)
+    ):
         return None
     try:
-        first = int(counter, 16)
+        first = int(first_text[counter_at : counter_at + UNIQ_KEY_COUNTER_DIGITS], 16)
     except ValueError:
         return None
-    last = (first + count - 1) & 0xFFFF
-    if not text.endswith(f"{head}{last:04X}{PROPERTY_SEPARATOR}"):
+    if not 0 <= first < _COUNTERS:  # int() takes a sign
         return None
-    run = uniq_key_run(head, first, count)
-    drawn = f"{UNIQ_KEY_PAIR_START}{_NEXT_UNIQ_KEY.join(run)}{PROPERTY_SEPARATOR}"
-    return run if drawn == text else None
+    drawn = bytearray(first_text * count)
+    stop = first + count
+    for digit, column in enumerate(_COUNTER_COLUMNS):
+        counters = (
+            column[first:stop] if stop <= _COUNTERS else column[first:] + column[: stop - _COUNTERS]
+        )
+        drawn[counter_at + digit :: size] = counters
+    joined = b"".join(texts)
+    if drawn != joined:
+        return None
+    try:
+        text = joined.decode()
+    except UnicodeDecodeError:
+        return None
+    chars = len(text) // count  # every text is the first's characters but the counter's
+    start = len(UNIQ_KEY_PAIR_START)
+    key_chars = chars - start - len(PROPERTY_SEPARATOR)
+    run = UniqKeyRun([text[at : at + key_chars] for at in range(start, len(text), chars)])
+    run.head = run[0][:-UNIQ_KEY_COUNTER_DIGITS]
+    run.first = first
+    return run
+
+
+_COUNTERS = 0x10000  # a UNIQ_KEY's counter is a short
+_HEX_DIGITS = b"0123456789ABCDEF"
+# _COUNTER_COLUMNS[d][c]: the d-th hex digit (most significant first) of counter c, upper case
+_COUNTER_COLUMNS = tuple(
+    b"".join(bytes([hex_digit]) * (_COUNTERS >> 4 * (digit + 1)) for hex_digit in _HEX_DIGITS)
+    * (16**digit)
+    for digit in range(UNIQ_KEY_COUNTER_DIGITS)
+)
 
 
 def _text_offset(body: bytes | bytearray | memoryview, index: int) -> int:
