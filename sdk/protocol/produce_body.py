@@ -39,12 +39,13 @@ A body that does not follow the layout is refused with :class:`sdk.errors.Malfor
 naming the byte offset and the problem.
 
 Equal messages are read and written across the batch. A producer's batch of bodies of one
-length, its texts of one length (each its ``UNIQ_KEY`` alone), is a column of records of one
-size whose heads differ only in BODYCRC. Its body is written with one join and its CRC words
-put in with strided assignments, and read back by checking each shared head byte of every
-message with one strided slice; its keys are checked as a run in one comparison. Each of
-these readings gives exactly what the message-by-message one would, or declines (returns
-None) and leaves the body to it: so a fault is always found, and named, by the one loop.
+length, with properties texts of one length, is a column of messages of one size whose heads
+differ only in BODYCRC: its body is written with one join, the CRC words put in with strided
+assignments, and read back by checking each shared head byte of every message with one
+strided slice. Texts that each hold a ``UNIQ_KEY`` alone, drawn as a run, are checked as that
+run with one comparison. Each of these readings gives exactly what the message-by-message one
+gives, or declines (returns None) and leaves the batch to it: so a fault is always found, and
+named, by the one loop.
 """
 
 from __future__ import annotations
@@ -97,6 +98,16 @@ _PAIR_END = PROPERTY_SEPARATOR.encode()
 # message came without one: magic 0).
 _Split = tuple[list[bytes], list[bytes], list[int], list[int] | None]
 _INDEXED = frozenset({PROPERTY_UNIQ_KEY, PROPERTY_KEYS, PROPERTY_TAGS})
+
+_COUNTERS = 0x10000  # a UNIQ_KEY's counter is a short
+_HEX_DIGITS = b"0123456789ABCDEF"
+# _COUNTER_COLUMNS[d][c]: the d-th hex digit (most significant first) of counter c, upper case:
+# four tables of 64 KiB, made at import (a run's counters are a slice of each)
+_COUNTER_COLUMNS = tuple(
+    b"".join(bytes([hex_digit]) * (_COUNTERS >> 4 * (digit + 1)) for hex_digit in _HEX_DIGITS)
+    * (16**digit)
+    for digit in range(UNIQ_KEY_COUNTER_DIGITS)
+)
 
 
 def encode_produce_body(messages: Sequence[NewMessage]) -> bytes:
@@ -157,15 +168,17 @@ def _encode_equal(
     bodies: Sequence[bytes], texts: Sequence[bytes], flags: Sequence[int]
 ) -> bytes | None:
     """:func:`_encode` of messages that share their body length, their properties length and
-    their flag (a producer's batch of bodies of one length), written field by field across the
+    their ``int`` flag (a producer's batch of bodies of one length), written across the
     messages; None for any others, and for a batch the loop must refuse (naming the message).
 
-    The messages but their CRCs are one join of a shared head, each body, the shared length
-    and each text; the CRC words are then written in, one strided assignment a byte."""
+    One join writes every message with a head whose BODYCRC is left 0 (the heads are otherwise
+    the same); the CRC words are then written in, one strided assignment a byte of them."""
     count = len(bodies)
     body_bytes, text_bytes, flag = len(bodies[0]), len(texts[0]), flags[0]
     if (
-        text_bytes > MAX_PROPERTIES_BYTES
+        not count == len(texts) == len(flags)
+        or text_bytes > MAX_PROPERTIES_BYTES
+        or set(map(type, flags)) != {int}
         or len(set(map(len, bodies))) != 1
         or len(set(map(len, texts))) != 1
         or flags.count(flag) != count
@@ -180,15 +193,10 @@ def _encode_equal(
     body = bytearray(
         b"".join(chain.from_iterable(zip(repeat(head), bodies, repeat(length), texts)))
     )
-    crcs = struct.pack(f">{count}I", *map(zlib.crc32, bodies))
+    crcs = struct.pack(f">{count}i", *[crc & 0x7FFFFFFF for crc in map(zlib.crc32, bodies)])
     for byte in range(4):
         body[_CRC_AT + byte :: total] = crcs[byte::4]
-    # & 0x7FFFFFFF: the top bit of each CRC's first (most significant) byte cleared
-    body[_CRC_AT::total] = body[_CRC_AT::total].translate(_LOW_SEVEN_BITS)
     return bytes(body)
-
-
-_LOW_SEVEN_BITS = bytes(value & 0x7F for value in range(256))
 
 
 def decode_produce_body(
@@ -214,7 +222,7 @@ def decode_produce_body(
         )
     uniq_keys, keys, tags, plain = _indexed_columns(texts, body)
     first_flag = flags[0]
-    if all(flag == first_flag for flag in flags):
+    if flags.count(first_flag) == len(flags):
         return UniformBatch(
             topic,
             queue_id,
@@ -444,10 +452,11 @@ def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
     ``UNIQ_KEY\\x01value\\x02`` and nothing else, each value its predecessor's with the
     counter (its last 4 hex digits) one up.
 
-    Checked across the texts at once, not text by text: the texts such a run gives are the
-    first text repeated, each with its own counter. So the first text is checked alone, then
-    the repeat is made with the counters written in, one strided assignment a digit
-    (:data:`_COUNTER_COLUMNS`), and compared with all the texts joined."""
+    Checked across the texts at once, not text by text: the texts of such a run are all of
+    the first's length, and are the first text repeated, each with its own counter. So the
+    lengths and the first text are checked, then the repeat is made with the counters written
+    in, one strided assignment a digit (:data:`_COUNTER_COLUMNS`), and compared with all the
+    texts joined."""
     first_text = texts[0]
     size = len(first_text)
     count = len(texts)
@@ -455,6 +464,7 @@ def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
     if (
         counter_at < len(_UNIQ_KEY_PAIR)
         or count > _COUNTERS
+        or set(map(len, texts)) != {size}  # the join alone would not see a moved boundary
         or not first_text.startswith(_UNIQ_KEY_PAIR)
         or first_text.find(_PAIR_END) != size - len(_PAIR_END)
     ):
@@ -486,16 +496,6 @@ def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
     run.head = run[0][:-UNIQ_KEY_COUNTER_DIGITS]
     run.first = first
     return run
-
-
-_COUNTERS = 0x10000  # a UNIQ_KEY's counter is a short
-_HEX_DIGITS = b"0123456789ABCDEF"
-# _COUNTER_COLUMNS[d][c]: the d-th hex digit (most significant first) of counter c, upper case
-_COUNTER_COLUMNS = tuple(
-    b"".join(bytes([hex_digit]) * (_COUNTERS >> 4 * (digit + 1)) for hex_digit in _HEX_DIGITS)
-    * (16**digit)
-    for digit in range(UNIQ_KEY_COUNTER_DIGITS)
-)
 
 
 def _text_offset(body: bytes | bytearray | memoryview, index: int) -> int:

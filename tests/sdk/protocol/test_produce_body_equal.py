@@ -86,13 +86,25 @@ def test_a_body_without_crcs_is_read_across_unchecked() -> None:
         ([b"a", b"b"], [b"t", b"tt"], [0, 0]),
         ([b"a", b"b"], [b"t", b"t"], [0, 1]),
         ([b"a"], [b"t" * 32768], [0]),
+        ([b"a", b"b"], [b"t", b"t"], [1, 1.0]),
+        ([b"a", b"b"], [b"t", b"t"], [0, 0, 1]),
     ],
-    ids=["body-lengths", "text-lengths", "flags", "text-too-long"],
+    ids=["body-lengths", "text-lengths", "flags", "text-too-long", "a-float-flag", "more-flags"],
 )
 def test_unequal_messages_are_left_to_the_loop(
     bodies: list[bytes], texts: list[bytes], flags: list[int]
 ) -> None:
     assert _encode_equal(bodies, texts, flags) is None
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_properties_length_all_messages_get_wrong_is_left_to_the_loop(count: int) -> None:
+    message = bytearray(_encode_each([b"abc"], [b"tt"], [0]))
+    message[24] = 3  # the properties length, a short at 20 + 3: 3, the text is 2 bytes
+    body = bytes(message) * count
+    assert _split_equal(body) is None
+    with pytest.raises(MalformedBodyError, match="properties length 3 does not add up"):
+        _split_each(body)
 
 
 def run_texts(keys: list[str]) -> list[bytes]:
@@ -111,18 +123,40 @@ def test_a_drawn_run_is_read_as_that_run(head: str, first: int, count: int) -> N
     assert (run.head, run.first, list(run)) == (head, first, list(uniq_key_run(head, first, count)))
 
 
+def keys_one_by_one(texts: list[bytes]) -> list[str] | None:
+    """The keys of texts that each are ``UNIQ_KEY\\x01value\\x02`` alone, read text by text
+    (None for any other texts)."""
+    pair = b"UNIQ_KEY\x01"
+    if not all(t.startswith(pair) and t.find(b"\x02") == len(t) - 1 for t in texts):
+        return None
+    try:
+        return [text[len(pair) : -1].decode() for text in texts]
+    except UnicodeDecodeError:
+        return None
+
+
+def test_a_boundary_moved_between_two_texts_is_no_run() -> None:
+    texts = run_texts(uniq_key_run("AB", 0, 3))
+    texts[1:] = [texts[1][:-1], b"\x02" + texts[2]]  # joined, the texts are as they were
+    assert _drawn_run(texts) is None
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, 0xFFFF), st.integers(1, 40), st.data())
+@given(st.integers(0, 0xFFFF), st.integers(2, 40), st.data())
 def test_a_damaged_run_is_no_run_unless_its_texts_still_are_one(
     first: int, count: int, data: st.DataObject
 ) -> None:
     texts = run_texts(uniq_key_run("7F00000100", first, count))
-    index = data.draw(st.integers(0, count - 1), label="text")
-    text = bytearray(texts[index])
-    at = data.draw(st.integers(0, len(text) - 1), label="at")
-    text[at] = data.draw(st.integers(0, 255).filter(lambda value: value != text[at]), label="to")
-    texts[index] = bytes(text)
+    index = data.draw(st.integers(0, count - 2), label="text")
+    if data.draw(st.booleans(), label="move a boundary"):
+        cut = data.draw(st.integers(1, len(texts[index])), label="bytes moved")
+        texts[index], texts[index + 1] = texts[index][:-cut], texts[index][-cut:] + texts[index + 1]
+    else:
+        text = bytearray(texts[index])
+        at = data.draw(st.integers(0, len(text) - 1), label="at")
+        text[at] = data.draw(st.integers(0, 255).filter(lambda v: v != text[at]), label="to")
+        texts[index] = bytes(text)
     run = _drawn_run(texts)
-    if run is not None:  # only what is a run: the texts are exactly those of its keys
-        assert run_texts(list(run)) == texts
+    if run is not None:  # only what is a run, read as text by text reads it
+        assert list(run) == keys_one_by_one(texts)
         assert list(run) == list(uniq_key_run(run.head, run.first, count))
