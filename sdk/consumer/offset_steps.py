@@ -19,6 +19,7 @@ by a persist is either answered by the broker or kept and sent again with the ne
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from offsetstore import MessageQueue, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
@@ -27,6 +28,8 @@ from offsetstore.remote_broker import RetryPolicy, is_retriable
 from sdk.errors import IllegalStateError, InvalidArgumentError
 from sdk.transport.models import QueueStart
 from sdk.transport.steps import Call, Pause, Steps
+
+log = logging.getLogger(__name__)
 
 __all__ = ["NO_BACKEND", "persist", "read_committed", "read_starts"]
 
@@ -101,13 +104,25 @@ def read_starts(
             offsets.read_failed(queue, exc)
         return {}
     starts: dict[MessageQueue, int] = {}
+    asked = set(queues)
     for queue_start in answer:
         queue = queue_start.queue
+        if queue not in asked or queue in starts:  # never taken: another member may own it
+            log.warning(
+                "the broker answered a start of %s that group %s did not ask for, or twice; "
+                "ignored",
+                queue,
+                offsets.group,
+            )
+            continue
         found = offsets.offset_read(queue, queue_start.committed)
         if not isinstance(found, int) or found < 0:  # never committed: the rule's start
             found = queue_start.start
             offsets.update_offset(queue, found, False)
         starts[queue] = found
+    for queue in queues:
+        if queue not in starts:  # left out: read again at the next rebalance
+            offsets.read_failed(queue, InvalidArgumentError("the broker answered no start"))
     return starts
 
 

@@ -4,16 +4,18 @@ recorded at once), on the service, through the embedded transport and over HTTP.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import pytest
 
 from localstore import NewMessage
-from offsetstore import MessageQueue
+from offsetstore import MessageQueue, OffsetStatus, ReadOffsetType, RemoteBrokerOffsetStore
 from sdk import Admin, ConsumeFrom, ConsumeResult, EmbeddedBroker, Message, Producer, PushConsumer
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.consumer import push
+from sdk.consumer.offset_steps import NO_BACKEND, read_starts
 from sdk.errors import InvalidArgumentError
 from sdk.message import retry_topic
 from sdk.transport.http_sync import HttpTransport
@@ -203,3 +205,21 @@ def test_a_push_member_records_a_new_queues_start_as_it_takes_it(
             # recorded when the member takes the queue (30 s: a bound, not an expectation)
             wait_until(lambda: broker.service.query_offset(GROUP, TOPIC, 0) is not None, 30.0)
             assert broker.service.query_offset(GROUP, TOPIC, 0) == 3
+
+
+def test_a_start_not_asked_for_is_ignored_and_one_left_out_is_not_taken(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    asked = [MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-a", 1)]
+    stranger = MessageQueue(TOPIC, "broker-a", 2)  # another member's, say
+    offsets = RemoteBrokerOffsetStore(GROUP, NO_BACKEND)
+    steps = read_starts(offsets, asked, CONSUME_FROM_FIRST_OFFSET, 0)
+    call = next(steps)
+    assert call.method == "start_offsets"
+    with caplog.at_level(logging.WARNING), pytest.raises(StopIteration) as answered:
+        steps.send([QueueStart(asked[0], 7, 0), QueueStart(stranger, None, 0)])
+    assert answered.value.value == {asked[0]: 7}
+    assert "did not ask for" in caplog.text
+    assert "answered no start" in caplog.text  # asked[1]: read again at the next rebalance
+    assert offsets.read_offset(stranger, ReadOffsetType.MEMORY) is OffsetStatus.NOT_FOUND
+    assert offsets.read_offset(asked[1], ReadOffsetType.MEMORY) is OffsetStatus.NOT_FOUND
