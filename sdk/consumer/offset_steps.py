@@ -104,26 +104,45 @@ def read_starts(
             offsets.read_failed(queue, exc)
         return {}
     starts: dict[MessageQueue, int] = {}
-    asked = set(queues)
-    for queue_start in answer:
+    for queue_start in _answered_starts(offsets.group, queues, answer):
         queue = queue_start.queue
-        if queue not in asked or queue in starts:  # never taken: another member may own it
-            log.warning(
-                "the broker answered a start of %s that group %s did not ask for, or twice; "
-                "ignored",
-                queue,
-                offsets.group,
-            )
-            continue
         found = offsets.offset_read(queue, queue_start.committed)
         if not isinstance(found, int) or found < 0:  # never committed: the rule's start
             found = queue_start.start
             offsets.update_offset(queue, found, False)
         starts[queue] = found
-    for queue in queues:
-        if queue not in starts:  # left out: read again at the next rebalance
-            offsets.read_failed(queue, InvalidArgumentError("the broker answered no start"))
     return starts
+
+
+def _answered_starts(
+    group: str, queues: list[MessageQueue], answer: list[QueueStart]
+) -> list[QueueStart]:
+    """The starts of ``answer`` that stand for the ``queues`` asked, one a queue; what a
+    faulty broker adds is left out, logged: a queue not asked for (another member's, say), two
+    different starts of one queue, a queue it left out (asked again later: by the pull
+    consumer at its next poll, by the push consumer at its next rebalance)."""
+    asked = set(queues)
+    chosen: dict[MessageQueue, QueueStart] = {}
+    conflicting: set[MessageQueue] = set()
+    for queue_start in answer:
+        queue = queue_start.queue
+        if queue not in asked:
+            log.warning(
+                "the broker answered a start of %s, which group %s did not ask for; ignored",
+                queue,
+                group,
+            )
+        elif chosen.setdefault(queue, queue_start) != queue_start:
+            conflicting.add(queue)
+    for queue in queues:
+        if queue in conflicting:
+            log.warning(
+                "the broker answered two starts of %s for group %s; neither taken", queue, group
+            )
+            del chosen[queue]
+        elif queue not in chosen:
+            log.warning("the broker answered no start of %s for group %s", queue, group)
+    return list(chosen.values())
 
 
 def persist(

@@ -210,16 +210,35 @@ def test_a_push_member_records_a_new_queues_start_as_it_takes_it(
 def test_a_start_not_asked_for_is_ignored_and_one_left_out_is_not_taken(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    asked = [MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-a", 1)]
-    stranger = MessageQueue(TOPIC, "broker-a", 2)  # another member's, say
+    asked = [MessageQueue(TOPIC, "broker-a", i) for i in range(3)]
+    stranger = MessageQueue(TOPIC, "broker-a", 5)  # another member's, say
     offsets = RemoteBrokerOffsetStore(GROUP, NO_BACKEND)
     steps = read_starts(offsets, asked, CONSUME_FROM_FIRST_OFFSET, 0)
-    call = next(steps)
-    assert call.method == "start_offsets"
+    assert next(steps).method == "start_offsets"
+    answer = [
+        QueueStart(asked[0], 7, 0),
+        QueueStart(stranger, None, 0),
+        QueueStart(asked[2], None, 4),
+        QueueStart(asked[2], 9, 9),  # a second, different start of one queue
+    ]  # and none of asked[1]
     with caplog.at_level(logging.WARNING), pytest.raises(StopIteration) as answered:
-        steps.send([QueueStart(asked[0], 7, 0), QueueStart(stranger, None, 0)])
+        steps.send(answer)
     assert answered.value.value == {asked[0]: 7}
-    assert "did not ask for" in caplog.text
-    assert "answered no start" in caplog.text  # asked[1]: read again at the next rebalance
-    assert offsets.read_offset(stranger, ReadOffsetType.MEMORY) is OffsetStatus.NOT_FOUND
-    assert offsets.read_offset(asked[1], ReadOffsetType.MEMORY) is OffsetStatus.NOT_FOUND
+    assert [record.getMessage() for record in caplog.records] == [
+        f"the broker answered a start of {stranger}, which group {GROUP} did not ask for; ignored",
+        f"the broker answered no start of {asked[1]} for group {GROUP}",
+        f"the broker answered two starts of {asked[2]} for group {GROUP}; neither taken",
+    ]
+    for queue in (stranger, asked[1], asked[2]):  # nothing recorded for them
+        assert offsets.read_offset(queue, ReadOffsetType.MEMORY) is OffsetStatus.NOT_FOUND
+
+
+def test_a_start_answered_twice_alike_is_taken_once() -> None:
+    queue = MessageQueue(TOPIC, "broker-a", 0)
+    steps = read_starts(
+        RemoteBrokerOffsetStore(GROUP, NO_BACKEND), [queue], CONSUME_FROM_FIRST_OFFSET, 0
+    )
+    next(steps)
+    with pytest.raises(StopIteration) as answered:
+        steps.send([QueueStart(queue, None, 4), QueueStart(queue, None, 4)])
+    assert answered.value.value == {queue: 4}
