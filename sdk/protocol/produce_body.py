@@ -40,12 +40,12 @@ naming the byte offset and the problem.
 
 Equal messages are read and written across the batch. A producer's batch of bodies of one
 length, with properties texts of one length, is a column of messages of one size whose heads
-differ only in BODYCRC: its body is written with one join, the CRC words put in with strided
-assignments, and read back by checking each shared head byte of every message with one
-strided slice. Texts that each hold a ``UNIQ_KEY`` alone, drawn as a run, are checked as that
-run with one comparison. Each of these readings gives exactly what the message-by-message one
-gives, or declines (returns None) and leaves the batch to it: so a fault is always found, and
-named, by the one loop.
+differ only in BODYCRC: from :data:`ACROSS_FROM` messages on, its body is written with one
+join, the CRC words put in with strided assignments, and read back by checking each shared
+head byte of every message with one strided slice. Texts that each hold a ``UNIQ_KEY`` alone,
+drawn as a run, are checked as that run with one comparison. Each of these readings gives
+exactly what the message-by-message one gives, or declines (returns None) and leaves the
+batch to it: so a fault is always found, and named, by the one loop.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from localstore.record.uniform_batch import DEFAULT_BORN_HOST, UniformBatch
 from sdk.errors import InvalidArgumentError, MalformedBodyError
 
 __all__ = [
+    "ACROSS_FROM",
     "MESSAGE_MAGIC",
     "UNCHECKED_MAGIC",
     "decode_produce_body",
@@ -89,6 +90,9 @@ _PROPERTIES_LENGTH_BYTES = SHORT.size
 _FIXED_BYTES = _HEAD_BYTES + _PROPERTIES_LENGTH_BYTES  # a message with empty body and properties
 _MAGICS = (MESSAGE_MAGIC, UNCHECKED_MAGIC)
 _CRC_AT, _BODY_LENGTH_AT = 8, 16
+# The fewest messages a body is written and read across the batch for: below it, one message
+# after another is cheaper (the across readings' steps cost the same for any count).
+ACROSS_FROM = 16
 # The head's bytes every message of a body of equal messages shares: TOTALSIZE and MAGICCODE,
 # FLAG and BODYLENGTH (not BODYCRC, at 8-11)
 _SHARED_HEAD_BYTES = (*range(0, _CRC_AT), *range(_CRC_AT + 4, _HEAD_BYTES))
@@ -176,7 +180,8 @@ def _encode_equal(
     count = len(bodies)
     body_bytes, text_bytes, flag = len(bodies[0]), len(texts[0]), flags[0]
     if (
-        not count == len(texts) == len(flags)
+        count < ACROSS_FROM
+        or not count == len(texts) == len(flags)
         or text_bytes > MAX_PROPERTIES_BYTES
         or set(map(type, flags)) != {int}
         or len(set(map(len, bodies))) != 1
@@ -327,6 +332,8 @@ def _split_equal(data: bytes) -> _Split | None:
     ):
         return None
     count = end // total
+    if count < ACROSS_FROM:
+        return None
     length_at = _HEAD_BYTES + body_bytes
     text_bytes = total - _FIXED_BYTES - body_bytes
     if SHORT.unpack_from(data, length_at)[0] != text_bytes:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from localstore.record.message_id import UniqKeyRun, uniq_key_run
 from sdk.errors import MalformedBodyError
 from sdk.protocol.produce_body import (
+    ACROSS_FROM,
     _drawn_run,
     _encode_each,
     _encode_equal,
@@ -23,7 +24,10 @@ from sdk.protocol.produce_body import (
 
 # A batch of equal messages: bodies of one length, properties texts of one length, one flag.
 _equal_batches = st.tuples(
-    st.integers(1, 24), st.integers(0, 40), st.integers(0, 12), st.integers(-(2**31), 2**31 - 1)
+    st.integers(ACROSS_FROM, ACROSS_FROM + 24),
+    st.integers(0, 40),
+    st.integers(0, 12),
+    st.integers(-(2**31), 2**31 - 1),
 ).flatmap(
     lambda shape: st.tuples(
         st.lists(
@@ -75,19 +79,28 @@ def test_a_damaged_byte_anywhere_is_read_as_one_by_one_reads_it(
 
 def test_a_body_without_crcs_is_read_across_unchecked() -> None:
     message = struct.pack(">iiiii", 22 + 3 + 1, 0, 0, 7, 3) + b"abc" + struct.pack(">h", 1) + b"t"
-    body = message * 4
-    assert _split_equal(body) == _split_each(body) == ([b"abc"] * 4, [b"t"] * 4, [7] * 4, None)
+    body = message * ACROSS_FROM
+    assert _split_equal(body) == _split_each(body)
+    assert _split_each(body) == (
+        [b"abc"] * ACROSS_FROM,
+        [b"t"] * ACROSS_FROM,
+        [7] * ACROSS_FROM,
+        None,
+    )
+
+
+_N = ACROSS_FROM
 
 
 @pytest.mark.parametrize(
     ("bodies", "texts", "flags"),
     [
-        ([b"a", b"bb"], [b"t", b"t"], [0, 0]),
-        ([b"a", b"b"], [b"t", b"tt"], [0, 0]),
-        ([b"a", b"b"], [b"t", b"t"], [0, 1]),
-        ([b"a"], [b"t" * 32768], [0]),
-        ([b"a", b"b"], [b"t", b"t"], [1, 1.0]),
-        ([b"a", b"b"], [b"t", b"t"], [0, 0, 1]),
+        ([b"a"] * (_N - 1) + [b"bb"], [b"t"] * _N, [0] * _N),
+        ([b"a"] * _N, [b"t"] * (_N - 1) + [b"tt"], [0] * _N),
+        ([b"a"] * _N, [b"t"] * _N, [0] * (_N - 1) + [1]),
+        ([b"a"] * _N, [b"t" * 32768] * _N, [0] * _N),
+        ([b"a"] * _N, [b"t"] * _N, [1] * (_N - 1) + [1.0]),
+        ([b"a"] * _N, [b"t"] * _N, [0] * (_N + 1)),
     ],
     ids=["body-lengths", "text-lengths", "flags", "text-too-long", "a-float-flag", "more-flags"],
 )
@@ -97,7 +110,7 @@ def test_unequal_messages_are_left_to_the_loop(
     assert _encode_equal(bodies, texts, flags) is None
 
 
-@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("count", [ACROSS_FROM, ACROSS_FROM + 1])
 def test_a_properties_length_all_messages_get_wrong_is_left_to_the_loop(count: int) -> None:
     message = bytearray(_encode_each([b"abc"], [b"tt"], [0]))
     message[24] = 3  # the properties length, a short at 20 + 3: 3, the text is 2 bytes
@@ -105,6 +118,13 @@ def test_a_properties_length_all_messages_get_wrong_is_left_to_the_loop(count: i
     assert _split_equal(body) is None
     with pytest.raises(MalformedBodyError, match="properties length 3 does not add up"):
         _split_each(body)
+
+
+@pytest.mark.parametrize("count", [1, ACROSS_FROM - 1])
+def test_fewer_messages_than_across_from_go_one_by_one(count: int) -> None:
+    bodies, texts, flags = [b"abc"] * count, [b"t"] * count, [0] * count
+    assert _encode_equal(bodies, texts, flags) is None  # the loop is cheaper there
+    assert _split_equal(_encode_each(bodies, texts, flags)) is None
 
 
 def run_texts(keys: list[str]) -> list[bytes]:
