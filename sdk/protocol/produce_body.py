@@ -96,7 +96,6 @@ ACROSS_FROM = 16
 # The head's bytes every message of a body of equal messages shares: TOTALSIZE and MAGICCODE,
 # FLAG and BODYLENGTH (not BODYCRC, at 8-11)
 _SHARED_HEAD_BYTES = (*range(0, _CRC_AT), *range(_CRC_AT + 4, _HEAD_BYTES))
-_NO_HEAD = (0, 0, 0, 0, 0)
 _PAIR_END = PROPERTY_SEPARATOR.encode()
 # What a body splits into: bodies, properties texts, flags and the bodies' CRCs (None when a
 # message came without one: magic 0).
@@ -320,10 +319,10 @@ def _split_equal(data: bytes) -> _Split | None:
     Each shared field is checked byte by byte: the byte of every message, taken with one
     strided slice, against the first message's byte repeated. The CRC words are gathered the
     same way, four strided slices, and unpacked at once."""
-    total, magic, _, flag, body_bytes = (
-        _HEAD.unpack_from(data) if len(data) >= _HEAD_BYTES else _NO_HEAD
-    )
     end = len(data)
+    if end < _FIXED_BYTES * ACROSS_FROM:  # fewer messages than the across readings take
+        return None
+    total, magic, _, flag, body_bytes = _HEAD.unpack_from(data)
     if (
         total < _FIXED_BYTES
         or end % total
@@ -434,10 +433,10 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     :class:`UniqKeyRun`, which the key index hashes from a table. Every text starts with the
     pair's name and ends with a pair separator, and there are as many pair separators as
     texts: so each text holds that one pair."""
-    run = _drawn_run(texts)
+    joined = b"".join(texts)
+    run = _drawn_run(texts, joined)
     if run is not None:
         return run
-    joined = b"".join(texts)
     if not (
         joined.count(_PAIR_END) == len(texts)
         and all(map(bytes.startswith, texts, repeat(_UNIQ_KEY_PAIR)))
@@ -454,7 +453,7 @@ def _uniq_keys_alone(texts: list[bytes]) -> list[str] | None:
     return [value[start:] for value in values]
 
 
-def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
+def _drawn_run(texts: list[bytes], joined: bytes) -> UniqKeyRun | None:
     """The UNIQ_KEYs of ``texts`` as the run a client drew them in, or None: each text
     ``UNIQ_KEY\\x01value\\x02`` and nothing else, each value its predecessor's with the
     counter (its last 4 hex digits) one up.
@@ -462,8 +461,8 @@ def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
     Checked across the texts at once, not text by text: the texts of such a run are all of
     the first's length, and are the first text repeated, each with its own counter. So the
     lengths and the first text are checked, then the repeat is made with the counters written
-    in, one strided assignment a digit (:data:`_COUNTER_COLUMNS`), and compared with all the
-    texts joined."""
+    in, one strided assignment a digit (:data:`_COUNTER_COLUMNS`), and compared with
+    ``joined`` (all the texts, joined)."""
     first_text = texts[0]
     size = len(first_text)
     count = len(texts)
@@ -489,7 +488,6 @@ def _drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
             column[first:stop] if stop <= _COUNTERS else column[first:] + column[: stop - _COUNTERS]
         )
         drawn[counter_at + digit :: size] = counters
-    joined = b"".join(texts)
     if drawn != joined:
         return None
     try:

@@ -127,6 +127,10 @@ def test_fewer_messages_than_across_from_go_one_by_one(count: int) -> None:
     assert _split_equal(_encode_each(bodies, texts, flags)) is None
 
 
+def drawn_run(texts: list[bytes]) -> UniqKeyRun | None:
+    return _drawn_run(texts, b"".join(texts))
+
+
 def run_texts(keys: list[str]) -> list[bytes]:
     return [b"UNIQ_KEY\x01" + key.encode() + b"\x02" for key in keys]
 
@@ -138,7 +142,7 @@ def run_texts(keys: list[str]) -> list[bytes]:
     st.integers(1, 300),
 )
 def test_a_drawn_run_is_read_as_that_run(head: str, first: int, count: int) -> None:
-    run = _drawn_run(run_texts(uniq_key_run(head, first, count)))
+    run = drawn_run(run_texts(uniq_key_run(head, first, count)))
     assert type(run) is UniqKeyRun
     assert (run.head, run.first, list(run)) == (head, first, list(uniq_key_run(head, first, count)))
 
@@ -158,7 +162,7 @@ def keys_one_by_one(texts: list[bytes]) -> list[str] | None:
 def test_a_boundary_moved_between_two_texts_is_no_run() -> None:
     texts = run_texts(uniq_key_run("AB", 0, 3))
     texts[1:] = [texts[1][:-1], b"\x02" + texts[2]]  # joined, the texts are as they were
-    assert _drawn_run(texts) is None
+    assert drawn_run(texts) is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -176,7 +180,7 @@ def test_a_damaged_run_is_no_run_unless_its_texts_still_are_one(
         at = data.draw(st.integers(0, len(text) - 1), label="at")
         text[at] = data.draw(st.integers(0, 255).filter(lambda v: v != text[at]), label="to")
         texts[index] = bytes(text)
-    run = _drawn_run(texts)
+    run = drawn_run(texts)
     if run is not None:  # only what is a run, read as text by text reads it
         assert list(run) == keys_one_by_one(texts)
         assert list(run) == list(uniq_key_run(run.head, run.first, count))
