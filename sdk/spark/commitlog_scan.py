@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from localstore.read_only import ReadOnlyStore
-from localstore.record.arrow.starts import record_starts
+from localstore.record.arrow.records import record_starts
 from localstore.record.codec import RecordError
 from localstore.record.walk import WALK_INVALID, WALK_SEGMENT_END, walk_segment
 from quiver_errors import IllegalStateError

@@ -28,6 +28,7 @@ from localstore import MessageStore, NewMessage, StoreOptions, pack_host
 from localstore.record.arrow import arrow_schema, decode_record_batch
 from localstore.record.batch_encoder import encode_batch
 from localstore.record.codec import RecordError
+from quiver_errors import IllegalStateError
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.message import ReceivedMessage, retry_topic
 from sdk.transport.models import PullBatch, QueuePull, decode_records
@@ -59,13 +60,21 @@ def expected_rows(
         }
         if include_body:
             row["body"] = stored.body
-        row["born_timestamp"] = EPOCH + datetime.timedelta(milliseconds=stored.born_timestamp)
-        row["store_timestamp"] = EPOCH + datetime.timedelta(milliseconds=stored.store_timestamp)
+        for name in ("born_timestamp", "store_timestamp"):
+            row[name] = _as_datetime(getattr(stored, name))
         row["reconsume_times"] = stored.reconsume_times
         if include_properties:
             row["properties"] = list(stored.properties.items())
         rows.append(row)
     return rows
+
+
+def _as_datetime(millis: int) -> datetime.datetime | None:
+    """A stored time as the batch shows it; None past datetime's range (a damaged field)."""
+    try:
+        return EPOCH + datetime.timedelta(milliseconds=millis)
+    except OverflowError:
+        return None
 
 
 def assert_decodes_as_the_general_decoder(raw: bytes) -> None:
@@ -271,42 +280,47 @@ def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str
     assert_decodes_as_the_general_decoder(records)
 
 
-# --- slices of bytes --------------------------------------------------------------------------
+# --- values at places in the bytes ------------------------------------------------------------
 
-BYTES_AND_PIECES = st.binary(max_size=40).flatmap(
+BYTES_AND_PLACES = st.binary(max_size=40).flatmap(
     lambda data: st.tuples(
         st.just(data),
-        st.lists(
-            st.tuples(st.integers(0, len(data)), st.integers(0, 20), st.booleans()), max_size=12
-        ),
+        st.lists(st.tuples(st.integers(0, len(data)), st.integers(-1, 20)), max_size=12),
     )
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(BYTES_AND_PIECES)
-@example((b"0123456789abcdef", [(0, 2, True), (3, 1, True)]))  # every value in one word
-@example((b"0123456789abcdef", [(0, 16, True), (2, 13, False)]))  # every value long
-def test_slices_are_the_bytes_at_their_places(bytes_and_pieces: tuple[bytes, list[Any]]):
-    """Values of every length around a binary view's 12 inline bytes, near the buffer's end,
-    null where not valid: each one the bytes at its place; as strings, checked as UTF-8."""
-    from localstore.record.arrow.slices import ByteSlices
+@given(BYTES_AND_PLACES)
+@example((b"", [(0, 0), (0, -1)]))
+def test_values_are_the_bytes_at_their_places(bytes_and_places: tuple[bytes, list[Any]]):
+    """Values of any length, near the bytes' end, null where the length is -1: each one the
+    bytes at its place; as strings, checked as UTF-8."""
+    from localstore.record.arrow.buffers import values_at
 
-    data, pieces = bytes_and_pieces
-    pieces = [(at, min(length, len(data) - at), valid) for at, length, valid in pieces]
-    at = np.array([at for at, _, _ in pieces], dtype=np.int64)
-    length = np.array([length for _, length, _ in pieces], dtype=np.int64)
-    valid = np.array([valid for _, _, valid in pieces], dtype=bool)
-    sliced = ByteSlices(np.frombuffer(data, dtype=np.uint8), pa.py_buffer(data))
-    expected = [data[at : at + length] if valid else None for at, length, valid in pieces]
-    assert sliced.slices(at, length, pa.binary(), valid).to_pylist() == expected
+    data, places = bytes_and_places
+    places = [(at, min(length, len(data) - at)) for at, length in places]
+    octets = np.frombuffer(data, dtype=np.uint8)
+    at = np.array([at for at, _ in places], dtype=np.int64)
+    length = np.array([length for _, length in places], dtype=np.int64)
+    expected = [data[at : at + length] if length >= 0 else None for at, length in places]
+    assert values_at(octets, at, length, pa.binary()).to_pylist() == expected
     try:
         texts = [value.decode() if value is not None else None for value in expected]
     except UnicodeDecodeError:
         with pytest.raises(pa.ArrowInvalid):
-            sliced.slices(at, length, pa.string(), valid)
+            values_at(octets, at, length, pa.string())
     else:
-        assert sliced.slices(at, length, pa.string(), valid).to_pylist() == texts
+        assert values_at(octets, at, length, pa.string()).to_pylist() == texts
+
+
+def test_a_place_outside_the_bytes_is_refused_before_arrow_reads_it():
+    from localstore.record.arrow.buffers import values_at
+
+    octets = np.frombuffer(b"0123", dtype=np.uint8)
+    for at, length in ((3, 2), (-1, 1)):
+        with pytest.raises(IllegalStateError, match="outside its bytes"):
+            values_at(octets, np.array([at]), np.array([length]), pa.binary())
 
 
 # --- damage -----------------------------------------------------------------------------------
@@ -329,6 +343,40 @@ def test_damaged_records_raise_the_general_decoder_s_error():
         assert str(columnar.value) == str(general.value), name
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(MESSAGES, min_size=1, max_size=6),
+    st.integers(min_value=0),
+    st.integers(0, 255),
+    st.integers(0, 3),
+)
+def test_a_damaged_byte_anywhere_reads_or_fails_as_the_general_decoder(
+    messages: list[NewMessage], place: int, value: int, cut: int
+):
+    """Any byte of the records changed, and the bytes cut short: the compiled walk reads
+    nothing outside them, and the batch is what the general decoder reads, or the same error."""
+    raw = bytearray(encode(messages, "T"))
+    raw[place % len(raw)] = value
+    damaged = bytes(raw[: len(raw) - cut])
+    try:
+        stored = decode_records(damaged)
+    except RecordError as general:
+        with pytest.raises(RecordError) as columnar:
+            decode_record_batch(damaged, include_properties=True)
+        assert str(columnar.value) == str(general)
+        return
+    batch = decode_record_batch(damaged, include_properties=True)
+    times = ["born_timestamp", "store_timestamp"]  # damaged: maybe past datetime's range
+    for name in times:
+        micros = batch.column(name).cast(pa.int64()).to_pylist()
+        expected_micros = [getattr(message, name) * 1000 for message in stored]
+        assert micros == [m if abs(m) < 2**63 else None for m in expected_micros]
+    rest = batch.drop_columns(times).to_pylist()
+    assert rest == [
+        {name: row[name] for name in row if name not in times} for row in expected_rows(damaged)
+    ]
+
+
 def test_no_bytes_give_an_empty_batch():
     batch = decode_record_batch(b"", include_properties=True)
     assert batch.num_rows == 0 and batch.schema == arrow_schema(include_properties=True)
@@ -347,19 +395,17 @@ def test_a_body_is_read_from_the_bytes_given(open_store: StoreFactory):
 def test_v2_records_with_long_topics_take_the_vectorised_path():
     """A topic above 127 bytes makes a v2 record (a 2-byte topic length): read in bulk, not
     left to the general decoder."""
-    from localstore.record.arrow.headers import Headers
-    from localstore.record.arrow.starts import record_starts
+    from localstore.record.arrow.records import COMMON_ROW, record_table
 
     raw = encode([NewMessage("T", b"x" * n, properties={"TAGS": "t"}) for n in range(5)], "é" * 100)
     assert_decodes_as_the_general_decoder(raw)
-    headers = Headers(raw, record_starts(raw, None))
-    assert headers.common_shape().all()
+    assert record_table(np.frombuffer(raw, dtype=np.uint8), None)[COMMON_ROW].all()
 
 
 def test_bodies_holding_records_do_not_cut_the_records_there():
-    """Records are found at their magic, checked by the TOTALSIZE chain: a body holding a
-    whole record (its magic and a size that fits) is a body, as the walk reads it."""
-    from localstore.record.arrow.starts import record_starts
+    """Records are found by the TOTALSIZE chain: a body holding a whole record (its magic
+    and a size that fits) is a body."""
+    from localstore.record.arrow.records import record_starts
 
     inner = encode([NewMessage("T", b"inner", properties={"TAGS": "t"})], "T")
     messages = [NewMessage("T", body) for body in (b"a", inner, b"b" + inner[:-3], inner * 2, b"c")]
@@ -370,45 +416,6 @@ def test_bodies_holding_records_do_not_cut_the_records_there():
     assert record_starts(raw, None).tolist() == walked[:-1]
     assert record_starts(raw, 2).tolist() == walked[:2]
     assert_decodes_as_the_general_decoder(raw)
-
-
-def test_bodies_dense_in_the_magics_first_byte_take_no_arrays_of_the_bytes_size():
-    """The search for magics gives way to the walk on bodies full of 0xDA (the first byte of
-    both magics), before it holds an array as long as the bytes searched."""
-    import tracemalloc
-
-    from localstore.record.arrow.starts import record_starts
-
-    messages = [NewMessage("T", b"\xda" * (1 << 20)) for _ in range(16)]
-    encoded = encode_batch(messages, "T", 3, 0, 0, 1 << 30, 1, STORE_HOST, 1 << 30)
-    raw = b"".join(encoded.published_runs())
-    tracemalloc.start()
-    try:
-        starts = record_starts(raw, None)
-        peak_bytes = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert starts.tolist() == encoded.phys_offsets
-    assert peak_bytes < len(raw) // 4
-
-
-def test_records_across_many_search_slices_start_where_the_walk_finds_them():
-    """The magics are searched a slice of the bytes at a time: records that cross from one
-    slice into the next are found by the search all the same (not by the walk it would give
-    way to), every one or the first ``count``."""
-    import random
-
-    from localstore.record.arrow.starts import _starts_by_magic
-
-    rng = random.Random(7)
-    messages = [NewMessage("T", rng.randbytes(rng.randint(0, 1500))) for _ in range(3000)]
-    encoded = encode_batch(messages, "T", 3, 0, 0, 1 << 30, 1, STORE_HOST, 1 << 30)
-    raw = b"".join(encoded.published_runs())
-    assert len(raw) > 4 * (1 << 18)  # several slices
-    every = _starts_by_magic(raw, None)
-    first = _starts_by_magic(memoryview(raw), 2345)
-    assert every is not None and every.tolist() == encoded.phys_offsets
-    assert first is not None and first.tolist() == encoded.phys_offsets[:2345]
 
 
 def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactory):

@@ -9,16 +9,34 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from localstore.record.arrow.headers import Headers, offset_msg_ids
-from localstore.record.arrow.properties import PropertyFinder, properties_maps, split_keys
-from localstore.record.arrow.schema import TIMESTAMP, arrow_schema, timestamps
-from localstore.record.arrow.slices import ByteSlices
-from localstore.record.arrow.starts import record_starts
+from localstore.record.arrow.buffers import key_tokens, offset_msg_ids, values_at
+from localstore.record.arrow.pairs import every_pair, values_named
+from localstore.record.arrow.records import (
+    BODY_AT_ROW,
+    BODY_LENGTH_ROW,
+    BORN_TIMESTAMP_ROW,
+    COMMON_ROW,
+    PROPERTIES_AT_ROW,
+    PROPERTIES_LENGTH_ROW,
+    QUEUE_ID_ROW,
+    QUEUE_OFFSET_ROW,
+    RECONSUME_TIMES_ROW,
+    START_ROW,
+    STORE_TIMESTAMP_ROW,
+    TOPIC_AT_ROW,
+    TOPIC_LENGTH_ROW,
+    record_table,
+)
+from localstore.record.arrow.schema import KEYS, PROPERTIES, TIMESTAMP, arrow_schema, timestamps
 from localstore.record.codec import StoredMessage, decode_record
 from localstore.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from localstore.record.properties import split_keys as split_key_text
 
 __all__ = ["decode_record_batch"]
+
+# The properties every batch reads, by their index in _NAMED.
+_NAMED = [PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS]
+_UNIQ_KEY, _TAGS, _KEYS = range(len(_NAMED))
 
 
 def decode_record_batch(
@@ -44,71 +62,96 @@ def decode_record_batch(
     (the error :func:`~localstore.record.codec.decode_record` gives for a bad one), or
     when ``raw`` holds fewer than ``count`` records.
     """
-    view = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
-    starts = record_starts(view, count)
+    octets = np.frombuffer(raw, dtype=np.uint8)
+    table = record_table(octets, count)
     schema = arrow_schema(include_body=include_body, include_properties=include_properties)
-    if len(starts) == 0:
+    if table.shape[1] == 0:
         return _empty_batch(schema)
-    header = Headers(view, starts)
-    fast = header.common_shape()
-    if fast.all():
+    view = octets.data
+    common = table[COMMON_ROW].astype(bool)
+    if common.all():
         try:
-            return _vectorised(view, header, schema, include_body, include_properties)
+            return _compiled(octets, table, schema, include_body, include_properties)
         except pa.ArrowInvalid:  # a topic or properties text is not UTF-8: decode_record says
-            return _general(view, starts, schema, include_body, include_properties)
-    fast_rows = np.flatnonzero(fast)
-    other_rows = np.flatnonzero(~fast)
-    # decoded first: a damaged record raises before any vectorised work
-    others = _general(view, starts[other_rows], schema, include_body, include_properties)
-    if len(fast_rows) == 0:
+            return _general(view, table[START_ROW], schema, include_body, include_properties)
+    common_rows = np.flatnonzero(common)
+    other_rows = np.flatnonzero(~common)
+    # decoded first: a damaged record raises before any other work
+    others = _general(view, table[START_ROW, other_rows], schema, include_body, include_properties)
+    if len(common_rows) == 0:
         return others
     try:
-        common = _vectorised(
-            view, header.subset(fast_rows), schema, include_body, include_properties
-        )
+        decoded = _compiled(octets, table[:, common_rows], schema, include_body, include_properties)
     except pa.ArrowInvalid:
-        return _general(view, starts, schema, include_body, include_properties)
-    order = np.empty(len(starts), dtype=np.int64)
-    order[np.concatenate([fast_rows, other_rows])] = np.arange(len(starts))
-    table = pa.Table.from_batches([common, others]).take(pa.array(order))
-    return table.combine_chunks().to_batches()[0]
+        return _general(view, table[START_ROW], schema, include_body, include_properties)
+    order = np.empty(table.shape[1], dtype=np.int64)
+    order[np.concatenate([common_rows, other_rows])] = np.arange(table.shape[1])
+    joined = pa.Table.from_batches([decoded, others]).take(pa.array(order))
+    return joined.combine_chunks().to_batches()[0]
 
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
 
 
-def _vectorised(
-    view: bytes | memoryview,
-    header: Headers,
+def _compiled(
+    octets: npt.NDArray[np.uint8],
+    table: npt.NDArray[np.int64],
     schema: pa.Schema,
     include_body: bool,
     include_properties: bool,
 ) -> pa.RecordBatch:
-    """The batch of records all of the common shape. Raises ``pa.ArrowInvalid`` when a topic
-    or properties text is not UTF-8."""
-    records = ByteSlices(np.frombuffer(view, dtype=np.uint8), pa.py_buffer(view))
-    topic = records.slices(header.topic_at, header.topic_length, pa.string())
-    properties_text = records.slices(header.properties_at, header.properties_length, pa.string())
-    found = PropertyFinder(properties_text)
-    offset_msg_id = offset_msg_ids(header)
+    """The batch of records all of the common shape (``table``'s columns). Raises
+    ``pa.ArrowInvalid`` when a topic or properties text is not UTF-8."""
+    texts_at, texts_length = table[PROPERTIES_AT_ROW], table[PROPERTIES_LENGTH_ROW]
+    values_at(octets, texts_at, texts_length, pa.string())  # each text UTF-8, so each part
+    at, length = values_named(octets, texts_at, texts_length, _NAMED)
+    uniq_key, tags = (
+        values_at(octets, at[index], length[index], pa.string(), checked=True)
+        for index in (_UNIQ_KEY, _TAGS)
+    )
+    offset_msg_id = offset_msg_ids(octets, table[START_ROW])
     columns: dict[str, pa.Array] = {
-        "topic": topic,
-        "queue_id": pa.array(header.int_at("QUEUEID").astype(np.int32)),
-        "queue_offset": pa.array(header.long_at("QUEUEOFFSET")),
-        "msg_id": pc.coalesce(found.values(PROPERTY_UNIQ_KEY), offset_msg_id),
+        "topic": values_at(octets, table[TOPIC_AT_ROW], table[TOPIC_LENGTH_ROW], pa.string()),
+        "queue_id": pa.array(table[QUEUE_ID_ROW].astype(np.int32)),
+        "queue_offset": pa.array(table[QUEUE_OFFSET_ROW]),
+        "msg_id": pc.coalesce(uniq_key, offset_msg_id),
         "offset_msg_id": offset_msg_id,
-        "tags": found.values(PROPERTY_TAGS),
-        "keys": split_keys(found.values(PROPERTY_KEYS)),
-        "born_timestamp": timestamps(header.long_at("BORNTIMESTAMP")),
-        "store_timestamp": timestamps(header.long_at("STORETIMESTAMP")),
-        "reconsume_times": pa.array(header.int_at("RECONSUMETIMES").astype(np.int32)),
+        "tags": tags,
+        "keys": _split_keys(octets, at[_KEYS], length[_KEYS]),
+        "born_timestamp": timestamps(table[BORN_TIMESTAMP_ROW]),
+        "store_timestamp": timestamps(table[STORE_TIMESTAMP_ROW]),
+        "reconsume_times": pa.array(table[RECONSUME_TIMES_ROW].astype(np.int32)),
     }
     if include_body:
-        columns["body"] = records.slices(header.body_at, header.body_length, pa.binary())
+        columns["body"] = values_at(octets, table[BODY_AT_ROW], table[BODY_LENGTH_ROW], pa.binary())
     if include_properties:
-        columns["properties"] = properties_maps(properties_text, found)
+        columns["properties"] = _properties_maps(octets, texts_at, texts_length)
     return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+def _split_keys(
+    octets: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> pa.Array:
+    """The KEYS values at their places split at spaces, empty tokens dropped (as
+    :func:`localstore.record.properties.split_keys` does): a list per record, empty without
+    keys. The values lie in properties texts already checked as UTF-8."""
+    lists, token_at, token_length = key_tokens(octets, at, length)
+    tokens = values_at(octets, token_at, token_length, pa.string(), checked=True)
+    return pa.ListArray.from_arrays(pa.array(lists), tokens, type=KEYS)
+
+
+def _properties_maps(
+    octets: npt.NDArray[np.uint8],
+    texts_at: npt.NDArray[np.int64],
+    texts_length: npt.NDArray[np.int64],
+) -> pa.Array:
+    """Every record's properties as a map, by decode_properties' rules. The texts are
+    already checked as UTF-8."""
+    first, name_at, name_length, value_at, value_length = every_pair(octets, texts_at, texts_length)
+    names = values_at(octets, name_at, name_length, pa.string(), checked=True)
+    values = values_at(octets, value_at, value_length, pa.string(), checked=True)
+    return pa.MapArray.from_arrays(pa.array(first.astype(np.int32)), names, values, type=PROPERTIES)
 
 
 def _general(

@@ -51,6 +51,13 @@ def arrow_schema(*, include_body: bool = True, include_properties: bool = False)
     return pa.schema(fields)
 
 
+_MAX_MILLIS = np.iinfo(np.int64).max // 1000  # beyond: no 64-bit microsecond count
+
+
 def timestamps(millis: npt.NDArray[np.int64]) -> pa.Array:
-    """Milliseconds since the epoch as a UTC microsecond timestamp array."""
-    return pa.array(millis * 1000, type=TIMESTAMP)
+    """Milliseconds since the epoch as a UTC microsecond timestamp array; null for a time
+    no microsecond timestamp holds (a damaged field), never a wrapped-around one."""
+    fits = (millis >= -_MAX_MILLIS) & (millis <= _MAX_MILLIS)
+    if fits.all():
+        return pa.array(millis * 1000, type=TIMESTAMP)
+    return pa.array(np.where(fits, millis, 0) * 1000, type=TIMESTAMP, mask=~fits)

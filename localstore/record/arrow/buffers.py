@@ -1,0 +1,144 @@
+"""Arrow arrays made from places in the record bytes: each value's bytes copied once, by
+compiled loops, into the value buffer of a plain ``binary`` or ``string`` array (32-bit
+offsets, as Spark reads them).
+
+A place is an offset and a length into the bytes; a length of -1 makes a null. Strings are
+checked to be UTF-8 by Arrow's cast from binary (``pa.ArrowInvalid`` where one is not).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from localstore.record.layout import header_offsets
+from quiver_errors import IllegalStateError
+
+__all__ = ["KEY_SEPARATOR_BYTE", "key_tokens", "offset_msg_ids", "values_at"]
+
+_V4 = header_offsets(0)
+_PHYSICAL_OFFSET_AT = _V4["PHYSICALOFFSET"]
+_STORE_HOST_AT = _V4["STOREHOSTADDRESS"]
+_MAX_VALUE_BYTES = (1 << 31) - 1  # 32-bit offsets
+KEY_SEPARATOR_BYTE = ord(" ")
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+OFFSET_MSG_ID_CHARS = 32
+
+
+def values_at(
+    raw: npt.NDArray[np.uint8],
+    at: npt.NDArray[np.int64],
+    length: npt.NDArray[np.int64],
+    kind: pa.DataType,
+    *,
+    checked: bool = False,
+) -> pa.Array:
+    """The ``length[i]`` bytes at ``at[i]`` as a ``kind`` (binary or string) array, null where
+    the length is -1. Raises ``pa.ArrowInvalid`` for a string that is not UTF-8, unless
+    ``checked``: the caller knows the bytes are (parts of a text already checked, cut at
+    ASCII bytes)."""
+    count = len(at)
+    present = length >= 0
+    if not (((at >= 0) & (at + length <= len(raw))) | ~present).all():
+        raise IllegalStateError("the columnar decoder made a place outside its bytes")
+    total = int(length[present].sum())
+    if total > _MAX_VALUE_BYTES:
+        raise IllegalStateError(f"{total} bytes of values: more than one Arrow array holds")
+    offsets, data = _gather(raw, at, length, total)
+    validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+    array = pa.Array.from_buffers(
+        kind, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    if kind == pa.string() and not checked:
+        array.validate(full=True)  # ArrowInvalid where a value is not UTF-8
+    return array
+
+
+def offset_msg_ids(raw: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> pa.Array:
+    """Upper-case hex of the IPv4 store host (address and port) and PHYSICALOFFSET of the
+    records at ``starts``: 32 characters each
+    (:func:`~localstore.record.codec.make_offset_msg_id`)."""
+    data = _hex_ids(raw, starts, _HEX_DIGITS)
+    offsets = np.arange(0, OFFSET_MSG_ID_CHARS * len(starts) + 1, OFFSET_MSG_ID_CHARS)
+    return pa.Array.from_buffers(
+        pa.string(),
+        len(starts),
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+    )
+
+
+def key_tokens(
+    raw: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The texts at ``at`` (length -1: none) split at spaces, empty tokens dropped: (list
+    offsets, a text per record; token offsets; token lengths)."""
+    found: tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]] = (
+        _split_at_spaces(raw, at, length)
+    )
+    return found
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather(
+    raw: npt.NDArray[np.uint8],
+    at: npt.NDArray[np.int64],
+    length: npt.NDArray[np.int64],
+    total: int,
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]:  # pragma: no cover - compiled
+    offsets = np.empty(len(at) + 1, dtype=np.int32)
+    data = np.empty(total, dtype=np.uint8)
+    written = 0
+    for index in range(len(at)):
+        offsets[index] = written
+        start = at[index]
+        for octet in range(max(length[index], 0)):  # faster than a slice copy for short values
+            data[written + octet] = raw[start + octet]
+        written += max(length[index], 0)
+    offsets[len(at)] = written
+    return offsets, data
+
+
+@numba.njit(cache=True, nogil=True)
+def _hex_ids(
+    raw: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], digits: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.uint8]:  # pragma: no cover - compiled
+    data = np.empty(OFFSET_MSG_ID_CHARS * len(starts), dtype=np.uint8)
+    for record in range(len(starts)):
+        out = OFFSET_MSG_ID_CHARS * record
+        for field_at in (_STORE_HOST_AT, _PHYSICAL_OFFSET_AT):
+            for index in range(8):
+                octet = raw[starts[record] + field_at + index]
+                data[out] = digits[octet >> 4]
+                data[out + 1] = digits[octet & 15]
+                out += 2
+    return data
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_at_spaces(
+    raw: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:  # pragma: no cover
+    room = 0
+    for index in range(len(at)):
+        room += max(length[index], 0) // 2 + 1  # a token and a space: 2 bytes at least
+    lists = np.empty(len(at) + 1, dtype=np.int32)
+    token_at = np.empty(room, dtype=np.int64)
+    token_length = np.empty(room, dtype=np.int64)
+    tokens = 0
+    for index in range(len(at)):
+        lists[index] = tokens
+        start = at[index]
+        end = start + max(length[index], 0)
+        cursor = start
+        while cursor <= end:
+            if cursor == end or raw[cursor] == KEY_SEPARATOR_BYTE:
+                if cursor > start:
+                    token_at[tokens] = start
+                    token_length[tokens] = cursor - start
+                    tokens += 1
+                start = cursor + 1
+            cursor += 1
+    lists[len(at)] = tokens
+    return lists, token_at[:tokens], token_length[:tokens]

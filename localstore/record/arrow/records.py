@@ -1,0 +1,222 @@
+"""Where each record laid end to end lies and what its fixed fields hold: one compiled walk.
+
+The walk follows TOTALSIZE from the first byte, record after record, and for each record of
+the common shape (v1 or v2 magic, IPv4 hosts) reads its header and finds its three variable
+fields, checking that they add up to TOTALSIZE. The answer is one table, a row per field
+(the ``*_ROW`` constants) and a column per record:
+
+    row             what
+    START           the record's offset in the bytes
+    QUEUE_ID ...    QUEUEID, QUEUEOFFSET, BORNTIMESTAMP, STORETIMESTAMP, RECONSUMETIMES
+    BODY_AT/LENGTH  where its body lies (``_AT``: offset in the bytes; ``_LENGTH``: bytes)
+    TOPIC_AT/LENGTH, PROPERTIES_AT/LENGTH alike
+    COMMON          1 when the record is of the common shape and its fields add up, else 0
+
+A record whose COMMON is 0 holds garbage in its other rows (but START): the general decoder
+reads it. Every read is checked to lie inside the record first: compiled code has no bounds
+checks of its own.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from localstore.record.codec import RecordError, decode_record
+from localstore.record.layout import (
+    HEADER_V4_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    PROPERTIES_LENGTH_BYTES,
+    SYSFLAG_HOSTS_V6,
+    header_offsets,
+)
+
+__all__ = [
+    "BODY_AT_ROW",
+    "BODY_LENGTH_ROW",
+    "BORN_TIMESTAMP_ROW",
+    "COMMON_ROW",
+    "PROPERTIES_AT_ROW",
+    "PROPERTIES_LENGTH_ROW",
+    "QUEUE_ID_ROW",
+    "QUEUE_OFFSET_ROW",
+    "RECONSUME_TIMES_ROW",
+    "START_ROW",
+    "STORE_TIMESTAMP_ROW",
+    "TOPIC_AT_ROW",
+    "TOPIC_LENGTH_ROW",
+    "record_starts",
+    "record_table",
+]
+
+(
+    START_ROW,
+    QUEUE_ID_ROW,
+    QUEUE_OFFSET_ROW,
+    BORN_TIMESTAMP_ROW,
+    STORE_TIMESTAMP_ROW,
+    RECONSUME_TIMES_ROW,
+    BODY_AT_ROW,
+    BODY_LENGTH_ROW,
+    TOPIC_AT_ROW,
+    TOPIC_LENGTH_ROW,
+    PROPERTIES_AT_ROW,
+    PROPERTIES_LENGTH_ROW,
+    COMMON_ROW,
+) = range(13)
+_ROWS = 13
+
+_V4 = header_offsets(0)
+_MAGIC_AT = _V4["MAGICCODE"]
+_QUEUE_ID_AT = _V4["QUEUEID"]
+_QUEUE_OFFSET_AT = _V4["QUEUEOFFSET"]
+_SYSFLAG_AT = _V4["SYSFLAG"]
+_BORN_TIMESTAMP_AT = _V4["BORNTIMESTAMP"]
+_STORE_TIMESTAMP_AT = _V4["STORETIMESTAMP"]
+_RECONSUME_TIMES_AT = _V4["RECONSUMETIMES"]
+_BODY_LENGTH_AT = _V4["BODYLENGTH"]
+
+
+def record_table(raw: npt.NDArray[np.uint8], count: int | None) -> npt.NDArray[np.int64]:
+    """The table of the records in ``raw`` (the first ``count`` of them; None: every one).
+
+    Raises :class:`~localstore.record.codec.RecordError` where a TOTALSIZE cannot be a
+    record's or runs past the bytes (the general decoder's error for that record), or when
+    ``raw`` holds fewer than ``count`` records."""
+    table: npt.NDArray[np.int64] = _fill_table(raw, _records_in(raw, count))
+    return table
+
+
+def record_starts(raw: bytes | memoryview, count: int | None) -> npt.NDArray[np.int64]:
+    """The start offsets of the records in ``raw`` (the first ``count`` of them), by their
+    TOTALSIZE chain; raises as :func:`record_table` does."""
+    octets = np.frombuffer(raw, dtype=np.uint8)
+    starts: npt.NDArray[np.int64] = _starts(octets, _records_in(octets, count))
+    return starts
+
+
+def _records_in(raw: npt.NDArray[np.uint8], count: int | None) -> int:
+    """How many records the walk finds (``count`` exactly when given), else raise."""
+    found, stopped_at = _count_records(raw, len(raw) if count is None else count)
+    if stopped_at >= 0:  # the first fault in the bytes' order is the one named
+        for start in _starts(raw, found).tolist():
+            decode_record(raw.data, start, body=False)
+        _raise_at(raw, stopped_at)
+    if count is not None and found < count:
+        raise RecordError(f"the bytes hold {found} records, not the {count} expected")
+    return int(found)
+
+
+@numba.njit(cache=True, nogil=True)
+def int_at(raw: npt.NDArray[np.uint8], at: int) -> int:  # pragma: no cover - compiled
+    """The big-endian signed 32-bit int at ``at`` (4 bytes there, checked by the caller)."""
+    value = (
+        (np.int64(raw[at]) << 24)
+        | (np.int64(raw[at + 1]) << 16)
+        | (np.int64(raw[at + 2]) << 8)
+        | np.int64(raw[at + 3])
+    )
+    return int(value - (np.int64(1) << 32) if value >= (np.int64(1) << 31) else value)
+
+
+@numba.njit(cache=True, nogil=True)
+def long_at(raw: npt.NDArray[np.uint8], at: int) -> int:  # pragma: no cover - compiled
+    """The big-endian signed 64-bit int at ``at`` (8 bytes there, checked by the caller)."""
+    value = np.uint64(0)
+    for index in range(8):
+        value = (value << np.uint64(8)) | np.uint64(raw[at + index])
+    return int(np.int64(value))
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_records(raw: npt.NDArray[np.uint8], limit: int) -> tuple[int, int]:  # pragma: no cover
+    """(records found, the offset of a record whose TOTALSIZE does not fit, else -1)."""
+    end = len(raw)
+    found, at = 0, 0
+    while at < end and found < limit:
+        total = int_at(raw, at) if at + 4 <= end else 0
+        if total < MIN_RECORD_SIZE or total > end - at:
+            return found, at
+        found += 1
+        at += total
+    return found, -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _starts(raw: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.int64]:  # pragma: no cover
+    starts = np.empty(count, dtype=np.int64)
+    at = 0
+    for row in range(count):
+        starts[row] = at
+        at += int_at(raw, at)
+    return starts
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_table(
+    raw: npt.NDArray[np.uint8], count: int
+) -> npt.NDArray[np.int64]:  # pragma: no cover
+    table = np.zeros((_ROWS, count), dtype=np.int64)
+    at = 0
+    for row in range(count):
+        total = int_at(raw, at)
+        table[START_ROW, row] = at
+        table[COMMON_ROW, row] = _read_common_shape(raw, at, total, table, row)
+        at += total
+    return table
+
+
+@numba.njit(cache=True, nogil=True)
+def _read_common_shape(
+    raw: npt.NDArray[np.uint8], at: int, total: int, table: npt.NDArray[np.int64], row: int
+) -> int:  # pragma: no cover - compiled
+    """Fill ``row`` of ``table`` from the record of ``total`` bytes at ``at``: 1 when it is of
+    the common shape and its fields add up, else 0. TOTALSIZE is at least MIN_RECORD_SIZE."""
+    magic = int_at(raw, at + _MAGIC_AT)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return 0
+    if int_at(raw, at + _SYSFLAG_AT) & SYSFLAG_HOSTS_V6:
+        return 0
+    end = at + total
+    body_length = int_at(raw, at + _BODY_LENGTH_AT)
+    topic_field = at + HEADER_V4_SIZE + body_length
+    topic_length_bytes = 1 if magic == MAGIC_V1 else 2
+    if body_length < 0 or topic_field + topic_length_bytes > end:
+        return 0
+    if topic_length_bytes == 1:
+        topic_length = np.int64(raw[topic_field])
+    else:
+        topic_length = (np.int64(raw[topic_field]) << 8) | np.int64(raw[topic_field + 1])
+        if topic_length >= 1 << 15:
+            return 0  # a negative short
+    properties_field = topic_field + topic_length_bytes + topic_length
+    if properties_field + PROPERTIES_LENGTH_BYTES > end:
+        return 0
+    properties_length = (np.int64(raw[properties_field]) << 8) | np.int64(raw[properties_field + 1])
+    if properties_length >= 1 << 15:
+        return 0
+    properties_at = properties_field + PROPERTIES_LENGTH_BYTES
+    if properties_at + properties_length != end:
+        return 0
+    table[QUEUE_ID_ROW, row] = int_at(raw, at + _QUEUE_ID_AT)
+    table[QUEUE_OFFSET_ROW, row] = long_at(raw, at + _QUEUE_OFFSET_AT)
+    table[BORN_TIMESTAMP_ROW, row] = long_at(raw, at + _BORN_TIMESTAMP_AT)
+    table[STORE_TIMESTAMP_ROW, row] = long_at(raw, at + _STORE_TIMESTAMP_AT)
+    table[RECONSUME_TIMES_ROW, row] = int_at(raw, at + _RECONSUME_TIMES_AT)
+    table[BODY_AT_ROW, row] = at + HEADER_V4_SIZE
+    table[BODY_LENGTH_ROW, row] = body_length
+    table[TOPIC_AT_ROW, row] = topic_field + topic_length_bytes
+    table[TOPIC_LENGTH_ROW, row] = topic_length
+    table[PROPERTIES_AT_ROW, row] = properties_at
+    table[PROPERTIES_LENGTH_ROW, row] = properties_length
+    return 1
+
+
+def _raise_at(raw: npt.NDArray[np.uint8], at: int) -> None:
+    """Raise decode_record's error for the record at ``at`` (or a plain one should it decode:
+    its size did not fit what the bytes hold)."""
+    decode_record(raw.data, at, body=False)
+    raise RecordError(f"record at buffer position {at}: its TOTALSIZE runs past the bytes")
