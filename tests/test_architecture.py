@@ -63,7 +63,7 @@ def imported_top_modules(path: Path) -> set[str]:
 
 
 # Packages of the ``spark`` extra, and what they may import besides their package's allowance.
-SPARK_EXTRA_PACKAGES = {"localstore/record/arrow/": {"numpy", "pyarrow"}}
+SPARK_EXTRA_PACKAGES = {"localstore/record/arrow/": {"numba", "numpy", "pyarrow"}}
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))

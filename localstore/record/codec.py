@@ -308,8 +308,13 @@ def make_offset_msg_id(store_host_raw: bytes, phys_offset: int) -> str:
 
 def format_offset_msg_id(store_host_hex: str, phys_offset: int) -> str:
     """:func:`make_offset_msg_id` from the store host already in upper-case hex (what send
-    results carry): many ids of one host format without hexing it again."""
-    return f"{store_host_hex}{phys_offset:016X}"
+    results carry): many ids of one host format without hexing it again. The offset is its
+    8 bytes as stored (a negative one, from damage, in two's complement, as RocketMQ's
+    ``createMessageId`` writes it)."""
+    return f"{store_host_hex}{phys_offset & _LONG_BITS:016X}"
+
+
+_LONG_BITS = (1 << 64) - 1
 
 
 class RecordError(QuiverError, ValueError):

@@ -8,7 +8,8 @@ holder's index files read as they lie): ``minPartitions`` ranges, else one per
 walks its range segment by segment: the records of a segment run from the range's start (a
 record start) to the range's end or to the blank record that ends the segment, and are checked
 as recovery's walk checks them (frame rules, PHYSICALOFFSET at its place; not the body CRC),
-then decoded in chunks of :data:`CHUNK_RECORDS` by the columnar decoder. A position that holds
+then decoded in chunks of at most :data:`CHUNK_RECORDS` records and :data:`CHUNK_BYTES` bytes by
+the columnar decoder. A position that holds
 no valid record inside the visible log raises :class:`~localstore.errors.RecordError`: the log
 is damaged there, and nothing after it in the range is skipped silently.
 
@@ -20,6 +21,7 @@ those of topics deleted since, as the log holds them. ``topics`` / ``topicPatter
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -39,6 +41,7 @@ from sdk.spark.selection import TopicSelection
 
 DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
 CHUNK_RECORDS = 4096  # records per record batch
+CHUNK_BYTES = 64 * 1024 * 1024  # bytes of records per record batch (one record at least)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ def read_log_partition(
 def read_log_range(
     store: ReadOnlyStore, log_range: LogRange, include_body: bool, include_properties: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Every record of ``log_range``, a batch per chunk of at most :data:`CHUNK_RECORDS`."""
+    """Every record of ``log_range``, a batch per chunk (:data:`CHUNK_RECORDS` records and
+    :data:`CHUNK_BYTES` bytes at most)."""
     position = log_range.start_offset
     while position < log_range.end_offset:
         located = store.commitlog.segment_view(position)
@@ -103,7 +107,12 @@ def _decoded(
     mapping, so no batch holds on to the store's files)."""
     starts = record_starts(records, None).tolist()
     starts.append(len(records))
-    for first in range(0, len(starts) - 1, CHUNK_RECORDS):
+    first = 0
+    while first < len(starts) - 1:
         last = min(first + CHUNK_RECORDS, len(starts) - 1)
+        # at most CHUNK_BYTES (one record at least): a batch's values fit Arrow's 32-bit offsets
+        within = bisect_right(starts, starts[first] + CHUNK_BYTES, first, last + 1) - 1
+        last = max(first + 1, within)
         chunk = bytes(records[starts[first] : starts[last]])
         yield records_to_batch(chunk, include_body, include_properties)
+        first = last

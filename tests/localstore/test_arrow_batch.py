@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import datetime
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from localstore import MessageStore, NewMessage, StoreOptions, pack_host
 from localstore.record.arrow import arrow_schema, decode_record_batch
 from localstore.record.batch_encoder import encode_batch
 from localstore.record.codec import RecordError
+from localstore.record.layout import MAGIC_V2
+from localstore.record.properties import PUT_RECORDS_PAIR_START
 from quiver_errors import IllegalStateError
 from sdk.broker.service import BrokerOptions, BrokerService
 from sdk.message import ReceivedMessage, retry_topic
@@ -257,7 +261,22 @@ def test_generated_records_decode_as_the_general_decoder_reads_them(
 
 
 PROPERTY_TOKENS = st.sampled_from(
-    ["TAGS", "KEYS", "UNIQ_KEY", "\x01", "\x02", " ", "a", "é", "\n", "TAGS\x01", "\x02KEYS\x01"]
+    [
+        *(
+            "TAGS",
+            "KEYS",
+            "UNIQ_KEY",
+            "\x01",
+            "\x02",
+            " ",
+            "a",
+            "é",
+            "\n",
+            "TAGS\x01",
+            "\x02KEYS\x01",
+        ),
+        PUT_RECORDS_PAIR_START,  # the store's own pair: dropped only as a text's first
+    ]
 )
 
 
@@ -266,6 +285,8 @@ PROPERTY_TOKENS = st.sampled_from(
 @example(["TAGS\x01first\x02TAGS\x01later", "KEYS\x01a b\x02KEYS\x01\x02", "TAGS\x01x"])
 @example(["UNIQ_KEY\x01u1\x02x\x01y\x02UNIQ_KEY\x01u2\x02", "\x01TAGS\x01\x02\x02TAGS\x01t"])
 @example(["TAGS\x01\x02KEYS\x01TAGS\x02TAGS\x01TAGS"])  # an empty TAGS, then TAGS again
+@example([PUT_RECORDS_PAIR_START + "3", PUT_RECORDS_PAIR_START + "2\x01x\x02a\x01b\x02"])
+@example(["a\x01b\x02" * 40, "a\x01b\x02c\x01d\x02a\x01e"])  # dense pairs, a name again
 def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str]):
     """Empty names and values, repeated names, separators in values: the stored text is
     whatever a foreign writer put there (each record is written, then its text replaced)."""
@@ -343,29 +364,33 @@ def test_damaged_records_raise_the_general_decoder_s_error():
         assert str(columnar.value) == str(general.value), name
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    st.lists(MESSAGES, min_size=1, max_size=6),
-    st.integers(min_value=0),
-    st.integers(0, 255),
-    st.integers(0, 3),
-)
-def test_a_damaged_byte_anywhere_reads_or_fails_as_the_general_decoder(
-    messages: list[NewMessage], place: int, value: int, cut: int
-):
-    """Any byte of the records changed, and the bytes cut short: the compiled walk reads
-    nothing outside them, and the batch is what the general decoder reads, or the same error."""
-    raw = bytearray(encode(messages, "T"))
-    raw[place % len(raw)] = value
-    damaged = bytes(raw[: len(raw) - cut])
+def guarded(data: bytes) -> tuple[mmap.mmap, memoryview]:
+    """``data`` in memory with an unreadable page right before and right after it: a read
+    outside it kills the process (the test fails) instead of reading a neighbour's bytes."""
+    page = mmap.PAGESIZE
+    pages = -(-len(data) // page) + 2
+    memory = mmap.mmap(-1, pages * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+    libc = ctypes.CDLL(None, use_errno=True)
+    for guard in (base, base + (pages - 1) * page):
+        assert libc.mprotect(ctypes.c_void_p(guard), page, 0) == 0  # PROT_NONE
+    start = (pages - 1) * page - len(data)
+    memory[start : start + len(data)] = data
+    return memory, memoryview(memory)[start : start + len(data)]
+
+
+def assert_reads_or_fails_as_the_general_decoder(damaged: bytes) -> None:
+    """The batch of ``damaged`` (read from guarded memory) is what the general decoder reads,
+    or the general decoder's error for the first bad record."""
+    _memory, view = guarded(damaged)  # unmapped when both go (a traceback may hold views)
     try:
         stored = decode_records(damaged)
     except RecordError as general:
         with pytest.raises(RecordError) as columnar:
-            decode_record_batch(damaged, include_properties=True)
+            decode_record_batch(view, include_properties=True)
         assert str(columnar.value) == str(general)
         return
-    batch = decode_record_batch(damaged, include_properties=True)
+    batch = decode_record_batch(view, include_properties=True)
     times = ["born_timestamp", "store_timestamp"]  # damaged: maybe past datetime's range
     for name in times:
         micros = batch.column(name).cast(pa.int64()).to_pylist()
@@ -375,6 +400,77 @@ def test_a_damaged_byte_anywhere_reads_or_fails_as_the_general_decoder(
     assert rest == [
         {name: row[name] for name in row if name not in times} for row in expected_rows(damaged)
     ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(MESSAGES, min_size=1, max_size=6),
+    st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=3),
+    st.integers(0, 3),
+)
+def test_damaged_bytes_anywhere_read_or_fail_as_the_general_decoder(
+    messages: list[NewMessage], changes: list[tuple[int, int]], cut: int
+):
+    """Bytes of the records changed, and the bytes cut short: the compiled loops read nothing
+    outside them, and the batch is what the general decoder reads, or its error."""
+    raw = bytearray(encode(messages, "T"))
+    for place, value in changes:
+        raw[place % len(raw)] = value
+    assert_reads_or_fails_as_the_general_decoder(bytes(raw[: len(raw) - cut]))
+
+
+def _field_places(record: bytes) -> dict[str, int]:
+    """Where the variable fields' lengths lie in one record (IPv4 hosts)."""
+    body_length = int.from_bytes(record[84:88], "big")
+    topic_field = 88 + body_length
+    v2 = record[4:8] == MAGIC_V2.to_bytes(4, "big", signed=True)
+    topic_length = int.from_bytes(record[topic_field : topic_field + (2 if v2 else 1)], "big")
+    return {
+        "body length": 84,
+        "topic length": topic_field,
+        "properties length": topic_field + (2 if v2 else 1) + topic_length,
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "topic", "field", "value"),
+    [
+        ("a negative body length", "T", "body length", b"\xff\xff\xff\xf0"),
+        ("a body length past the record", "T", "body length", b"\x00\x0f\x42\x40"),
+        ("a negative v2 topic length", "t" * 130, "topic length", b"\x80\x10"),
+        ("a v2 topic length past the record", "t" * 130, "topic length", b"\x7f\xff"),
+        ("a properties length with its sign bit", "T", "properties length", b"\x80\x05"),
+        ("a properties length past the record", "T", "properties length", b"\x7f\xff"),
+        ("a negative physical offset", "T", None, b"\xff"),
+    ],
+)
+def test_each_length_field_damaged_reads_or_fails_as_the_general_decoder(
+    case: str, topic: str, field: str | None, value: bytes
+):
+    message = NewMessage("T", b"body", properties={"UNIQ_KEY": "U1", "TAGS": "t", "KEYS": "a b"})
+    record = bytearray(encode([message], topic))
+    at = _field_places(bytes(record))[field] if field else 28  # 28: PHYSICALOFFSET
+    record[at : at + len(value)] = value
+    plain = encode([NewMessage("T", b"next")], "T")
+    assert_reads_or_fails_as_the_general_decoder(bytes(record) + plain)
+    assert_reads_or_fails_as_the_general_decoder(plain + bytes(record))
+
+
+def test_the_first_of_two_faults_is_named():
+    """A record the general decoder takes (IPv6) holding bad UTF-8, then a bad magic: the
+    error names the first, as the general decoder does."""
+    good = encode([NewMessage("T", b"body", properties={"TAGS": "t"})], "T")
+    not_utf8 = good[:-3] + b"\xff" + good[-2:]  # in the properties text
+    bad_magic = good[:4] + b"\x00\x00\x00\x00" + good[8:]
+    for raw in (not_utf8 + bad_magic, good + not_utf8 + good + bad_magic, bad_magic[:-5]):
+        assert_reads_or_fails_as_the_general_decoder(raw)
+
+
+def test_a_count_below_zero_is_refused():
+    good = encode([NewMessage("T", b"body")], "T")
+    assert decode_record_batch(good, 0).num_rows == 0
+    with pytest.raises(ValueError, match="count must be 0 or more, not -1"):
+        decode_record_batch(good, -1)
 
 
 def test_no_bytes_give_an_empty_batch():
@@ -392,7 +488,7 @@ def test_a_body_is_read_from_the_bytes_given(open_store: StoreFactory):
     assert decode_record_batch(view).to_pylist() == expected_rows(raw, True, False)
 
 
-def test_v2_records_with_long_topics_take_the_vectorised_path():
+def test_v2_records_with_long_topics_take_the_compiled_path():
     """A topic above 127 bytes makes a v2 record (a 2-byte topic length): read in bulk, not
     left to the general decoder."""
     from localstore.record.arrow.records import COMMON_ROW, record_table
@@ -427,3 +523,30 @@ def test_the_batch_holds_no_reference_to_the_bytes_given(open_store: StoreFactor
     batch = decode_record_batch(memoryview(raw), include_properties=True)
     raw[:] = bytes(len(raw))
     assert batch.to_pylist() == expected
+
+
+def test_loops_compile_without_a_cache_where_none_is_writable(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """numba refuses ``cache=True`` when no cache directory is writable (a read-only install,
+    no home): the loops are compiled in the process instead, with a warning naming the fix."""
+    import numba
+
+    from localstore.record.arrow import jit
+
+    real_njit = numba.njit
+
+    def no_cache_dir(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function 'add': no locator available")
+        return real_njit(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", no_cache_dir)
+    monkeypatch.setattr(jit, "_warned", False)
+
+    @jit.compiled(jit.types.int64(jit.types.int64, jit.types.int64))
+    def add(a: int, b: int) -> int:  # pragma: no cover - compiled
+        return a + b
+
+    assert add(2, 3) == 5
+    assert "NUMBA_CACHE_DIR" in caplog.text

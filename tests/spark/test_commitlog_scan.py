@@ -68,6 +68,21 @@ def test_read_only_split_points_are_the_store_own(store: Path):
     assert len(inner) == 8 and any(point % SEGMENT_BYTES for point in inner)  # index entries
 
 
+def test_a_chunk_holds_at_most_its_bytes(store: Path, monkeypatch: pytest.MonkeyPatch):
+    """Chunks are cut by bytes too (a batch's values must fit Arrow's 32-bit offsets): with a
+    cap of 10 KiB every batch holds about that much, one record at least, and no row is lost."""
+    import sdk.spark.commitlog_scan as scan
+
+    with ReadOnlyStore(store) as view:
+        (whole,) = plan_log_ranges(view, 1)
+        every = sum(b.num_rows for b in read_log_range(view, whole, True, False))
+        monkeypatch.setattr(scan, "CHUNK_BYTES", 10 * 1024)
+        batches = list(read_log_range(view, whole, True, False))
+    assert sum(b.num_rows for b in batches) == every
+    assert max(b.num_rows for b in batches) <= 10 * 1024 // 100  # records of 100 bytes or more
+    assert len(batches) > every // 100
+
+
 def test_ranges_read_every_record_once_in_log_order(store: Path):
     stored = Stored(store)
     with ReadOnlyStore(store) as view:

@@ -25,10 +25,11 @@ from localstore.record.arrow.records import (
     STORE_TIMESTAMP_ROW,
     TOPIC_AT_ROW,
     TOPIC_LENGTH_ROW,
+    read_only_bytes,
     record_table,
 )
 from localstore.record.arrow.schema import KEYS, PROPERTIES, TIMESTAMP, arrow_schema, timestamps
-from localstore.record.codec import StoredMessage, decode_record
+from localstore.record.codec import RecordError, StoredMessage, decode_record
 from localstore.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from localstore.record.properties import split_keys as split_key_text
 
@@ -59,31 +60,33 @@ def decode_record_batch(
     decoded.
 
     Raises :class:`~localstore.record.codec.RecordError` for bytes that are not whole records
-    (the error :func:`~localstore.record.codec.decode_record` gives for a bad one), or
-    when ``raw`` holds fewer than ``count`` records.
+    (the error :func:`~localstore.record.codec.decode_record` gives for the first bad one), or
+    when ``raw`` holds fewer than ``count`` records; ``ValueError`` for a negative ``count``.
     """
-    octets = np.frombuffer(raw, dtype=np.uint8)
+    octets = read_only_bytes(raw)
     table = record_table(octets, count)
     schema = arrow_schema(include_body=include_body, include_properties=include_properties)
     if table.shape[1] == 0:
         return _empty_batch(schema)
     view = octets.data
+    starts = table[START_ROW]
     common = table[COMMON_ROW].astype(bool)
     if common.all():
         try:
             return _compiled(octets, table, schema, include_body, include_properties)
         except pa.ArrowInvalid:  # a topic or properties text is not UTF-8: decode_record says
-            return _general(view, table[START_ROW], schema, include_body, include_properties)
+            return _general(view, starts, schema, include_body, include_properties)
     common_rows = np.flatnonzero(common)
     other_rows = np.flatnonzero(~common)
-    # decoded first: a damaged record raises before any other work
-    others = _general(view, table[START_ROW, other_rows], schema, include_body, include_properties)
-    if len(common_rows) == 0:
-        return others
-    try:
-        decoded = _compiled(octets, table[:, common_rows], schema, include_body, include_properties)
-    except pa.ArrowInvalid:
-        return _general(view, table[START_ROW], schema, include_body, include_properties)
+    try:  # decoded first: a damaged record raises before any other work
+        others = _general(view, starts[other_rows], schema, include_body, include_properties)
+        if len(common_rows) == 0:
+            return others
+        decoded = _compiled(
+            octets, table.take(common_rows, axis=1), schema, include_body, include_properties
+        )
+    except (RecordError, pa.ArrowInvalid):  # the first fault in the bytes' order is named
+        return _general(view, starts, schema, include_body, include_properties)
     order = np.empty(table.shape[1], dtype=np.int64)
     order[np.concatenate([common_rows, other_rows])] = np.arange(table.shape[1])
     joined = pa.Table.from_batches([decoded, others]).take(pa.array(order))

@@ -2,29 +2,42 @@
 compiled loops, into the value buffer of a plain ``binary`` or ``string`` array (32-bit
 offsets, as Spark reads them).
 
-A place is an offset and a length into the bytes; a length of -1 makes a null. Strings are
-checked to be UTF-8 by Arrow's cast from binary (``pa.ArrowInvalid`` where one is not).
+A place is an offset and a length into the bytes; a length of -1 makes a null. Every place
+is checked to lie inside the bytes before a loop copies from it. Strings are checked to be
+UTF-8 by Arrow's full validation (``pa.ArrowInvalid`` where one is not), unless the caller
+knows them to be parts of a text already checked.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from localstore.record.arrow.jit import (
+    BYTES,
+    INT32S,
+    INTS,
+    OUT_BYTES,
+    OUT_INTS,
+    compiled,
+    tuple_of,
+    types,
+)
 from localstore.record.layout import header_offsets
 from quiver_errors import IllegalStateError
 
-__all__ = ["KEY_SEPARATOR_BYTE", "key_tokens", "offset_msg_ids", "values_at"]
+__all__ = ["OFFSET_MSG_ID_CHARS", "key_tokens", "offset_msg_ids", "values_at"]
 
 _V4 = header_offsets(0)
 _PHYSICAL_OFFSET_AT = _V4["PHYSICALOFFSET"]
 _STORE_HOST_AT = _V4["STOREHOSTADDRESS"]
 _MAX_VALUE_BYTES = (1 << 31) - 1  # 32-bit offsets
-KEY_SEPARATOR_BYTE = ord(" ")
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_LOOP_COPY_MAX = 64  # longer values are copied as slices
+_KEY_SEPARATOR = ord(" ")
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)  # read only
 OFFSET_MSG_ID_CHARS = 32
+_ID_FIELDS_END = max(_STORE_HOST_AT, _PHYSICAL_OFFSET_AT) + 8  # past both fields read
 
 
 def values_at(
@@ -40,6 +53,7 @@ def values_at(
     ``checked``: the caller knows the bytes are (parts of a text already checked, cut at
     ASCII bytes)."""
     count = len(at)
+    at, length = np.ascontiguousarray(at, np.int64), np.ascontiguousarray(length, np.int64)
     present = length >= 0
     if not (((at >= 0) & (at + length <= len(raw))) | ~present).all():
         raise IllegalStateError("the columnar decoder made a place outside its bytes")
@@ -60,7 +74,11 @@ def offset_msg_ids(raw: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) ->
     """Upper-case hex of the IPv4 store host (address and port) and PHYSICALOFFSET of the
     records at ``starts``: 32 characters each
     (:func:`~localstore.record.codec.make_offset_msg_id`)."""
-    data = _hex_ids(raw, starts, _HEX_DIGITS)
+    if OFFSET_MSG_ID_CHARS * len(starts) > _MAX_VALUE_BYTES:
+        raise IllegalStateError(f"{len(starts)} ids: more than one Arrow array holds")
+    if len(starts) and not (starts.min() >= 0 and starts.max() <= len(raw) - _ID_FIELDS_END):
+        raise IllegalStateError("the columnar decoder made a place outside its bytes")
+    data = _hex_ids(raw, np.ascontiguousarray(starts, np.int64), _HEX_DIGITS)
     offsets = np.arange(0, OFFSET_MSG_ID_CHARS * len(starts) + 1, OFFSET_MSG_ID_CHARS)
     return pa.Array.from_buffers(
         pa.string(),
@@ -74,13 +92,18 @@ def key_tokens(
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The texts at ``at`` (length -1: none) split at spaces, empty tokens dropped: (list
     offsets, a text per record; token offsets; token lengths)."""
+    present = length >= 0
+    if not (((at >= 0) & (at + length <= len(raw))) | ~present).all():
+        raise IllegalStateError("the columnar decoder made a place outside its bytes")
     found: tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]] = (
-        _split_at_spaces(raw, at, length)
+        _split_at_spaces(
+            raw, np.ascontiguousarray(at, np.int64), np.ascontiguousarray(length, np.int64)
+        )
     )
     return found
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(tuple_of(INT32S, OUT_BYTES)(BYTES, INTS, INTS, types.int64))
 def _gather(
     raw: npt.NDArray[np.uint8],
     at: npt.NDArray[np.int64],
@@ -92,15 +115,18 @@ def _gather(
     written = 0
     for index in range(len(at)):
         offsets[index] = written
-        start = at[index]
-        for octet in range(max(length[index], 0)):  # faster than a slice copy for short values
-            data[written + octet] = raw[start + octet]
-        written += max(length[index], 0)
+        start, size = at[index], max(length[index], 0)
+        if size > _LOOP_COPY_MAX:
+            data[written : written + size] = raw[start : start + size]
+        else:  # a loop: for short values, faster than making two slices
+            for octet in range(size):
+                data[written + octet] = raw[start + octet]
+        written += size
     offsets[len(at)] = written
     return offsets, data
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(OUT_BYTES(BYTES, INTS, BYTES))
 def _hex_ids(
     raw: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], digits: npt.NDArray[np.uint8]
 ) -> npt.NDArray[np.uint8]:  # pragma: no cover - compiled
@@ -116,7 +142,7 @@ def _hex_ids(
     return data
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(tuple_of(INT32S, OUT_INTS, OUT_INTS)(BYTES, INTS, INTS))
 def _split_at_spaces(
     raw: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:  # pragma: no cover
@@ -133,7 +159,7 @@ def _split_at_spaces(
         end = start + max(length[index], 0)
         cursor = start
         while cursor <= end:
-            if cursor == end or raw[cursor] == KEY_SEPARATOR_BYTE:
+            if cursor == end or raw[cursor] == _KEY_SEPARATOR:
                 if cursor > start:
                     token_at[tokens] = start
                     token_length[tokens] = cursor - start

@@ -13,17 +13,17 @@ where a record has no such property.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
+from localstore.record.arrow.jit import BYTES, INTS, OUT_INTS, TABLE, compiled, tuple_of, types
 from localstore.record.properties import PUT_RECORDS_PAIR_START
 
 __all__ = ["Pairs", "every_pair", "values_named"]
 
 _NAME_END = 0x01
 _PAIR_END = 0x02
-_PUT_MARK = np.frombuffer(PUT_RECORDS_PAIR_START.encode(), dtype=np.uint8)
+_PUT_MARK = np.frombuffer(PUT_RECORDS_PAIR_START.encode(), dtype=np.uint8)  # read only
 
 
 def values_named(
@@ -59,11 +59,16 @@ def every_pair(
 ) -> Pairs:
     """Every pair that counts, in the order of a dict the text decodes to: record after
     record, each name once."""
-    pairs: Pairs = _every_pair(raw, text_at, text_length, _PUT_MARK)
+    pairs: Pairs = _every_pair(raw, _ints(text_at), _ints(text_length), _PUT_MARK)
     return pairs
 
 
-@numba.njit(cache=True, nogil=True)
+def _ints(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``values`` laid out as the compiled loops take them (a copy only when strided)."""
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
+@compiled(types.int64(BYTES, types.int64, types.int64, BYTES))
 def _first_pair_at(
     raw: npt.NDArray[np.uint8], at: int, end: int, put_mark: npt.NDArray[np.uint8]
 ) -> int:  # pragma: no cover - compiled
@@ -80,7 +85,7 @@ def _first_pair_at(
     return at
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(tuple_of(types.int64, types.int64)(BYTES, types.int64, types.int64))
 def _piece(raw: npt.NDArray[np.uint8], at: int, end: int) -> tuple[int, int]:  # pragma: no cover
     """(the end of the piece starting at ``at``, its first ``\\x01`` or -1)."""
     name_end = -1
@@ -92,7 +97,7 @@ def _piece(raw: npt.NDArray[np.uint8], at: int, end: int) -> tuple[int, int]:  #
     return cursor, name_end
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(types.boolean(BYTES, types.int64, BYTES, types.int64, types.int64))
 def _same_bytes(
     raw: npt.NDArray[np.uint8], at: int, other: npt.NDArray[np.uint8], other_at: int, length: int
 ) -> bool:  # pragma: no cover - compiled
@@ -102,7 +107,7 @@ def _same_bytes(
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(tuple_of(TABLE, TABLE)(BYTES, INTS, INTS, BYTES, INTS, BYTES))
 def _find_values(
     raw: npt.NDArray[np.uint8],
     text_at: npt.NDArray[np.int64],
@@ -132,7 +137,7 @@ def _find_values(
     return value_at, value_length
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(tuple_of(OUT_INTS, OUT_INTS, OUT_INTS, OUT_INTS, OUT_INTS)(BYTES, INTS, INTS, BYTES))
 def _every_pair(
     raw: npt.NDArray[np.uint8],
     text_at: npt.NDArray[np.int64],

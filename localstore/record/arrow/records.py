@@ -14,15 +14,17 @@ fields, checking that they add up to TOTALSIZE. The answer is one table, a row p
 
 A record whose COMMON is 0 holds garbage in its other rows (but START): the general decoder
 reads it. Every read is checked to lie inside the record first: compiled code has no bounds
-checks of its own.
+checks of its own. The records are walked twice, once to count them (the table's size) and
+once to read them, and the second walk checks every size again: bytes written in between give
+an error, never a read astray.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
+from localstore.record.arrow.jit import BYTES, INTS, TABLE, compiled, tuple_of, types
 from localstore.record.codec import RecordError, decode_record
 from localstore.record.layout import (
     HEADER_V4_SIZE,
@@ -48,6 +50,9 @@ __all__ = [
     "STORE_TIMESTAMP_ROW",
     "TOPIC_AT_ROW",
     "TOPIC_LENGTH_ROW",
+    "Bytes",
+    "int_at",
+    "long_at",
     "record_starts",
     "record_table",
 ]
@@ -67,7 +72,10 @@ __all__ = [
     PROPERTIES_LENGTH_ROW,
     COMMON_ROW,
 ) = range(13)
-_ROWS = 13
+_ROWS = 13  # the table's rows: the fields above
+
+Bytes = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
+"""Records laid end to end, in any buffer."""
 
 _V4 = header_offsets(0)
 _MAGIC_AT = _V4["MAGICCODE"]
@@ -80,37 +88,56 @@ _RECONSUME_TIMES_AT = _V4["RECONSUMETIMES"]
 _BODY_LENGTH_AT = _V4["BODYLENGTH"]
 
 
-def record_table(raw: npt.NDArray[np.uint8], count: int | None) -> npt.NDArray[np.int64]:
+def record_table(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     """The table of the records in ``raw`` (the first ``count`` of them; None: every one).
 
-    Raises :class:`~localstore.record.codec.RecordError` where a TOTALSIZE cannot be a
-    record's or runs past the bytes (the general decoder's error for that record), or when
-    ``raw`` holds fewer than ``count`` records."""
-    table: npt.NDArray[np.int64] = _fill_table(raw, _records_in(raw, count))
-    return table
+    Raises :class:`~localstore.record.codec.RecordError` for bytes whose records do not chain
+    by TOTALSIZE (naming the first fault in the bytes' order, as the general decoder does),
+    or when ``raw`` holds fewer than ``count`` records; ``ValueError`` for a negative
+    ``count``."""
+    octets = read_only_bytes(raw)
+    return _checked(_fill_table(octets, _records_in(octets, count)))
 
 
-def record_starts(raw: bytes | memoryview, count: int | None) -> npt.NDArray[np.int64]:
+def record_starts(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     """The start offsets of the records in ``raw`` (the first ``count`` of them), by their
     TOTALSIZE chain; raises as :func:`record_table` does."""
+    octets = read_only_bytes(raw)
+    return _checked(_starts(octets, _records_in(octets, count)))
+
+
+def read_only_bytes(raw: Bytes) -> npt.NDArray[np.uint8]:
+    """``raw`` as the one array type the compiled loops take: bytes, read only."""
     octets = np.frombuffer(raw, dtype=np.uint8)
-    starts: npt.NDArray[np.int64] = _starts(octets, _records_in(octets, count))
-    return starts
+    octets.flags.writeable = False
+    return octets
 
 
-def _records_in(raw: npt.NDArray[np.uint8], count: int | None) -> int:
+def _records_in(octets: npt.NDArray[np.uint8], count: int | None) -> int:
     """How many records the walk finds (``count`` exactly when given), else raise."""
-    found, stopped_at = _count_records(raw, len(raw) if count is None else count)
-    if stopped_at >= 0:  # the first fault in the bytes' order is the one named
-        for start in _starts(raw, found).tolist():
-            decode_record(raw.data, start, body=False)
-        _raise_at(raw, stopped_at)
-    if count is not None and found < count:
+    if count is not None and count < 0:
+        raise ValueError(f"count must be 0 or more, not {count}")
+    found, stopped_at = _count_records(octets, len(octets) if count is None else count)
+    if stopped_at >= 0 or (count is not None and found < count):
+        for start in _starts(octets, found).tolist():  # the first fault in the bytes' order
+            decode_record(octets.data, start, body=False)
+        if stopped_at >= 0:
+            _raise_at(octets, stopped_at)
         raise RecordError(f"the bytes hold {found} records, not the {count} expected")
     return int(found)
 
 
-@numba.njit(cache=True, nogil=True)
+def _checked(table: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """A walk's answer; an empty one with a column when a record's size changed between the
+    walk that counted the records and the one that read them (bytes written meanwhile)."""
+    if table.shape[-1] and table.ndim == 1 and table[-1] < 0:
+        raise RecordError("the records changed while they were read")
+    if table.ndim == 2 and table.shape[1] and table[START_ROW, -1] < 0:
+        raise RecordError("the records changed while they were read")
+    return table
+
+
+@compiled(types.int64(BYTES, types.int64))
 def int_at(raw: npt.NDArray[np.uint8], at: int) -> int:  # pragma: no cover - compiled
     """The big-endian signed 32-bit int at ``at`` (4 bytes there, checked by the caller)."""
     value = (
@@ -122,7 +149,7 @@ def int_at(raw: npt.NDArray[np.uint8], at: int) -> int:  # pragma: no cover - co
     return int(value - (np.int64(1) << 32) if value >= (np.int64(1) << 31) else value)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(types.int64(BYTES, types.int64))
 def long_at(raw: npt.NDArray[np.uint8], at: int) -> int:  # pragma: no cover - compiled
     """The big-endian signed 64-bit int at ``at`` (8 bytes there, checked by the caller)."""
     value = np.uint64(0)
@@ -131,7 +158,7 @@ def long_at(raw: npt.NDArray[np.uint8], at: int) -> int:  # pragma: no cover - c
     return int(np.int64(value))
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled(tuple_of(types.int64, types.int64)(BYTES, types.int64))
 def _count_records(raw: npt.NDArray[np.uint8], limit: int) -> tuple[int, int]:  # pragma: no cover
     """(records found, the offset of a record whose TOTALSIZE does not fit, else -1)."""
     end = len(raw)
@@ -145,31 +172,7 @@ def _count_records(raw: npt.NDArray[np.uint8], limit: int) -> tuple[int, int]:  
     return found, -1
 
 
-@numba.njit(cache=True, nogil=True)
-def _starts(raw: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.int64]:  # pragma: no cover
-    starts = np.empty(count, dtype=np.int64)
-    at = 0
-    for row in range(count):
-        starts[row] = at
-        at += int_at(raw, at)
-    return starts
-
-
-@numba.njit(cache=True, nogil=True)
-def _fill_table(
-    raw: npt.NDArray[np.uint8], count: int
-) -> npt.NDArray[np.int64]:  # pragma: no cover
-    table = np.zeros((_ROWS, count), dtype=np.int64)
-    at = 0
-    for row in range(count):
-        total = int_at(raw, at)
-        table[START_ROW, row] = at
-        table[COMMON_ROW, row] = _read_common_shape(raw, at, total, table, row)
-        at += total
-    return table
-
-
-@numba.njit(cache=True, nogil=True)
+@compiled(types.int64(BYTES, types.int64, types.int64, TABLE, types.int64))
 def _read_common_shape(
     raw: npt.NDArray[np.uint8], at: int, total: int, table: npt.NDArray[np.int64], row: int
 ) -> int:  # pragma: no cover - compiled
@@ -215,8 +218,45 @@ def _read_common_shape(
     return 1
 
 
-def _raise_at(raw: npt.NDArray[np.uint8], at: int) -> None:
+@compiled(INTS(BYTES, types.int64))
+def _starts(raw: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.int64]:  # pragma: no cover
+    """The first ``count`` starts (the walk counted them); the last -1 when a size no longer
+    fits (the bytes changed since)."""
+    starts = np.empty(count, dtype=np.int64)
+    end = len(raw)
+    at = 0
+    for row in range(count):
+        total = int_at(raw, at) if at + 4 <= end else 0
+        if total < MIN_RECORD_SIZE or total > end - at:
+            starts[count - 1] = -1
+            return starts
+        starts[row] = at
+        at += total
+    return starts
+
+
+@compiled(TABLE(BYTES, types.int64))
+def _fill_table(  # pragma: no cover - compiled
+    raw: npt.NDArray[np.uint8], count: int
+) -> npt.NDArray[np.int64]:
+    """The table of the first ``count`` records (the walk counted them); its last START -1
+    when a size no longer fits (the bytes changed since)."""
+    table = np.zeros((_ROWS, count), dtype=np.int64)
+    end = len(raw)
+    at = 0
+    for row in range(count):
+        total = int_at(raw, at) if at + 4 <= end else 0
+        if total < MIN_RECORD_SIZE or total > end - at:
+            table[START_ROW, count - 1] = -1
+            return table
+        table[START_ROW, row] = at
+        table[COMMON_ROW, row] = _read_common_shape(raw, at, total, table, row)
+        at += total
+    return table
+
+
+def _raise_at(octets: npt.NDArray[np.uint8], at: int) -> None:
     """Raise decode_record's error for the record at ``at`` (or a plain one should it decode:
     its size did not fit what the bytes hold)."""
-    decode_record(raw.data, at, body=False)
+    decode_record(octets.data, at, body=False)
     raise RecordError(f"record at buffer position {at}: its TOTALSIZE runs past the bytes")
