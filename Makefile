@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit test-spark-compat clean
+.PHONY: demo test lint typecheck unit boundscheck test-spark-compat clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,14 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
-test: lint typecheck unit
+# The columnar decoder's compiled loops (localstore.record.arrow) once more with numba's bounds
+# checks on, so an index out of bounds raises instead of reading astray; in a cache of their
+# own, as numba's cache does not tell checked code from unchecked.
+boundscheck: $(STAMP)
+	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(VENV)/numba-boundscheck \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/localstore/test_arrow_batch.py
+
+test: lint typecheck unit boundscheck
 
 # The Spark tests (tests/spark, the example's included) under an older pyspark than .venv's: the
 # spark extra allows 4.0 through 4.3, and each minor version adds API the source uses when

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 
 from localstore import MessageStore, NewMessage, StoreOptions, pack_host
 from localstore.record.arrow import arrow_schema, decode_record_batch
+from localstore.record.arrow.records import record_starts
 from localstore.record.batch_encoder import encode_batch
 from localstore.record.codec import RecordError
 from localstore.record.layout import MAGIC_V2
@@ -287,6 +288,8 @@ PROPERTY_TOKENS = st.sampled_from(
 @example(["TAGS\x01\x02KEYS\x01TAGS\x02TAGS\x01TAGS"])  # an empty TAGS, then TAGS again
 @example([PUT_RECORDS_PAIR_START + "3", PUT_RECORDS_PAIR_START + "2\x01x\x02a\x01b\x02"])
 @example(["a\x01b\x02" * 40, "a\x01b\x02c\x01d\x02a\x01e"])  # dense pairs, a name again
+@example(["".join(f"{chr(65 + i % 26)}{i}\x01x\x02" for i in range(60))])  # dense, all names new
+@example(["KEYS\x01" + "k " * 200, "KEYS\x01 a  b " + "c" * 30])  # dense keys
 def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str]):
     """Empty names and values, repeated names, separators in values: the stored text is
     whatever a foreign writer put there (each record is written, then its text replaced)."""
@@ -299,6 +302,7 @@ def test_any_properties_text_reads_as_decode_properties_reads_it(texts: list[str
         record[len(record) - len(stored) :] = stored
         records += record
     assert_decodes_as_the_general_decoder(records)
+    assert_reads_or_fails_as_the_general_decoder(records)  # from guarded memory
 
 
 # --- values at places in the bytes ------------------------------------------------------------
@@ -456,6 +460,113 @@ def test_each_length_field_damaged_reads_or_fails_as_the_general_decoder(
     assert_reads_or_fails_as_the_general_decoder(plain + bytes(record))
 
 
+def _v2_record(properties: dict[str, str], topic: str = "t" * 130) -> bytearray:
+    """One record of a v2 topic (a 2-byte topic length), body b"body"."""
+    return bytearray(encode([NewMessage("T", b"body", properties=properties)], topic))
+
+
+def _set_total(record: bytearray) -> bytearray:
+    record[0:4] = len(record).to_bytes(4, "big")
+    return record
+
+
+def _topic_length_last_but_one(record: bytearray) -> bytearray:
+    """BODYLENGTH puts the 2-byte topic length one byte before the record's end."""
+    record[84:88] = (len(record) - 89).to_bytes(4, "big")
+    return record
+
+
+def _properties_length_last_but_one(record: bytearray) -> bytearray:
+    """The topic length puts the 2-byte properties length one byte before the record's end."""
+    topic_field = _field_places(bytes(record))["topic length"]
+    record[topic_field : topic_field + 2] = (len(record) - 1 - topic_field - 2).to_bytes(2, "big")
+    return record
+
+
+def _text_of_the_put_mark_but_its_last_byte(record: bytearray) -> bytearray:
+    """A properties text shorter than the put mark by one byte, ending the record."""
+    at = _field_places(bytes(record))["properties length"]
+    text = PUT_RECORDS_PAIR_START.encode()[:-1]
+    return _set_total(record[:at] + len(text).to_bytes(2, "big") + text)
+
+
+def _topic_length_with_its_sign_bit(record: bytearray) -> bytearray:
+    """A v2 topic length of 0x800A, the properties length placed where it then lies, so that
+    the fields add up if the length is read unsigned (the record is long enough)."""
+    topic_field = _field_places(bytes(record))["topic length"]
+    topic_length = 0x800A
+    properties_field = topic_field + 2 + topic_length
+    record[topic_field : topic_field + 2] = topic_length.to_bytes(2, "big")
+    record[properties_field : properties_field + 2] = (len(record) - properties_field - 2).to_bytes(
+        2, "big"
+    )
+    return record
+
+
+def _properties_length_with_its_sign_bit(record: bytearray) -> bytearray:
+    """A properties length of 0x8005, the record padded so that it adds up read unsigned."""
+    at = _field_places(bytes(record))["properties length"]
+    length = int.from_bytes(record[at : at + 2], "big")
+    record[at : at + 2] = (0x8005).to_bytes(2, "big")
+    return _set_total(record + b"a" * (0x8005 - length))
+
+
+def _properties_length_one_short(record: bytearray) -> bytearray:
+    at = _field_places(bytes(record))["properties length"]
+    length = int.from_bytes(record[at : at + 2], "big")
+    record[at : at + 2] = (length - 1).to_bytes(2, "big")
+    return record
+
+
+@pytest.mark.parametrize(
+    ("damage", "record"),
+    [
+        (_topic_length_last_but_one, lambda: _v2_record({"TAGS": "t"})),
+        (_properties_length_last_but_one, lambda: _v2_record({"TAGS": "t"})),
+        (_text_of_the_put_mark_but_its_last_byte, lambda: _v2_record({"TAGS": "t"})),
+        (_topic_length_with_its_sign_bit, lambda: _v2_record({"P": "v" * 32600}, "t" * 1000)),
+        (_properties_length_with_its_sign_bit, lambda: _v2_record({"TAGS": "t"})),
+        (_properties_length_one_short, lambda: _v2_record({"TAGS": "t"})),
+    ],
+    ids=lambda value: getattr(value, "__name__", "").strip("_").replace("_", " "),
+)
+def test_fields_at_the_record_s_edge_read_or_fail_as_the_general_decoder(damage: Any, record: Any):
+    """Each length field placed where a read of it, or of what it points to, would cross the
+    record's end, or read as negative; the record alone, at the end of the bytes."""
+    assert_reads_or_fails_as_the_general_decoder(bytes(damage(record())))
+
+
+def test_a_second_walk_of_bytes_that_changed_stops_at_their_end():
+    """The loops walk twice (count, then read): asked for more records than the bytes hold,
+    as bytes changed between the walks would have them, the reading walk checks every size
+    itself and stops at the end, from guarded memory."""
+    from localstore.record.arrow.records import _checked, _fill_table, _starts, read_only_bytes
+
+    raw = encode([NewMessage("T", b"body") for _ in range(3)], "T")
+    _memory, view = guarded(raw)
+    octets = read_only_bytes(view)
+    for walk in (_fill_table, _starts):
+        with pytest.raises(RecordError, match="the records changed while they were read"):
+            _checked(walk(octets, 4))
+        assert _checked(walk(octets, 3)).shape[-1] == 3
+
+
+def test_an_error_leaves_no_view_of_a_mapped_buffer():
+    """A damaged record in a mapping the caller closes as the error passes: the caller gets
+    the RecordError, not a BufferError for views the error's traceback held."""
+    good = encode([NewMessage("T", b"body")], "T")
+    bad_magic = good[:4] + b"\x00\x00\x00\x00" + good[8:]
+    cut_short = good + good[:-1]
+    for decode, damaged in (
+        (decode_record_batch, bad_magic),
+        (decode_record_batch, cut_short),
+        (lambda raw: record_starts(raw, None), cut_short),
+    ):
+        with pytest.raises(RecordError), mmap.mmap(-1, len(damaged)) as mapped:
+            mapped[:] = damaged
+            decode(mapped)
+
+
 def test_the_first_of_two_faults_is_named():
     """A record the general decoder takes (IPv6) holding bad UTF-8, then a bad magic: the
     error names the first, as the general decoder does."""
@@ -501,8 +612,6 @@ def test_v2_records_with_long_topics_take_the_compiled_path():
 def test_bodies_holding_records_do_not_cut_the_records_there():
     """Records are found by the TOTALSIZE chain: a body holding a whole record (its magic
     and a size that fits) is a body."""
-    from localstore.record.arrow.records import record_starts
-
     inner = encode([NewMessage("T", b"inner", properties={"TAGS": "t"})], "T")
     messages = [NewMessage("T", body) for body in (b"a", inner, b"b" + inner[:-3], inner * 2, b"c")]
     raw = encode(messages, "T")
@@ -550,3 +659,33 @@ def test_loops_compile_without_a_cache_where_none_is_writable(
 
     assert add(2, 3) == 5
     assert "NUMBA_CACHE_DIR" in caplog.text
+
+
+def test_a_full_cache_disk_compiles_in_the_process(tmp_path: Path):
+    """numba's cache on a full disk (a real tmpfs): saving fails with ENOSPC, and the loops
+    are compiled in the process instead, the decoder working, a warning naming the fix."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.disks import fill, small_tmpfs
+
+    program = (
+        "import logging; logging.basicConfig();"
+        "from localstore.record.arrow import decode_record_batch;"
+        "print(decode_record_batch(bytes.fromhex(__import__('sys').argv[1])).num_rows)"
+    )
+    record = encode([NewMessage("T", b"body")], "T")
+    with small_tmpfs(tmp_path / "cache", "64k") as cache:
+        fill(cache / "filler")
+        done = subprocess.run(
+            [sys.executable, "-c", program, record.hex()],
+            env={**os.environ, "NUMBA_CACHE_DIR": str(cache)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+    assert "No space left on device" in done.stderr and "NUMBA_CACHE_DIR" in done.stderr

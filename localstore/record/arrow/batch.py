@@ -25,6 +25,7 @@ from localstore.record.arrow.records import (
     STORE_TIMESTAMP_ROW,
     TOPIC_AT_ROW,
     TOPIC_LENGTH_ROW,
+    holding_no_views,
     read_only_bytes,
     record_table,
 )
@@ -40,6 +41,7 @@ _NAMED = [PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS]
 _UNIQ_KEY, _TAGS, _KEYS = range(len(_NAMED))
 
 
+@holding_no_views
 def decode_record_batch(
     raw: bytes | bytearray | memoryview,
     count: int | None = None,

@@ -53,10 +53,8 @@ def values_at(
     ``checked``: the caller knows the bytes are (parts of a text already checked, cut at
     ASCII bytes)."""
     count = len(at)
-    at, length = np.ascontiguousarray(at, np.int64), np.ascontiguousarray(length, np.int64)
+    at, length = _places(raw, at, length)
     present = length >= 0
-    if not (((at >= 0) & (at + length <= len(raw))) | ~present).all():
-        raise IllegalStateError("the columnar decoder made a place outside its bytes")
     total = int(length[present].sum())
     if total > _MAX_VALUE_BYTES:
         raise IllegalStateError(f"{total} bytes of values: more than one Arrow array holds")
@@ -92,15 +90,23 @@ def key_tokens(
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The texts at ``at`` (length -1: none) split at spaces, empty tokens dropped: (list
     offsets, a text per record; token offsets; token lengths)."""
-    present = length >= 0
-    if not (((at >= 0) & (at + length <= len(raw))) | ~present).all():
-        raise IllegalStateError("the columnar decoder made a place outside its bytes")
     found: tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]] = (
-        _split_at_spaces(
-            raw, np.ascontiguousarray(at, np.int64), np.ascontiguousarray(length, np.int64)
-        )
+        _split_at_spaces(raw, *_places(raw, at, length))
     )
     return found
+
+
+def _places(
+    raw: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``at`` and ``length`` as the compiled loops take them, each place (but a null's, length
+    -1) checked to lie inside ``raw``: the loops themselves check nothing."""
+    if len(at) != len(length):
+        raise IllegalStateError(f"{len(at)} offsets for {len(length)} lengths")
+    at, length = np.ascontiguousarray(at, np.int64), np.ascontiguousarray(length, np.int64)
+    if not (((at >= 0) & (at + length <= len(raw))) | (length == -1)).all():
+        raise IllegalStateError("the columnar decoder made a place outside its bytes")
+    return at, length
 
 
 @compiled(tuple_of(INT32S, OUT_BYTES)(BYTES, INTS, INTS, types.int64))

@@ -4,13 +4,16 @@ when its module is imported, without the GIL held while it runs.
 One signature per function is what keeps numba's on-disk cache sound: its index maps a
 signature to a data file without checking the data's own signature, and processes compiling
 different signatures of one function at once (test workers, Spark's Python workers on a cold
-cache) could leave an index naming the other's code. With one signature they write the same.
+cache) could leave an index naming the other's code. With one signature they write the same
+(on one kind of CPU: numba keys its cache by the CPU too, so machines of different CPUs should
+not share one cache directory).
 An argument of another type (a strided array, another dtype) is refused with a ``TypeError``,
 never run with code compiled for something else.
 
 Compiled code is kept in numba's cache (next to the sources, or under ``NUMBA_CACHE_DIR``), so
 a process loads it instead of compiling for seconds. Where no cache directory is writable the
-loops are compiled in each process, and a warning says how to give them one. The cache is
+loops are compiled in each process (as where saving fails, on a full disk), and a warning says
+how to give them one. The cache is
 keyed by each module's own source: the layout constants compiled in from
 :mod:`localstore.record.layout` are RocketMQ's format, which does not change.
 """
@@ -18,6 +21,7 @@ keyed by each module's own source: the layout constants compiled in from
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -52,6 +56,9 @@ INT32S = types.Array(types.int32, 1, "C")
 """Arrow's 32-bit value offsets, written."""
 
 _warned = False
+# What numba raises when its cache fails: no directory it may write (RuntimeError), a failed
+# write (OSError: a full disk, a quota), an index it cannot read back.
+_CACHE_FAULTS = (RuntimeError, OSError, EOFError, pickle.UnpicklingError)
 
 
 def tuple_of(*members: Any) -> Any:
@@ -66,12 +73,12 @@ def compiled(signature: Any) -> Callable[[F], F]:
         global _warned
         try:
             jitted: F = numba.njit(signature, cache=True, nogil=True)(function)
-        except RuntimeError as exc:  # numba: no cache directory it can write
+        except _CACHE_FAULTS as exc:  # no cache directory, a full disk, a damaged index
             if not _warned:
                 _warned = True
                 log.warning(
-                    "the columnar decoder is compiled in every process: %s (set "
-                    "NUMBA_CACHE_DIR to a writable directory to keep it)",
+                    "the columnar decoder is compiled in every process: its cache failed "
+                    "(%s); set NUMBA_CACHE_DIR to a writable directory with room",
                     exc,
                 )
             jitted = numba.njit(signature, nogil=True)(function)

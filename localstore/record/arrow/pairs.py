@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from localstore.record.arrow.jit import BYTES, INTS, OUT_INTS, TABLE, compiled, tuple_of, types
 from localstore.record.properties import PUT_RECORDS_PAIR_START
+from quiver_errors import IllegalStateError
 
 __all__ = ["Pairs", "every_pair", "values_named"]
 
@@ -59,12 +60,17 @@ def every_pair(
 ) -> Pairs:
     """Every pair that counts, in the order of a dict the text decodes to: record after
     record, each name once."""
-    pairs: Pairs = _every_pair(raw, _ints(text_at), _ints(text_length), _PUT_MARK)
+    pairs: Pairs = _every_pair(
+        raw, _ints(text_at, text_length), _ints(text_length, text_at), _PUT_MARK
+    )
     return pairs
 
 
-def _ints(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``values`` laid out as the compiled loops take them (a copy only when strided)."""
+def _ints(values: npt.NDArray[np.int64], paired: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``values`` laid out as the compiled loops take them (a copy only when strided), as
+    long as the array ``paired`` with them (the loops index both alike)."""
+    if len(values) != len(paired):
+        raise IllegalStateError(f"{len(values)} offsets for {len(paired)} lengths")
     return np.ascontiguousarray(values, dtype=np.int64)
 
 

@@ -15,11 +15,15 @@ fields, checking that they add up to TOTALSIZE. The answer is one table, a row p
 A record whose COMMON is 0 holds garbage in its other rows (but START): the general decoder
 reads it. Every read is checked to lie inside the record first: compiled code has no bounds
 checks of its own. The records are walked twice, once to count them (the table's size) and
-once to read them, and the second walk checks every size again: bytes written in between give
-an error, never a read astray.
+once to read them, and the second walk checks every size again: bytes written in between
+never make it read astray (an error where a size no longer fits, else the records as read).
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +55,7 @@ __all__ = [
     "TOPIC_AT_ROW",
     "TOPIC_LENGTH_ROW",
     "Bytes",
+    "holding_no_views",
     "int_at",
     "long_at",
     "record_starts",
@@ -73,6 +78,8 @@ __all__ = [
     COMMON_ROW,
 ) = range(13)
 _ROWS = 13  # the table's rows: the fields above
+P = ParamSpec("P")
+R = TypeVar("R")
 
 Bytes = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
 """Records laid end to end, in any buffer."""
@@ -88,6 +95,23 @@ _RECONSUME_TIMES_AT = _V4["RECONSUMETIMES"]
 _BODY_LENGTH_AT = _V4["BODYLENGTH"]
 
 
+def holding_no_views(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` raising its RecordError without the traceback it was raised with, whose
+    frames hold numpy views of the caller's buffer: a caller closing that buffer (an mmap) as
+    the error passes would otherwise get ``BufferError`` in its place."""
+
+    @functools.wraps(function)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except RecordError as exc:
+            exc.__context__ = None  # an error it replaced, with its own traceback
+            raise exc.with_traceback(None) from None
+
+    return call
+
+
+@holding_no_views
 def record_table(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     """The table of the records in ``raw`` (the first ``count`` of them; None: every one).
 
@@ -99,6 +123,7 @@ def record_table(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     return _checked(_fill_table(octets, _records_in(octets, count)))
 
 
+@holding_no_views
 def record_starts(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     """The start offsets of the records in ``raw`` (the first ``count`` of them), by their
     TOTALSIZE chain; raises as :func:`record_table` does."""
@@ -117,9 +142,10 @@ def _records_in(octets: npt.NDArray[np.uint8], count: int | None) -> int:
     """How many records the walk finds (``count`` exactly when given), else raise."""
     if count is not None and count < 0:
         raise ValueError(f"count must be 0 or more, not {count}")
-    found, stopped_at = _count_records(octets, len(octets) if count is None else count)
+    limit = len(octets) if count is None else min(count, len(octets))  # a record has bytes
+    found, stopped_at = _count_records(octets, limit)
     if stopped_at >= 0 or (count is not None and found < count):
-        for start in _starts(octets, found).tolist():  # the first fault in the bytes' order
+        for start in _checked(_starts(octets, found)).tolist():  # the first fault in order
             decode_record(octets.data, start, body=False)
         if stopped_at >= 0:
             _raise_at(octets, stopped_at)
