@@ -24,20 +24,18 @@ from localstore.record.arrow.jit import (
     tuple_of,
     types,
 )
-from localstore.record.layout import header_offsets
+from localstore.record.layout import PHYSICAL_OFFSET_AT, header_offsets
 from quiver_errors import IllegalStateError
 
 __all__ = ["OFFSET_MSG_ID_CHARS", "key_tokens", "offset_msg_ids", "values_at"]
 
-_V4 = header_offsets(0)
-_PHYSICAL_OFFSET_AT = _V4["PHYSICALOFFSET"]
-_STORE_HOST_AT = _V4["STOREHOSTADDRESS"]
+_STORE_HOST_AT = header_offsets(0)["STOREHOSTADDRESS"]  # IPv4 born host
 _MAX_VALUE_BYTES = (1 << 31) - 1  # 32-bit offsets
 _LOOP_COPY_MAX = 64  # longer values are copied as slices
 _KEY_SEPARATOR = ord(" ")
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)  # read only
 OFFSET_MSG_ID_CHARS = 32
-_ID_FIELDS_END = max(_STORE_HOST_AT, _PHYSICAL_OFFSET_AT) + 8  # past both fields read
+_ID_FIELDS_END = max(_STORE_HOST_AT, PHYSICAL_OFFSET_AT) + 8  # past both fields read
 
 
 def values_at(
@@ -139,7 +137,7 @@ def _hex_ids(
     data = np.empty(OFFSET_MSG_ID_CHARS * len(starts), dtype=np.uint8)
     for record in range(len(starts)):
         out = OFFSET_MSG_ID_CHARS * record
-        for field_at in (_STORE_HOST_AT, _PHYSICAL_OFFSET_AT):
+        for field_at in (_STORE_HOST_AT, PHYSICAL_OFFSET_AT):
             for index in range(8):
                 octet = raw[starts[record] + field_at + index]
                 data[out] = digits[octet >> 4]

@@ -31,11 +31,18 @@ import numpy.typing as npt
 from localstore.record.arrow.jit import BYTES, INTS, TABLE, compiled, tuple_of, types
 from localstore.record.codec import RecordError, decode_record
 from localstore.record.layout import (
+    BODY_LENGTH_AT_V4,
+    BORN_TIMESTAMP_AT,
     HEADER_V4_SIZE,
+    MAGIC_AT,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
     PROPERTIES_LENGTH_BYTES,
+    QUEUE_ID_AT,
+    QUEUE_OFFSET_AT,
+    STORE_TIMESTAMP_AT,
+    SYSFLAG_AT,
     SYSFLAG_HOSTS_V6,
     header_offsets,
 )
@@ -84,15 +91,8 @@ R = TypeVar("R")
 Bytes = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
 """Records laid end to end, in any buffer."""
 
-_V4 = header_offsets(0)
-_MAGIC_AT = _V4["MAGICCODE"]
-_QUEUE_ID_AT = _V4["QUEUEID"]
-_QUEUE_OFFSET_AT = _V4["QUEUEOFFSET"]
-_SYSFLAG_AT = _V4["SYSFLAG"]
-_BORN_TIMESTAMP_AT = _V4["BORNTIMESTAMP"]
-_STORE_TIMESTAMP_AT = _V4["STORETIMESTAMP"]
-_RECONSUME_TIMES_AT = _V4["RECONSUMETIMES"]
-_BODY_LENGTH_AT = _V4["BODYLENGTH"]
+_STORE_TIMESTAMP_AT = STORE_TIMESTAMP_AT[0]  # IPv4 born host
+_RECONSUME_TIMES_AT = header_offsets(0)["RECONSUMETIMES"]
 
 
 def holding_no_views(function: Callable[P, R]) -> Callable[P, R]:
@@ -204,13 +204,13 @@ def _read_common_shape(
 ) -> int:  # pragma: no cover - compiled
     """Fill ``row`` of ``table`` from the record of ``total`` bytes at ``at``: 1 when it is of
     the common shape and its fields add up, else 0. TOTALSIZE is at least MIN_RECORD_SIZE."""
-    magic = int_at(raw, at + _MAGIC_AT)
+    magic = int_at(raw, at + MAGIC_AT)
     if magic not in (MAGIC_V1, MAGIC_V2):
         return 0
-    if int_at(raw, at + _SYSFLAG_AT) & SYSFLAG_HOSTS_V6:
+    if int_at(raw, at + SYSFLAG_AT) & SYSFLAG_HOSTS_V6:
         return 0
     end = at + total
-    body_length = int_at(raw, at + _BODY_LENGTH_AT)
+    body_length = int_at(raw, at + BODY_LENGTH_AT_V4)
     topic_field = at + HEADER_V4_SIZE + body_length
     topic_length_bytes = 1 if magic == MAGIC_V1 else 2
     if body_length < 0 or topic_field + topic_length_bytes > end:
@@ -230,9 +230,9 @@ def _read_common_shape(
     properties_at = properties_field + PROPERTIES_LENGTH_BYTES
     if properties_at + properties_length != end:
         return 0
-    table[QUEUE_ID_ROW, row] = int_at(raw, at + _QUEUE_ID_AT)
-    table[QUEUE_OFFSET_ROW, row] = long_at(raw, at + _QUEUE_OFFSET_AT)
-    table[BORN_TIMESTAMP_ROW, row] = long_at(raw, at + _BORN_TIMESTAMP_AT)
+    table[QUEUE_ID_ROW, row] = int_at(raw, at + QUEUE_ID_AT)
+    table[QUEUE_OFFSET_ROW, row] = long_at(raw, at + QUEUE_OFFSET_AT)
+    table[BORN_TIMESTAMP_ROW, row] = long_at(raw, at + BORN_TIMESTAMP_AT)
     table[STORE_TIMESTAMP_ROW, row] = long_at(raw, at + _STORE_TIMESTAMP_AT)
     table[RECONSUME_TIMES_ROW, row] = int_at(raw, at + _RECONSUME_TIMES_AT)
     table[BODY_AT_ROW, row] = at + HEADER_V4_SIZE
