@@ -19,10 +19,12 @@ its stamp is in the producer windows, and a copy is answered with the first answ
 (:mod:`sdk.broker.idempotence`); the windows are refilled from the log's tail on open
 (:mod:`sdk.broker.idempotence_rebuild`).
 
-Send-back (RocketMQ's ``consumerSendMsgBack``): a message a consumer failed is re-stored under
-``%RETRY%{group}`` with ``reconsume_times + 1`` and delay level ``3 + reconsume_times`` (or the
-level asked for), keeping ``RETRY_TOPIC`` (its original topic) and ``ORIGIN_MESSAGE_ID``; once
-``reconsume_times`` reaches the maximum (16 by default) it goes to ``%DLQ%{group}`` instead.
+Send-back (RocketMQ's ``consumerSendMsgBack``): a message a consumer failed is stored again
+under its group's retry topic, delayed, or in its dead-letter queue once its retries ran out
+(:mod:`sdk.broker.retries`).
+
+Group offsets: a group's committed offsets, and where it starts the queues it takes (a queue
+never committed starts by the group's rule, recorded at once: :mod:`sdk.broker.group_offsets`).
 
 Transactions: half messages wait invisibly under ``RMQ_SYS_TRANS_HALF_TOPIC`` until their
 producer commits or rolls them back, or the check-back asks its group
@@ -49,16 +51,9 @@ from typing import Any
 
 from localstore import MessageStore, NewMessage, PutResult, StoreOptions, UniformBatch
 from localstore.errors import DamagedRecordError
-from localstore.record.codec import (
-    PROPERTY_DELAY,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    PROPERTY_UNIQ_KEY,
-    RecordError,
-    StoredMessage,
-)
+from localstore.record.codec import PROPERTY_DELAY
 from localstore.record.uniform_batch import batch_head
-from localstore.record.validation import DLQ_PREFIX, NOT_ALLOWED_TO_SEND, RETRY_PREFIX
+from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
 from localstore.runtime.closing import CloseSteps
 from localstore.runtime.periodic import PeriodicTask
@@ -66,6 +61,7 @@ from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker import queries
 from sdk.broker.administration import BrokerAdministration, check_name
+from sdk.broker.group_offsets import GroupOffsets, forget_offsets_of_deleted_topics
 from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.idempotence import (
@@ -78,11 +74,9 @@ from sdk.broker.idempotence_rebuild import DEFAULT_REBUILD_BYTES, rebuild_window
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
 from sdk.broker.parked_pulls import GROUP_WAKE_PREFIX, Offload, ParkedPulls
-from sdk.broker.schedule import (
-    ScheduleService,
-    delayed_message,
-    packed_host,
-)
+from sdk.broker.retries import DEFAULT_MAX_RECONSUME_TIMES, Retries
+from sdk.broker.schedule import ScheduleService, delayed_message
+from sdk.broker.send_answers import rejected, send_result
 from sdk.broker.transactions import (
     DEFAULT_CHECK_INTERVAL_MS,
     DEFAULT_MAX_CHECKS,
@@ -97,7 +91,6 @@ from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
     BROADCASTING,
     CLUSTERING,
-    CONSUME_FROM_RULES,
     RECORD_DAMAGED,
     DamagedRecord,
     GroupView,
@@ -109,16 +102,12 @@ from sdk.transport.models import (
     QueueStart,
     SendResult,
     StoredRecords,
-    start_bound,
 )
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 __all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_RECONSUME_TIMES = 16
-_RETRY_BASE_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times
 
 
 @dataclass(slots=True)
@@ -156,32 +145,6 @@ class BrokerOptions:
     idempotence_rebuild_bytes: int = DEFAULT_REBUILD_BYTES
 
 
-_HOST_HEX: dict[bytes, str] = {}  # packed store host -> its upper-case hex (one or two a broker)
-
-
-def _send_result(result: PutResult) -> SendResult:
-    """The transport's form of a put's answer. Every send passes here: the status's name is
-    read as ``_value_`` (``.value`` is a Python-level enum property) and the host's hex is
-    kept."""
-    status = result.status
-    raw = result.store_host_raw
-    host = _HOST_HEX.get(raw)
-    if host is None:
-        host = raw.hex().upper()
-        if len(_HOST_HEX) < 64:
-            _HOST_HEX[raw] = host
-    return SendResult(
-        status._value_,
-        result.detail,
-        result.topic,
-        result.queue_id,
-        result.queue_offset,
-        result.phys_offsets if status is PUT_OK or status is FLUSH_DISK_TIMEOUT else [],
-        host,
-        result.store_timestamp,
-    )
-
-
 def _any_delayed(messages: Sequence[NewMessage]) -> bool:
     """Whether a message asks for delayed delivery (one loop, no call per message: a batch's
     every message passes here on the put path)."""
@@ -204,21 +167,13 @@ def _holds_stamp(messages: Sequence[NewMessage]) -> bool:
     return any(PROPERTY_PRODUCER_SEQ in message.properties for message in messages)
 
 
-# A record's reconsume count is a signed 32-bit field: a copy one count further must fit.
-_MAX_RECONSUME_COUNT = 2**31 - 1
-
-
 def _damaged_record(error: DamagedRecordError) -> DamagedRecord:
     """What a pull's answer says of a damaged record (the client needs no store error)."""
     return DamagedRecord(error.queue_offset, error.phys_offset, error.reason)
 
 
-def _rejected(status: str, detail: str, topic: str = "", queue_id: int = 0) -> SendResult:
-    return SendResult(status=status, detail=detail, topic=topic, queue_id=queue_id)
-
-
 def _forged_stamp(topic: str, queue_id: int) -> SendResult:
-    return _rejected(
+    return rejected(
         "MESSAGE_ILLEGAL",
         f"property {PROPERTY_PRODUCER_SEQ} is the broker's own (give a ProducerStamp instead)",
         topic,
@@ -253,9 +208,10 @@ class BrokerService:
                 self.store, self.producer_windows, self.options.idempotence_rebuild_bytes
             )
             self.offsets = ConsumerOffsetTable(self.root, min_offsets=self.store)
-            self._forget_offsets_of_deleted_topics()
+            forget_offsets_of_deleted_topics(self.store, self.offsets)
             self.offsets.start_auto_persist(self.options.offset_persist_interval_s)
             undo.callback(self.offsets.close)
+            self._group_offsets = GroupOffsets(self.store, self.offsets, self.queue_count)
             self.schedule = ScheduleService(
                 self.store,
                 levels=self.options.delay_levels,
@@ -265,6 +221,12 @@ class BrokerService:
             )
             self.schedule.start()
             undo.callback(self.schedule.stop)
+            self._retries = Retries(
+                self.store,
+                self._put_system,
+                delays=self.schedule.delays,
+                max_reconsume_times=self.options.max_reconsume_times,
+            )
             self.transactions = TransactionService(
                 self.store,
                 self.offsets,
@@ -282,29 +244,6 @@ class BrokerService:
         self._closed = False
         self._closing: CloseSteps | None = None  # the steps of close(), once it began
         self._close_lock = threading.RLock()
-
-    def _forget_offsets_of_deleted_topics(self) -> None:
-        """Groups' offsets of a topic the store deleted (a tombstone, no config, no queue) are
-        what a delete interrupted between the store's part and the offset table's left behind:
-        removed (and said at WARNING), or a topic re-created with that name would start its
-        groups at the old topic's offsets and skip its first messages."""
-        topics = self.store.topics
-        gone = [
-            name
-            for name in topics.deleted
-            if topics.get(name) is None and not self.store.queue_ids(name)
-        ]
-        removed = []
-        for name in gone:
-            removed += [
-                f"{g}@{name}" for g in self.offsets.groups() if self.offsets.remove(g, name)
-            ]
-        if removed:
-            log.warning(
-                "removing the offsets of deleted topics that a delete left behind: %s",
-                ", ".join(removed),
-            )
-            self.offsets.persist()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -393,11 +332,11 @@ class BrokerService:
     def _send(self, messages: Sequence[NewMessage], delayed: bool) -> SendResult:
         """Store ``messages``; ``delayed``: whether one asks for a delay (see send)."""
         if not messages:
-            return _rejected("MESSAGE_ILLEGAL", "the batch is empty")
+            return rejected("MESSAGE_ILLEGAL", "the batch is empty")
         if delayed:
             first = messages[0]
             if len(messages) > 1:
-                return _rejected(
+                return rejected(
                     "MESSAGE_ILLEGAL", "a batch cannot hold delayed messages", first.topic
                 )
             return self._send_delayed(first)
@@ -409,7 +348,7 @@ class BrokerService:
         else:
             result = self.store.put_batch(messages)
         self._tell_arrival(result)
-        return _send_result(result)
+        return send_result(result)
 
     def _tell_arrival(self, result: PutResult) -> None:
         """Wake the pulls parked on the queue a put stored to: every put of the broker (sends,
@@ -431,7 +370,7 @@ class BrokerService:
     def _send_delayed(self, message: NewMessage) -> SendResult:
         rejection = self.store.check([message])
         if rejection is not None:
-            return _send_result(rejection)
+            return send_result(rejection)
         properties = dict(message.properties)
         level_text = properties.pop(PROPERTY_DELAY, None)
         deliver_at_text = properties.pop(PROPERTY_DELIVER_AT, None)
@@ -451,7 +390,7 @@ class BrokerService:
                     return self._send([plain], delayed=False)
                 delayed = delayed_message(plain, level=level, levels=self._delays)
         except ValueError as exc:
-            return _rejected("MESSAGE_ILLEGAL", f"bad delay: {exc}", message.topic)
+            return rejected("MESSAGE_ILLEGAL", f"bad delay: {exc}", message.topic)
         return self._put_system(delayed)
 
     @property
@@ -461,9 +400,9 @@ class BrokerService:
     def _put_system(self, message: NewMessage) -> SendResult:
         result = self.store.put(message, system=True)
         self._tell_arrival(result)
-        return _send_result(result)
+        return send_result(result)
 
-    # -- consumer send-back (retry / DLQ) ------------------------------------------------------
+    # -- consumer send-back (sdk.broker.retries) -----------------------------------------------
     def send_back(
         self,
         group: str,
@@ -474,68 +413,14 @@ class BrokerService:
         reconsume_times: int = -1,
     ) -> SendResult:
         """Re-store the message at ``phys_offset`` for ``group`` to consume again later, or in
-        its dead-letter queue once it was reconsumed ``max_reconsume_times`` times (see the
-        module docstring). ``delay_level`` < 0 sends it to the DLQ at once; 0 picks
-        ``3 + reconsume_times``. ``reconsume_times`` >= 0 is how often the consumer already
-        retried it itself (an orderly consumer retries in place, so the stored count stays
-        behind); the copy carries one more."""
-        try:
-            original = self.store.message_at(phys_offset)
-        except RecordError as exc:
-            return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {exc}")
-        if original.topic in NOT_ALLOWED_TO_SEND:  # a half, op or scheduled record
-            why = f"the record at {phys_offset} is in the broker's own topic {original.topic}"
-            return _rejected("MESSAGE_ILLEGAL", f"no message to send back: {why}")
-        limit = self.options.max_reconsume_times
-        if max_reconsume_times is not None and max_reconsume_times >= 0:
-            limit = max_reconsume_times
-        done = original.reconsume_times if reconsume_times < 0 else reconsume_times
-        if done >= _MAX_RECONSUME_COUNT:  # the copy carries one more, in a 32-bit field
-            return _rejected("MESSAGE_ILLEGAL", f"reconsume times {done} out of range")
-        message = self._retry_copy(original, done)
-        if done >= limit:
-            return self._dead_letter(group, message, f"after {done} reconsumes (limit {limit})")
-        if delay_level < 0:
-            why = f"without a retry, as its consumer asked (delay level {delay_level})"
-            return self._dead_letter(group, message, why)
-        retry = dataclasses.replace(message, topic=retry_topic(group), queue_id=0)
-        level = delay_level or _RETRY_BASE_LEVEL + done
-        return self._put_system(delayed_message(retry, level=level, levels=self._delays))
-
-    def _dead_letter(self, group: str, message: NewMessage, why: str) -> SendResult:
-        """Store ``message`` in ``group``'s dead-letter queue, and say so at WARNING with
-        ``why`` (its reconsumes ran out, or its consumer sent it there without a retry): nothing
-        delivers it again unless someone consumes ``%DLQ%{group}``."""
-        dead = dataclasses.replace(message, topic=dlq_topic(group), queue_id=0)
-        answer = self._put_system(dead)
-        if answer.stored:
-            log.warning(
-                "message %s of topic %s moved to the dead-letter queue %s of group %s %s",
-                message.properties.get(PROPERTY_ORIGIN_MESSAGE_ID),
-                message.properties.get(PROPERTY_RETRY_TOPIC, message.topic),
-                dead.topic,
-                group,
-                why,
-            )
-        return answer
-
-    @staticmethod
-    def _retry_copy(original: StoredMessage, reconsumed: int) -> NewMessage:
-        properties = dict(original.properties)
-        properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
-        origin = properties.get(PROPERTY_UNIQ_KEY) or original.offset_msg_id
-        properties.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
-        properties.pop(PROPERTY_DELAY, None)
-        properties.pop(PROPERTY_PRODUCER_SEQ, None)  # the original alone names its stamp
-        return NewMessage(
-            topic=original.topic,
-            body=original.body,
-            properties=properties,
-            flag=original.flag,
-            sys_flag=original.sys_flag,
-            born_timestamp=original.born_timestamp,
-            born_host=packed_host(original.born_host, original.sys_flag),
-            reconsume_times=reconsumed + 1,
+        its dead-letter queue once it was reconsumed ``max_reconsume_times`` times (see
+        :meth:`Retries.send_back`)."""
+        return self._retries.send_back(
+            group,
+            phys_offset,
+            delay_level=delay_level,
+            max_reconsume_times=max_reconsume_times,
+            reconsume_times=reconsume_times,
         )
 
     # -- transactions (see sdk.broker.transactions) --------------------------------------------
@@ -548,12 +433,12 @@ class BrokerService:
         if PROPERTY_PRODUCER_SEQ in message.properties:
             return _forged_stamp(message.topic, message.queue_id)
         if stamp is None:
-            return _send_result(self.transactions.prepare(group, message))
+            return send_result(self.transactions.prepare(group, message))
         return self.producer_windows.once(
             stamp,
             message.topic,
             message.queue_id,
-            lambda: _send_result(self.transactions.prepare(group, *stamped([message], stamp))),
+            lambda: send_result(self.transactions.prepare(group, *stamped([message], stamp))),
         )
 
     def end_transaction(
@@ -687,68 +572,20 @@ class BrokerService:
         """The message with offsetMsgId ``message_id``, or those whose UNIQ_KEY it is."""
         return queries.query_by_id(self.store, message_id)
 
-    # -- committed offsets ---------------------------------------------------------------------
+    # -- committed offsets (sdk.broker.group_offsets) ------------------------------------------
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
-        """The group's committed offset of a queue (0 for a young queue, see
-        :meth:`ConsumerOffsetTable.query`), or None when it has none."""
-        found = self.offsets.query(group, topic, queue_id, zero_if_young=False)
-        return found if isinstance(found, int) else None
+        """The group's committed offset of a queue, or None when it has none."""
+        return self._group_offsets.query(group, topic, queue_id)
 
     def start_offsets(
         self, group: str, queues: Sequence[MessageQueue], consume_from: str, timestamp_ms: int
     ) -> list[QueueStart]:
-        """Where ``group`` starts each of ``queues`` (RocketMQ's ``computePullFromWhere``, made
-        by the broker so a member needs one call for all its new queues): the committed offset,
-        or for a queue never committed the ``consume_from`` rule's (the queue's end, its
-        minimum, or the first message stored at or after ``timestamp_ms``; a retry topic from
-        its minimum), recorded as the group's committed offset at once, so a restart does not
-        skip what arrives meanwhile (unless a commit or a reset recorded one in between: it
-        wins). An unknown rule, or a queue id past the topic's queue count, is refused
-        (InvalidArgumentError) before anything is recorded."""
-        if consume_from not in CONSUME_FROM_RULES:
-            raise InvalidArgumentError(
-                f"consume_from must be one of {sorted(CONSUME_FROM_RULES)},"
-                f" not {consume_from!r:.60}"
-            )
-        counts = {topic: self.queue_count(topic) for topic in {q.topic for q in queues}}
-        for queue in queues:
-            if queue.queue_id >= counts[queue.topic]:
-                raise InvalidArgumentError(
-                    f"{queue.topic} has no queue {queue.queue_id}: it has {counts[queue.topic]}"
-                )
-        committed = {q: self.query_offset(group, q.topic, q.queue_id) for q in queues}
-        rule_starts: dict[str, dict[int, int]] = {}
-        for queue, offset in committed.items():
-            if offset is None:
-                start = self._rule_start(queue, consume_from, timestamp_ms)
-                rule_starts.setdefault(queue.topic, {})[queue.queue_id] = start
-        # recorded only where still absent: a commit or a reset that came meanwhile wins
-        now = {
-            topic: self.offsets.commit_absent(group, topic, starts)
-            for topic, starts in rule_starts.items()
-        }
-        return [
-            QueueStart(
-                queue, offset, now[queue.topic][queue.queue_id] if offset is None else offset
-            )
-            for queue, offset in committed.items()
-        ]
-
-    def _rule_start(self, queue: MessageQueue, consume_from: str, timestamp_ms: int) -> int:
-        """The offset the rule starts a never-committed queue at (a call of this service's,
-        named by :func:`~sdk.transport.models.start_bound`, as the client's own rule makes)."""
-        topic, queue_id = queue.topic, queue.queue_id
-        bound = start_bound(topic, consume_from)
-        timestamp = (timestamp_ms,) if bound == "offset_for_timestamp" else ()
-        start: int = getattr(self, bound)(topic, queue_id, *timestamp)
-        return start
+        """Where ``group`` starts each of ``queues``: the committed offset, or the
+        ``consume_from`` rule's, recorded at once (see :meth:`GroupOffsets.starts`)."""
+        return self._group_offsets.starts(group, queues, consume_from, timestamp_ms)
 
     def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
-        by_topic: dict[str, dict[int, int]] = {}
-        for queue, offset in offsets.items():
-            by_topic.setdefault(queue.topic, {})[queue.queue_id] = offset
-        for topic, queues in by_topic.items():
-            self.offsets.commit_many(group, topic, queues)
+        self._group_offsets.commit(group, offsets)
 
     # -- groups ------------------------------------------------------------------------------
     def heartbeat(

@@ -279,7 +279,7 @@ def test_offsets_a_delete_left_behind_are_removed_at_the_next_open(tmp_path: Pat
         broker.service.offsets.commit("g", "Kept", 0, 1)
         broker.service.store.delete_topic("Gone")  # the store's part only: then the crash
     with (
-        caplog.at_level(logging.WARNING, logger="sdk.broker.service"),
+        caplog.at_level(logging.WARNING, logger="sdk.broker.group_offsets"),
         EmbeddedBroker(root) as broker,
     ):
         assert broker.service.offsets.topics("g") == ["Kept"]

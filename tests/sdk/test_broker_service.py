@@ -281,14 +281,14 @@ def test_a_pull_from_a_consumer_behind_the_group_generation_does_not_wait(servic
     ],
 )
 def test_a_put_answer_becomes_the_transport_answer_field_for_field(status, offsets):
-    """Every send's answer passes through _send_result: status name, offsets only when the
+    """Every send's answer passes through send_result: status name, offsets only when the
     messages were stored, the store host as upper-case hex (kept per host)."""
-    from sdk.broker.service import _send_result
+    from sdk.broker.send_answers import send_result
 
     host = pack_host("10.0.0.254", 10911)
     put = PutResult(status, "why", "orders", 2, 40, [7, 9], 1_700_000_000_000, host)
     for _ in range(2):  # the second reads the kept hex
-        answer = _send_result(put)
+        answer = send_result(put)
         assert (answer.status, answer.detail, answer.topic, answer.queue_id) == (
             status.value, "why", "orders", 2,
         )  # fmt: skip

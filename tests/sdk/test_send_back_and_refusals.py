@@ -167,7 +167,7 @@ def test_the_broker_refuses_a_file(tmp_path: Path):
 def test_a_message_moved_to_the_dead_letter_queue_is_logged(broker, caplog):
     with Producer(broker) as producer:
         receipt = producer.send(Message("orders", b"x"), queue_id=0)
-    with caplog.at_level(logging.WARNING, logger="sdk.broker.service"):
+    with caplog.at_level(logging.WARNING, logger="sdk.broker.retries"):
         answer = broker.service.send_back("g", receipt.phys_offset, delay_level=-1)
     assert answer.stored
     [record] = [r for r in caplog.records if "dead-letter" in r.getMessage()]
@@ -181,7 +181,7 @@ def test_a_message_moved_to_the_dead_letter_queue_is_logged(broker, caplog):
 def test_a_message_whose_reconsumes_ran_out_is_logged_with_their_count(broker, caplog):
     with Producer(broker) as producer:
         receipt = producer.send(Message("orders", b"x"), queue_id=0)
-    with caplog.at_level(logging.WARNING, logger="sdk.broker.service"):
+    with caplog.at_level(logging.WARNING, logger="sdk.broker.retries"):
         answer = broker.service.send_back(
             "g", receipt.phys_offset, max_reconsume_times=2, reconsume_times=2
         )

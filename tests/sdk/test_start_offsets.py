@@ -129,13 +129,13 @@ def test_a_commit_landing_while_the_start_is_worked_out_wins(
     (or an admin's reset) in between must not be overwritten by the start."""
     _store(service, 5)
     queue = _queue(service)
-    rule_start = service._rule_start
+    rule_start = service._group_offsets._rule_start
 
     def with_a_commit_meanwhile(*args: object) -> int:
         service.commit_offsets(GROUP, {queue: 2})  # another member, or a reset, meanwhile
         return rule_start(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(service, "_rule_start", with_a_commit_meanwhile)
+    monkeypatch.setattr(service._group_offsets, "_rule_start", with_a_commit_meanwhile)
     [start] = service.start_offsets(GROUP, [queue], CONSUME_FROM_LAST_OFFSET, 0)
     assert start.start == 2
     assert service.query_offset(GROUP, TOPIC, 0) == 2
