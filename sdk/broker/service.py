@@ -30,6 +30,10 @@ Transactions: half messages wait invisibly under ``RMQ_SYS_TRANS_HALF_TOPIC`` un
 producer commits or rolls them back, or the check-back asks its group
 (:mod:`sdk.broker.transactions`).
 
+Groups: members heartbeat and take queue leases; a change that can move a member's share wakes
+the group's parked pulls, and every group's membership is recorded for ``quiver group show``
+(:mod:`sdk.broker.membership`).
+
 Long polling: a pull that finds nothing new is held (:mod:`sdk.broker.parked_pulls`) on an
 :class:`ArrivalNotifier`, which every stored put of the broker notifies: sends, send-backs,
 delayed deliveries and transaction commits. Under sync flush a put notifies once its messages
@@ -56,13 +60,11 @@ from localstore.record.uniform_batch import batch_head
 from localstore.record.validation import DLQ_PREFIX, RETRY_PREFIX
 from localstore.results import FLUSH_DISK_TIMEOUT, PUT_OK
 from localstore.runtime.closing import CloseSteps
-from localstore.runtime.periodic import PeriodicTask
 from offsetstore import MessageQueue
 from offsetstore.broker_table import ConsumerOffsetTable
 from sdk.broker import queries
-from sdk.broker.administration import BrokerAdministration, check_name
+from sdk.broker.administration import BrokerAdministration
 from sdk.broker.group_offsets import GroupOffsets, forget_offsets_of_deleted_topics
-from sdk.broker.group_report import build_report, snapshot_document, write_snapshot
 from sdk.broker.groups import DEFAULT_MEMBER_EXPIRY_MS, GroupRegistry
 from sdk.broker.idempotence import (
     DEFAULT_MAX_STAMPS,
@@ -73,7 +75,8 @@ from sdk.broker.idempotence import (
 from sdk.broker.idempotence_rebuild import DEFAULT_REBUILD_BYTES, rebuild_windows
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
-from sdk.broker.parked_pulls import GROUP_WAKE_PREFIX, Offload, ParkedPulls
+from sdk.broker.membership import GroupMembership
+from sdk.broker.parked_pulls import Offload, ParkedPulls
 from sdk.broker.retries import DEFAULT_MAX_RECONSUME_TIMES, Retries
 from sdk.broker.schedule import ScheduleService, delayed_message
 from sdk.broker.send_answers import rejected, send_result
@@ -85,12 +88,10 @@ from sdk.broker.transactions import (
 )
 from sdk.broker.transactions import Offload as CheckReadOffload
 from sdk.clock import SYSTEM_CLOCK, Clock
-from sdk.errors import CloseError, InvalidArgumentError
+from sdk.errors import CloseError
 from sdk.message import PROPERTY_DELIVER_AT, PROPERTY_PRODUCER_SEQ, dlq_topic, retry_topic
 from sdk.transport.admin_models import GroupInfo
 from sdk.transport.models import (
-    BROADCASTING,
-    CLUSTERING,
     RECORD_DAMAGED,
     DamagedRecord,
     GroupView,
@@ -238,10 +239,17 @@ class BrokerService:
             )
             self.transactions.start()
             undo.pop_all()
-        self._expiry = PeriodicTask("quiver-groups", self._expire_members, 10.0, 10.0)
-        self._groups_changed = threading.Event()
-        self._snapshots = PeriodicTask("quiver-group-snapshot", self._snapshot_if_changed, 1.0, 1.0)
         self._closed = False
+        self._membership = GroupMembership(
+            self.groups,
+            self.leases,
+            self.notifier,
+            self.offsets,
+            self.store,
+            root=self.root,
+            clock=self._clock,
+            running=lambda: not self._closed,
+        )
         self._closing: CloseSteps | None = None  # the steps of close(), once it began
         self._close_lock = threading.RLock()
 
@@ -273,9 +281,7 @@ class BrokerService:
     def _close_steps(self) -> list[tuple[str, Callable[[], object]]]:
         return [
             ("answering parked pulls", self.notifier.notify_all),
-            ("stopping the group expiry", self._expiry.close),
-            ("stopping the group snapshots", self._snapshots.close),
-            ("recording the consumer groups", self._write_group_snapshot_if_any),
+            *self._membership.close_steps(),
             ("stopping the transaction checks", self.transactions.stop),
             ("stopping the schedule and persisting its progress", self.schedule.stop),
             ("persisting the consumer offsets", self.offsets.close),
@@ -301,11 +307,6 @@ class BrokerService:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _expire_members(self) -> bool:
-        for group in self.groups.expire():
-            self._wake_group(group)
-        return not self._closed
 
     # -- send --------------------------------------------------------------------------------
     def send(
@@ -587,55 +588,32 @@ class BrokerService:
     def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int]) -> None:
         self._group_offsets.commit(group, offsets)
 
-    # -- groups ------------------------------------------------------------------------------
+    # -- groups (sdk.broker.membership) --------------------------------------------------------
     def heartbeat(
         self, group: str, client_id: str, subscriptions: Mapping[str, str], message_model: str
     ) -> int:
-        """Register or refresh a consumer; answers its group's generation. An empty group or
-        client id, a group with ``@``, or a message model other than CLUSTERING and
-        BROADCASTING is refused (InvalidArgumentError)."""
-        check_name("group", group)
-        if not client_id:
-            raise InvalidArgumentError("a consumer's client id must not be empty")
-        if message_model not in (CLUSTERING, BROADCASTING):
-            raise InvalidArgumentError(
-                f"message model must be {CLUSTERING} or {BROADCASTING}, not {message_model!r:.40}"
-            )
-        before = self.groups.generation(group)
-        generation = self.groups.heartbeat(group, client_id, subscriptions, message_model)
-        if generation != before:
-            self._wake_group(group)  # members parked in a pull see the new generation
-        return generation
+        """Register or refresh a consumer; answers its group's generation (see
+        :meth:`GroupMembership.heartbeat`)."""
+        return self._membership.heartbeat(group, client_id, subscriptions, message_model)
 
     def unregister(self, group: str, client_id: str) -> int:
         """A member leaves: its queue leases are dropped and the others told at once."""
-        self.leases.release_member(group, client_id)
-        generation = self.groups.unregister(group, client_id)
-        self._wake_group(group)
-        return generation
+        return self._membership.unregister(group, client_id)
 
     def lock_queues(
         self, group: str, client_id: str, queues: Sequence[MessageQueue]
     ) -> set[MessageQueue]:
         """Take or renew leases on ``queues`` (see :mod:`sdk.broker.leases`); answers those
         the member now holds."""
-        granted = self.leases.acquire(group, client_id, queues)
-        self._groups_changed.set()
-        return granted
+        return self._membership.lock_queues(group, client_id, queues)
 
     def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
         """Give leases back; members waiting for those queues are woken."""
-        if self.leases.release(group, client_id, queues):
-            self._wake_group(group)
-
-    def _wake_group(self, group: str) -> None:
-        self._groups_changed.set()
-        self.notifier.notify(GROUP_WAKE_PREFIX + group, -1)
+        self._membership.unlock_queues(group, client_id, queues)
 
     def group_view(self, group: str) -> GroupView:
         """The group's live members, their subscriptions and the queues' lease owners."""
-        view = self.groups.view(group)
-        return dataclasses.replace(view, owners=self.leases.owners(group))
+        return self._membership.view(group)
 
     def rebalance_view(self, group: str, topics: Sequence[str]) -> GroupView:
         """:meth:`group_view` and the queue count of each of ``topics`` (:meth:`queue_count`),
@@ -646,31 +624,7 @@ class BrokerService:
     def group_report(self, group: str) -> GroupInfo:
         """Members, the queues each owns, committed offsets and lag, as the broker sees them
         now (``quiver group show`` prints the same from the last recorded snapshot)."""
-        return build_report(
-            group,
-            self.group_view(group),
-            self.groups.models(group),
-            self.offsets,
-            self.store,
-            live=True,
-            as_of_ms=self._clock.time_ms(),
-        )
-
-    def _snapshot_if_changed(self) -> bool:
-        if self._groups_changed.is_set():
-            self._write_group_snapshot()
-        return not self._closed
-
-    def _write_group_snapshot(self) -> None:
-        """Record every group's members and lease owners for ``quiver group show``."""
-        self._groups_changed.clear()
-        groups = self.groups.groups()
-        views = {group: self.group_view(group) for group in groups}
-        models = {group: self.groups.models(group) for group in groups}
-        try:
-            write_snapshot(self.root, snapshot_document(views, models, self._clock.time_ms()))
-        except OSError as exc:
-            log.warning("cannot record the consumer groups: %s", exc)
+        return self._membership.report(group)
 
     # -- administration (sdk.broker.administration) --------------------------------------------
     @functools.cached_property
@@ -691,9 +645,3 @@ class BrokerService:
         """A deleted topic's parked pulls answer now (they find nothing)."""
         for queue_id in queue_ids:
             self.notifier.notify(topic, queue_id)
-
-    def _write_group_snapshot_if_any(self) -> None:
-        """At close: record the groups, unless this broker never saw one (a broker opened to
-        inspect or administer a store keeps the record the last serving broker left)."""
-        if self.groups.groups():
-            self._write_group_snapshot()
