@@ -5,8 +5,8 @@ The copy goes under ``%RETRY%{group}`` (queue 0) with ``reconsume_times + 1`` an
 ``3 + reconsume_times`` (or the level asked for), keeping ``RETRY_TOPIC`` (its original topic)
 and ``ORIGIN_MESSAGE_ID``; once ``reconsume_times`` reaches the maximum (16 by default) it goes
 to ``%DLQ%{group}`` instead, and so does one whose consumer asked for no retry (a negative delay
-level). Every move to a dead-letter queue is said at WARNING: nothing delivers the message again
-unless someone consumes ``%DLQ%{group}``.
+level). Every message stored in a dead-letter queue is said at WARNING: nothing delivers it
+again unless someone consumes ``%DLQ%{group}``.
 
 Invariant: a send-back stores a copy and never changes the original; the copy carries one
 reconsume more than the count it was sent back with, and one sent back with a count at or past
@@ -51,15 +51,16 @@ _MAX_RECONSUME_COUNT = 2**31 - 1
 class Retries:
     """Sends failed messages back for their group: to the retry topic, delayed, or to the
     dead-letter queue. ``put_system`` stores a message in a system topic (and wakes its
-    readers); ``delays`` is the schedule's delay table in ms."""
+    readers); ``delays`` gives the schedule's delay table in ms and ``max_reconsume_times``
+    the broker's limit, each read at every send-back (as the broker's options are)."""
 
     def __init__(
         self,
         store: MessageStore,
         put_system: Callable[[NewMessage], SendResult],
         *,
-        delays: tuple[int, ...],
-        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+        delays: Callable[[], tuple[int, ...]],
+        max_reconsume_times: Callable[[], int] = lambda: DEFAULT_MAX_RECONSUME_TIMES,
     ):
         self._store = store
         self._put_system = put_system
@@ -88,7 +89,7 @@ class Retries:
         if original.topic in NOT_ALLOWED_TO_SEND:  # a half, op or scheduled record
             why = f"the record at {phys_offset} is in the broker's own topic {original.topic}"
             return rejected("MESSAGE_ILLEGAL", f"no message to send back: {why}")
-        limit = self._max_reconsume_times
+        limit = self._max_reconsume_times()
         if max_reconsume_times is not None and max_reconsume_times >= 0:
             limit = max_reconsume_times
         done = original.reconsume_times if reconsume_times < 0 else reconsume_times
@@ -102,7 +103,7 @@ class Retries:
             return self._dead_letter(group, message, why)
         retry = dataclasses.replace(message, topic=retry_topic(group), queue_id=0)
         level = delay_level or _RETRY_BASE_LEVEL + done
-        return self._put_system(delayed_message(retry, level=level, levels=self._delays))
+        return self._put_system(delayed_message(retry, level=level, levels=self._delays()))
 
     def _dead_letter(self, group: str, message: NewMessage, why: str) -> SendResult:
         """Store ``message`` in ``group``'s dead-letter queue, and say so at WARNING with

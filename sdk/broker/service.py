@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -107,8 +106,6 @@ from sdk.transport.models import (
 from sdk.transport.transaction_models import EndTransactionResult, TransactionChecks
 
 __all__ = ["BrokerOptions", "BrokerService", "dlq_topic", "retry_topic"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -225,8 +222,8 @@ class BrokerService:
             self._retries = Retries(
                 self.store,
                 self._put_system,
-                delays=self.schedule.delays,
-                max_reconsume_times=self.options.max_reconsume_times,
+                delays=lambda: self.schedule.delays,
+                max_reconsume_times=lambda: self.options.max_reconsume_times,
             )
             self.transactions = TransactionService(
                 self.store,
@@ -415,7 +412,7 @@ class BrokerService:
     ) -> SendResult:
         """Re-store the message at ``phys_offset`` for ``group`` to consume again later, or in
         its dead-letter queue once it was reconsumed ``max_reconsume_times`` times (see
-        :meth:`Retries.send_back`)."""
+        :meth:`sdk.broker.retries.Retries.send_back`)."""
         return self._retries.send_back(
             group,
             phys_offset,

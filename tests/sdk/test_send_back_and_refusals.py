@@ -192,6 +192,18 @@ def test_a_message_whose_reconsumes_ran_out_is_logged_with_their_count(broker, c
     assert text.endswith("after 2 reconsumes (limit 2)")
 
 
+def test_the_broker_s_reconsume_limit_is_read_at_each_send_back(broker, caplog):
+    """``options.max_reconsume_times`` changed on an open broker holds for the next send-back,
+    as it did before retries had a module of their own."""
+    with Producer(broker) as producer:
+        receipt = producer.send(Message("orders", b"x"), queue_id=0)
+    broker.service.options.max_reconsume_times = 1
+    with caplog.at_level(logging.WARNING, logger="sdk.broker.retries"):
+        answer = broker.service.send_back("g", receipt.phys_offset, reconsume_times=1)
+    assert answer.stored and answer.topic.startswith("%DLQ%")
+    assert caplog.text.rstrip().endswith("after 1 reconsumes (limit 1)")
+
+
 def test_a_failed_broadcast_listener_is_logged_as_dropped(broker, tmp_path: Path, caplog):
     with Producer(broker) as producer:
         producer.send(Message("orders", b"x"), queue_id=0)
