@@ -48,7 +48,7 @@ import dataclasses
 import functools
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ from sdk.broker.idempotence import (
 from sdk.broker.idempotence_rebuild import DEFAULT_REBUILD_BYTES, rebuild_windows
 from sdk.broker.leases import DEFAULT_LEASE_MS, QueueLeases
 from sdk.broker.long_poll import ArrivalNotifier
-from sdk.broker.membership import GroupMembership
+from sdk.broker.membership import CloseStep, GroupMembership
 from sdk.broker.parked_pulls import Offload, ParkedPulls
 from sdk.broker.retries import DEFAULT_MAX_RECONSUME_TIMES, Retries
 from sdk.broker.schedule import ScheduleService, delayed_message
@@ -275,7 +275,7 @@ class BrokerService:
                 list(self._closing.errors),
             ) from first
 
-    def _close_steps(self) -> list[tuple[str, Callable[[], object]]]:
+    def _close_steps(self) -> list[CloseStep]:
         return [
             ("answering parked pulls", self.notifier.notify_all),
             *self._membership.close_steps(),

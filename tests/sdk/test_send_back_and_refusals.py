@@ -171,7 +171,7 @@ def test_a_message_moved_to_the_dead_letter_queue_is_logged(broker, caplog):
         answer = broker.service.send_back("g", receipt.phys_offset, delay_level=-1)
     assert answer.stored
     [record] = [r for r in caplog.records if "dead-letter" in r.getMessage()]
-    assert record.levelno == logging.WARNING
+    assert record.levelno == logging.WARNING and record.name == "sdk.broker.retries"
     text = record.getMessage()
     assert receipt.msg_id in text and "topic orders" in text and "group g" in text
     assert text.endswith("without a retry, as its consumer asked (delay level -1)")
