@@ -537,18 +537,18 @@ def test_fields_at_the_record_s_edge_read_or_fail_as_the_general_decoder(damage:
 
 
 def test_a_second_walk_of_bytes_that_changed_stops_at_their_end():
-    """The loops walk twice (count, then read): asked for more records than the bytes hold,
-    as bytes changed between the walks would have them, the reading walk checks every size
-    itself and stops at the end, from guarded memory."""
-    from localstore.record.arrow.records import _checked, _fill_table, _starts, read_only_bytes
+    """The loops walk twice (count, then bounds): asked for more records than the bytes hold,
+    as bytes changed between the walks would have them, the bounds walk checks every size
+    itself and stops at the end, from guarded memory; the fields are read within its bounds."""
+    from localstore.record.arrow.records import _fill_table, _record_bounds, read_only_bytes
 
     raw = encode([NewMessage("T", b"body") for _ in range(3)], "T")
     _memory, view = guarded(raw)
     octets = read_only_bytes(view)
-    for walk in (_fill_table, _starts):
-        with pytest.raises(RecordError, match="the records changed while they were read"):
-            _checked(walk(octets, 4))
-        assert _checked(walk(octets, 3)).shape[-1] == 3
+    with pytest.raises(RecordError, match="the records changed while they were read"):
+        _record_bounds(octets, 4)
+    bounds = _record_bounds(octets, 3)
+    assert bounds[-1] == len(raw) and _fill_table(octets, bounds).shape[1] == 3
 
 
 def test_an_error_leaves_no_view_of_a_mapped_buffer():

@@ -27,7 +27,7 @@ from localstore.record.arrow.jit import (
 from localstore.record.layout import PHYSICAL_OFFSET_AT, header_offsets
 from quiver_errors import IllegalStateError
 
-__all__ = ["OFFSET_MSG_ID_CHARS", "key_tokens", "offset_msg_ids", "values_at"]
+__all__ = ["OFFSET_MSG_ID_CHARS", "checked_places", "key_tokens", "offset_msg_ids", "values_at"]
 
 _STORE_HOST_AT = header_offsets(0)["STOREHOSTADDRESS"]  # IPv4 born host
 _MAX_VALUE_BYTES = (1 << 31) - 1  # 32-bit offsets
@@ -51,7 +51,7 @@ def values_at(
     ``checked``: the caller knows the bytes are (parts of a text already checked, cut at
     ASCII bytes)."""
     count = len(at)
-    at, length = _places(raw, at, length)
+    at, length = checked_places(raw, at, length)
     present = length >= 0
     total = int(length[present].sum())
     if total > _MAX_VALUE_BYTES:
@@ -89,12 +89,12 @@ def key_tokens(
     """The texts at ``at`` (length -1: none) split at spaces, empty tokens dropped: (list
     offsets, a text per record; token offsets; token lengths)."""
     found: tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]] = (
-        _split_at_spaces(raw, *_places(raw, at, length))
+        _split_at_spaces(raw, *checked_places(raw, at, length))
     )
     return found
 
 
-def _places(
+def checked_places(
     raw: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """``at`` and ``length`` as the compiled loops take them, each place (but a null's, length

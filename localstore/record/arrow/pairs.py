@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from localstore.record.arrow.buffers import checked_places
 from localstore.record.arrow.jit import BYTES, INTS, OUT_INTS, TABLE, compiled, tuple_of, types
 from localstore.record.properties import PUT_RECORDS_PAIR_START
-from quiver_errors import IllegalStateError
 
 __all__ = ["Pairs", "every_pair", "values_named"]
 
@@ -39,7 +39,7 @@ def values_named(
     name_bytes = np.concatenate(packed) if packed else np.zeros(0, np.uint8)
     name_ends = np.cumsum([len(name) for name in packed], dtype=np.int64)
     value_at, value_length = _find_values(
-        raw, text_at, text_length, name_bytes, name_ends, _PUT_MARK
+        raw, *checked_places(raw, text_at, text_length), name_bytes, name_ends, _PUT_MARK
     )
     return value_at, value_length
 
@@ -60,18 +60,8 @@ def every_pair(
 ) -> Pairs:
     """Every pair that counts, in the order of a dict the text decodes to: record after
     record, each name once."""
-    pairs: Pairs = _every_pair(
-        raw, _ints(text_at, text_length), _ints(text_length, text_at), _PUT_MARK
-    )
+    pairs: Pairs = _every_pair(raw, *checked_places(raw, text_at, text_length), _PUT_MARK)
     return pairs
-
-
-def _ints(values: npt.NDArray[np.int64], paired: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``values`` laid out as the compiled loops take them (a copy only when strided), as
-    long as the array ``paired`` with them (the loops index both alike)."""
-    if len(values) != len(paired):
-        raise IllegalStateError(f"{len(values)} offsets for {len(paired)} lengths")
-    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 @compiled(types.int64(BYTES, types.int64, types.int64, BYTES))

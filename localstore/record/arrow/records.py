@@ -15,8 +15,9 @@ fields, checking that they add up to TOTALSIZE. The answer is one table, a row p
 A record whose COMMON is 0 holds garbage in its other rows (but START): the general decoder
 reads it. Every read is checked to lie inside the record first: compiled code has no bounds
 checks of its own. The records are walked twice, once to count them (the table's size) and
-once to read them, and the second walk checks every size again: bytes written in between
-never make it read astray (an error where a size no longer fits, else the records as read).
+once to find their bounds, which checks every size again; the fields are then read within
+those bounds, no size read a third time. Bytes written in between never make a read astray
+(an error where a size no longer fits, else the records as read).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from localstore.record.arrow.jit import BYTES, INTS, TABLE, compiled, tuple_of, types
+from localstore.record.arrow.jit import BYTES, INTS, OUT_INTS, TABLE, compiled, tuple_of, types
 from localstore.record.codec import RecordError, decode_record
 from localstore.record.layout import (
     BODY_LENGTH_AT_V4,
@@ -120,7 +121,7 @@ def record_table(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     or when ``raw`` holds fewer than ``count`` records; ``ValueError`` for a negative
     ``count``."""
     octets = read_only_bytes(raw)
-    return _checked(_fill_table(octets, _records_in(octets, count)))
+    return _fill_table(octets, _record_bounds(octets, _records_in(octets, count)))
 
 
 @holding_no_views
@@ -128,7 +129,7 @@ def record_starts(raw: Bytes, count: int | None) -> npt.NDArray[np.int64]:
     """The start offsets of the records in ``raw`` (the first ``count`` of them), by their
     TOTALSIZE chain; raises as :func:`record_table` does."""
     octets = read_only_bytes(raw)
-    return _checked(_starts(octets, _records_in(octets, count)))
+    return _record_bounds(octets, _records_in(octets, count))[:-1]
 
 
 def read_only_bytes(raw: Bytes) -> npt.NDArray[np.uint8]:
@@ -145,7 +146,7 @@ def _records_in(octets: npt.NDArray[np.uint8], count: int | None) -> int:
     limit = len(octets) if count is None else min(count, len(octets))  # a record has bytes
     found, stopped_at = _count_records(octets, limit)
     if stopped_at >= 0 or (count is not None and found < count):
-        for start in _checked(_starts(octets, found)).tolist():  # the first fault in order
+        for start in _record_bounds(octets, found)[:-1].tolist():  # the first fault in order
             decode_record(octets.data, start, body=False)
         if stopped_at >= 0:
             _raise_at(octets, stopped_at)
@@ -153,14 +154,14 @@ def _records_in(octets: npt.NDArray[np.uint8], count: int | None) -> int:
     return int(found)
 
 
-def _checked(table: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """A walk's answer; an empty one with a column when a record's size changed between the
-    walk that counted the records and the one that read them (bytes written meanwhile)."""
-    if table.shape[-1] and table.ndim == 1 and table[-1] < 0:
+def _record_bounds(octets: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.int64]:
+    """Where the first ``count`` records (counted by the first walk) start, and where the
+    last ends: ``count + 1`` offsets. Raises when a size no longer fits (bytes written since
+    the count)."""
+    bounds: npt.NDArray[np.int64] = _bounds(octets, count)
+    if bounds[-1] < 0:
         raise RecordError("the records changed while they were read")
-    if table.ndim == 2 and table.shape[1] and table[START_ROW, -1] < 0:
-        raise RecordError("the records changed while they were read")
-    return table
+    return bounds
 
 
 @compiled(types.int64(BYTES, types.int64))
@@ -244,40 +245,36 @@ def _read_common_shape(
     return 1
 
 
-@compiled(INTS(BYTES, types.int64))
-def _starts(raw: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.int64]:  # pragma: no cover
-    """The first ``count`` starts (the walk counted them); the last -1 when a size no longer
-    fits (the bytes changed since)."""
-    starts = np.empty(count, dtype=np.int64)
+@compiled(OUT_INTS(BYTES, types.int64))
+def _bounds(raw: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.int64]:  # pragma: no cover
+    """The second walk: the first ``count`` starts and the last record's end, each size
+    checked again; the end -1 when a size no longer fits (the bytes changed since)."""
+    bounds = np.empty(count + 1, dtype=np.int64)
     end = len(raw)
     at = 0
     for row in range(count):
         total = int_at(raw, at) if at + 4 <= end else 0
         if total < MIN_RECORD_SIZE or total > end - at:
-            starts[count - 1] = -1
-            return starts
-        starts[row] = at
+            bounds[count] = -1
+            return bounds
+        bounds[row] = at
         at += total
-    return starts
+    bounds[count] = at
+    return bounds
 
 
-@compiled(TABLE(BYTES, types.int64))
+@compiled(TABLE(BYTES, INTS))
 def _fill_table(  # pragma: no cover - compiled
-    raw: npt.NDArray[np.uint8], count: int
+    raw: npt.NDArray[np.uint8], bounds: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """The table of the first ``count`` records (the walk counted them); its last START -1
-    when a size no longer fits (the bytes changed since)."""
+    """The table of the records between ``bounds`` (each at least MIN_RECORD_SIZE long and
+    inside ``raw``, as the walk found them: no size is read again)."""
+    count = len(bounds) - 1
     table = np.zeros((_ROWS, count), dtype=np.int64)
-    end = len(raw)
-    at = 0
     for row in range(count):
-        total = int_at(raw, at) if at + 4 <= end else 0
-        if total < MIN_RECORD_SIZE or total > end - at:
-            table[START_ROW, count - 1] = -1
-            return table
+        at = bounds[row]
         table[START_ROW, row] = at
-        table[COMMON_ROW, row] = _read_common_shape(raw, at, total, table, row)
-        at += total
+        table[COMMON_ROW, row] = _read_common_shape(raw, at, bounds[row + 1] - at, table, row)
     return table
 
 
