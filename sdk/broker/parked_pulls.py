@@ -8,6 +8,11 @@ The invariants :class:`ParkedPulls` keeps:
   first, then asks whether every queue is caught up (:meth:`MessageStore.caught_up`, from the
   offsets alone). A queue with news or with an offset to correct, a group generation past
   the one the consumer knows, or a closing broker makes it look at once.
+* **Rebalance before reading.** A member that knows an older generation of its group than the
+  broker's is answered at once with no record, only the new generation: it must rebalance
+  before it reads, so nothing is read for it from queues it may be about to hand over. (When
+  many members join at once, the first would otherwise fetch records of every queue and then
+  drop most of them with the queues.)
 * **No lost wake-up.** The wake-up is registered before that question is asked, so a message
   stored in between still fires it.
 * **Look where it arrived.** After a wake-up only the queues that got messages are read; the
@@ -69,7 +74,9 @@ class ParkedPulls:
     def wait(self, batch: PullBatch) -> PullBatchResult:
         """Answer ``batch``, holding it up to ``batch.wait_ms`` while nothing is new."""
         generation = self._groups.generation(batch.group)
-        if self._answers_unparked(batch, generation):
+        if _behind(batch, generation):
+            return PullBatchResult([], generation)
+        if self._answers_unparked(batch):
             return self._read(batch, batch.pulls)
         deadline = time.monotonic() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
@@ -96,7 +103,9 @@ class ParkedPulls:
             return call() if offload is None or fresh else await offload(call)
 
         generation = self._groups.generation(batch.group)
-        if self._answers_unparked(batch, generation):
+        if _behind(batch, generation):
+            return PullBatchResult([], generation)
+        if self._answers_unparked(batch):
             return await read(batch.pulls)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
@@ -130,16 +139,11 @@ class ParkedPulls:
             if _answer_now(batch, woken_by, generation, result):
                 return result
 
-    def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
+    def _answers_unparked(self, batch: PullBatch) -> bool:
         """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
-        broker is closing, the group moved past what the consumer knows (it must rebalance),
-        or the read would be refused (the caller hears so at once, not after the wait)."""
-        return (
-            batch.wait_ms <= 0
-            or self._closed()
-            or 0 <= batch.generation != generation
-            or not _readable(batch)
-        )
+        broker is closing, or the read would be refused (the caller hears so at once, not
+        after the wait)."""
+        return batch.wait_ms <= 0 or self._closed() or not _readable(batch)
 
     def _parked_answer(
         self, batch: PullBatch, result: PullBatchResult | None, generation: int
@@ -165,6 +169,13 @@ class ParkedPulls:
         whether to answer now (news, or a member or lease changed)."""
         result = self._read(batch, _arrived(batch, woken_by))
         return result, _answer_now(batch, woken_by, generation, result)
+
+
+def _behind(batch: PullBatch, generation: int) -> bool:
+    """Whether ``batch`` comes from a group member that knows an older (or another) generation
+    of its group than ``generation``, the broker's: it must rebalance before it reads. A pull
+    outside any group's rebalancing (generation -1: assigned queues) is never behind."""
+    return 0 <= batch.generation != generation
 
 
 def _arrived(batch: PullBatch, woken_by: frozenset[tuple[str, int]]) -> Sequence[QueuePull]:

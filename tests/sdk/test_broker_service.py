@@ -272,6 +272,27 @@ def test_a_pull_from_a_consumer_behind_the_group_generation_does_not_wait(servic
     assert answer.generation == known + 1
 
 
+@pytest.mark.parametrize("wait_ms", [0, 10_000])
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_member_behind_the_group_generation_reads_nothing_until_it_rebalances(
+    service: BrokerService, wait_ms: int, how: str
+):
+    """Its queues hold messages, but it may be about to hand them over: the answer carries the
+    new generation alone. At the new generation the same pull reads them."""
+    service.send([message(body=b"a"), message(body=b"b")])
+    known = service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
+    current = service.heartbeat("g", "b", {"orders": "*"}, "CLUSTERING")
+
+    def pull(generation: int):
+        batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=wait_ms, generation=generation)
+        return service.pull_wait(batch) if how == "sync" else asyncio.run(service.pull_async(batch))
+
+    behind = pull(known)
+    assert behind.generation == current and behind.results == []
+    rebalanced = pull(current)
+    assert [r.body for r in decode_records(rebalanced.results[0].raw)] == [b"a", b"b"]
+
+
 @pytest.mark.parametrize(
     "status, offsets",
     [
