@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("quiver_errors", "localstore", "offsetstore", "sdk")
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # Import name -> distribution name, where they differ.
-DISTRIBUTION_OF = {"uvloop": "uvloop"}
+DISTRIBUTION_OF = {"uvloop": "uvloop", "zlib_ng": "zlib-ng"}
 
 
 def test_each_package_ships_py_typed():
