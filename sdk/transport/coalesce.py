@@ -11,6 +11,11 @@ Invariants:
   that goes alone); the rest wait for that request's answer. So one request of the
   coalescer is in flight at a time, and a burst of N concurrent sends costs two requests,
   not N.
+* An answered request's callers resume only once the next request is written: the sends
+  queued meanwhile leave first, and each caller then builds its next send while they are out.
+  (Resumed first, a batch of callers would build their next sends while the broker waited:
+  aiohttp writes a request body on a task of its own under Python 3.11, which runs after every
+  callback already queued.)
 * Each send gets its own outcome: its :class:`~sdk.transport.models.SendResult`, or the error
   ``/v1/send`` would have answered it (a refused part fails no other); a request that fails
   whole (a reset, a timeout) fails each of its sends with that error.
@@ -113,22 +118,24 @@ class SendCoalescer:
 
     async def _send_together(self, batch: list[_Queued]) -> None:
         try:
-            if len(batch) == 1:
-                outcomes: list[SendResult | PartError] = [
-                    _SEND.answer(await self._post(batch[0].request))
-                ]
-            else:
-                body = await self._post(send_many_request([q.request for q in batch]))
-                outcomes = decode_send_many_answer(body, len(batch))
+            outcomes = await self._outcomes(batch)
         except asyncio.CancelledError:
+            self._send_queued()
             for queued in batch:
                 queued.outcome.cancel()
             raise
         except Exception as exc:
+            self._send_queued()
             for queued in batch:
                 if not queued.outcome.done():
                     queued.outcome.set_exception(exc)
-        else:
+            return
+        self._send_queued()
+        try:
+            # One turn of the loop, so the request just started is written before these
+            # callers resume: each builds its next send then, while that request is out.
+            await asyncio.sleep(0)
+        finally:
             for queued, outcome in zip(batch, outcomes, strict=True):
                 if queued.outcome.done():
                     continue
@@ -136,9 +143,18 @@ class SendCoalescer:
                     queued.outcome.set_exception(self._part_failure(outcome))
                 else:
                     queued.outcome.set_result(outcome)
-        finally:
-            self._busy = False
-            self._next()
+
+    async def _outcomes(self, batch: list[_Queued]) -> list[SendResult | PartError]:
+        """Send ``batch`` in one request: each send's outcome (raises what fails it whole)."""
+        if len(batch) == 1:
+            return [_SEND.answer(await self._post(batch[0].request))]
+        body = await self._post(send_many_request([q.request for q in batch]))
+        return decode_send_many_answer(body, len(batch))
+
+    def _send_queued(self) -> None:
+        """The request in flight was answered: send what queued meanwhile."""
+        self._busy = False
+        self._next()
 
 
 _SEND = CALLS["send"]
