@@ -6,13 +6,14 @@ The invariants :class:`ParkedPulls` keeps:
 * **No read while caught up.** A consumer that has read everything parks without reading its
   queues: it registers its wake-up on the :class:`~sdk.broker.long_poll.ArrivalNotifier`
   first, then asks whether every queue is caught up (:meth:`MessageStore.caught_up`, from the
-  offsets alone). A queue with news or with an offset to correct, a group generation past
-  the one the consumer knows, or a closing broker makes it look at once.
-* **Rebalance before reading.** A member that knows an older generation of its group than the
-  broker's is answered at once with no record, only the new generation: it must rebalance
-  before it reads, so nothing is read for it from queues it may be about to hand over. (When
-  many members join at once, the first would otherwise fetch records of every queue and then
-  drop most of them with the queues.)
+  offsets alone). A queue with news or with an offset to correct, or a closing broker, makes
+  it look at once.
+* **Rebalance before reading.** A member that knows another generation of its group than the
+  broker's is answered with no record, only the broker's generation: when its pull arrives,
+  and when the generation moves while it is parked. It must rebalance before it reads, so
+  nothing is read for it from queues it may be about to hand over. (When many members join
+  at once, the first would otherwise fetch records of every queue and then drop most of them
+  with the queues.)
 * **No lost wake-up.** The wake-up is registered before that question is asked, so a message
   stored in between still fires it.
 * **Look where it arrived.** After a wake-up only the queues that got messages are read; the
@@ -73,9 +74,10 @@ class ParkedPulls:
 
     def wait(self, batch: PullBatch) -> PullBatchResult:
         """Answer ``batch``, holding it up to ``batch.wait_ms`` while nothing is new."""
+        behind = self._behind_answer(batch)
+        if behind is not None:
+            return behind
         generation = self._groups.generation(batch.group)
-        if _behind(batch, generation):
-            return PullBatchResult([], generation)
         if self._answers_unparked(batch):
             return self._read(batch, batch.pulls)
         deadline = time.monotonic() + batch.wait_ms / 1000
@@ -88,6 +90,9 @@ class ParkedPulls:
             woken_by = self._notifier.wait_keys(
                 keys, remaining, lambda: self._changed_since(batch, generation)
             )
+            behind = self._behind_answer(batch)
+            if behind is not None:
+                return behind
             result, done = self._look_again(batch, woken_by or frozenset(), generation)
             if done:
                 return result
@@ -102,9 +107,10 @@ class ParkedPulls:
             call = functools.partial(self._read, batch, pulls)
             return call() if offload is None or fresh else await offload(call)
 
+        behind = self._behind_answer(batch)
+        if behind is not None:
+            return behind
         generation = self._groups.generation(batch.group)
-        if _behind(batch, generation):
-            return PullBatchResult([], generation)
         if self._answers_unparked(batch):
             return await read(batch.pulls)
         loop = asyncio.get_running_loop()
@@ -129,6 +135,9 @@ class ParkedPulls:
                         timer.cancel()
             finally:
                 self._notifier.cancel(watch)
+            behind = self._behind_answer(batch)
+            if behind is not None:
+                return behind
             # Changed before the wait: look at every queue (an arrival may have fired the
             # watch for one queue while another was the one not caught up).
             woken_by = frozenset() if changed else watch.woken_by()
@@ -138,6 +147,14 @@ class ParkedPulls:
             result = await read(arrived_at or batch.pulls, fresh=bool(arrived_at))
             if _answer_now(batch, woken_by, generation, result):
                 return result
+
+    def _behind_answer(self, batch: PullBatch) -> PullBatchResult | None:
+        """The answer to a pull from a group member that knows another generation of its group
+        than the broker's now (it must rebalance before it reads): that generation alone, no
+        record. None for any other pull, a pull outside the group's rebalancing (generation
+        -1: assigned queues) included."""
+        generation = self._groups.generation(batch.group)
+        return PullBatchResult([], generation) if 0 <= batch.generation != generation else None
 
     def _answers_unparked(self, batch: PullBatch) -> bool:
         """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
@@ -169,13 +186,6 @@ class ParkedPulls:
         whether to answer now (news, or a member or lease changed)."""
         result = self._read(batch, _arrived(batch, woken_by))
         return result, _answer_now(batch, woken_by, generation, result)
-
-
-def _behind(batch: PullBatch, generation: int) -> bool:
-    """Whether ``batch`` comes from a group member that knows an older (or another) generation
-    of its group than ``generation``, the broker's: it must rebalance before it reads. A pull
-    outside any group's rebalancing (generation -1: assigned queues) is never behind."""
-    return 0 <= batch.generation != generation
 
 
 def _arrived(batch: PullBatch, woken_by: frozenset[tuple[str, int]]) -> Sequence[QueuePull]:

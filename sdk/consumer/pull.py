@@ -433,6 +433,7 @@ class PullConsumer(_PullConsumerBase):
         try:
             self._sync_up(auto_commit=True)
             pulled = False
+            rebalanced = False  # a pull was answered with the group's new generation alone
             while True:
                 messages = self._drain(max_records)
                 if self._poll_over(messages, pulled, deadline):
@@ -445,7 +446,10 @@ class PullConsumer(_PullConsumerBase):
                     result = self._transport.pull(batch)
                     if self._closed:
                         return []
-                    self._absorb(batch, result)
+                    if self._absorb(batch, result) and not rebalanced:
+                        rebalanced = True  # its one pull read nothing: once more, rebalanced
+                        self._sync_up()
+                        continue
                 pulled = True
                 self._sync_up()
         finally:
@@ -596,6 +600,7 @@ class AsyncPullConsumer(_PullConsumerBase):
             await self._connected()
             await self._sync_up(auto_commit=True)
             pulled = False
+            rebalanced = False  # a pull was answered with the group's new generation alone
             while True:
                 messages = self._drain(max_records)
                 if self._poll_over(messages, pulled, deadline):
@@ -608,7 +613,10 @@ class AsyncPullConsumer(_PullConsumerBase):
                     result = await self._transport.pull(batch)
                     if self._closed:
                         return []
-                    self._absorb(batch, result)
+                    if self._absorb(batch, result) and not rebalanced:
+                        rebalanced = True  # its one pull read nothing: once more, rebalanced
+                        await self._sync_up()
+                        continue
                 pulled = True
                 await self._sync_up()
         finally:

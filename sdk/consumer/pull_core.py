@@ -476,12 +476,16 @@ class PullCore(ABC):
             generation=self._generation if self._subscription is not None else -1,
         )
 
-    def _absorb(self, batch: PullBatch, result: PullBatchResult) -> None:
+    def _absorb(self, batch: PullBatch, result: PullBatchResult) -> bool:
         """Record a pull's answers: buffer what matches, move fetch offsets; a queue sought
-        (or revoked) while the pull was out ignores its answer."""
+        (or revoked) while the pull was out ignores its answer. Answers whether the answer
+        only asked for a rebalance: the group moved past this member's generation, and the
+        broker read nothing for it (:mod:`sdk.broker.parked_pulls`)."""
         self._queues.absorb(batch, result, self._known_broker)
-        if self._subscription is not None and result.generation != self._generation:
-            self._rejoin = True
+        if self._subscription is None or result.generation == self._generation:
+            return False
+        self._rejoin = True
+        return not result.results
 
     def _drain(self, max_records: int) -> list[ReceivedMessage]:
         """Up to ``max_records`` fetched messages of unpaused queues, each queue's in order;

@@ -11,11 +11,12 @@ Invariants:
   that goes alone); the rest wait for that request's answer. So one request of the
   coalescer is in flight at a time, and a burst of N concurrent sends costs two requests,
   not N.
-* An answered request's callers resume only once the next request is written: the sends
-  queued meanwhile leave first, and each caller then builds its next send while they are out.
-  (Resumed first, a batch of callers would build their next sends while the broker waited:
-  aiohttp writes a request body on a task of its own under Python 3.11, which runs after every
-  callback already queued.)
+* The callers of an answered request of queued sends resume only once the sends queued since
+  have left (their request started and the loop turned once): each caller then builds its next
+  send while they are out. (Resumed first, the callers would build their next sends while the
+  broker waited: under Python 3.11 aiohttp writes a request body on a task of its own, which
+  runs after every callback already queued; from 3.12 it writes at once, and the turn costs
+  next to nothing.)
 * Each send gets its own outcome: its :class:`~sdk.transport.models.SendResult`, or the error
   ``/v1/send`` would have answered it (a refused part fails no other); a request that fails
   whole (a reset, a timeout) fails each of its sends with that error.

@@ -147,8 +147,10 @@ class QueuePull:
 class PullBatch:
     """One long-polling pull over several queues on behalf of ``group``.
 
-    ``generation`` is the group's membership generation the consumer last saw: a pull never
-    waits once the group moved past it (a member joined or left between two pulls).
+    ``generation`` is the group's membership generation the consumer last saw (-1: no group
+    membership, assigned queues): once the group moved past it (a member joined or left), the
+    pull is answered at once with the new generation and no record, so the member rebalances
+    before it reads.
     ``max_count``/``max_bytes`` bound each queue's answer. ``wait_ms`` is how long the broker may
     hold the request when no queue has anything new (0: answer at once).
     """
@@ -211,7 +213,8 @@ class QueuePullResult:
 class PullBatchResult:
     """The queues' answers, and the group's membership generation: a consumer that sees it
     change rebalances at once. After a long-polling wait only the queues that got messages
-    are answered; a queue left out has nothing new."""
+    are answered; a queue left out has nothing new, except in the answer to a member whose
+    generation was behind, which holds no queue at all (nothing was read)."""
 
     results: list[QueuePullResult]
     generation: int = 0

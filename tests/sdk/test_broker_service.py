@@ -293,6 +293,27 @@ def test_a_member_behind_the_group_generation_reads_nothing_until_it_rebalances(
     assert [r.body for r in decode_records(rebalanced.results[0].raw)] == [b"a", b"b"]
 
 
+def test_a_parked_member_whose_group_moves_reads_nothing_until_it_rebalances(
+    service: BrokerService,
+):
+    """Parked at the group's generation: a member joins and a message arrives before the pull
+    looks again. It answers the new generation alone."""
+    known = service.heartbeat("g", "a", {"orders": "*"}, "CLUSTERING")
+    batch = PullBatch("g", (QueuePull("orders", 0, 0),), wait_ms=10_000, generation=known)
+
+    async def scenario():
+        parked = asyncio.ensure_future(service.pull_async(batch))
+        for _ in range(5):  # parks: nothing new, nothing to wait on but the wake-up
+            await asyncio.sleep(0)
+        assert not parked.done()
+        joined = service.heartbeat("g", "b", {"orders": "*"}, "CLUSTERING")
+        service.send([message(body=b"a")])  # before the woken pull runs again
+        return joined, await parked
+
+    joined, answer = asyncio.run(scenario())
+    assert answer.generation == joined == known + 1 and answer.results == []
+
+
 @pytest.mark.parametrize(
     "status, offsets",
     [

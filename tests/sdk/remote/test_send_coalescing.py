@@ -20,7 +20,7 @@ from aiohttp import web
 
 from localstore.record.codec import NewMessage
 from sdk import AsyncProducer, EmbeddedBroker, Message
-from sdk.errors import InvalidMessageError, MalformedBodyError, QuiverError
+from sdk.errors import BrokerUnavailableError, InvalidMessageError, MalformedBodyError, QuiverError
 from sdk.protocol.calls import WireRequest
 from sdk.protocol.data_plane import send_query
 from sdk.protocol.produce_body import encode_produce_body
@@ -182,53 +182,122 @@ def test_async_producers_sharing_one_transport_coalesce_their_batches(
     assert sum(broker.service.max_offset(TOPIC, q) for q in range(QUEUES)) == 4 + 40
 
 
-def test_the_next_request_is_written_before_the_answered_callers_resume() -> None:
-    """When a coalesced request is answered, the one queued meanwhile leaves first: its body is
-    written before the answered callers resume (each would build its next send first, and the
-    broker would wait meanwhile). The fake post writes a body on a task of its own, as aiohttp
-    does on Python 3.11."""
-    events: list[str] = []
-    answers: dict[str, asyncio.Future[bytes]] = {}
+class _ScriptedPost:
+    """A coalescer's ``post`` whose answers the test gives: each request waits for
+    ``answer``/``fail`` under its name (its sends' labels joined by ``+``). It writes a body on
+    a task of its own, as aiohttp does on Python 3.11, and notes what happens in ``events``."""
 
-    async def post(request: WireRequest) -> bytes:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.pending: dict[str, asyncio.Future[None]] = {}
+
+    async def __call__(self, request: WireRequest) -> bytes:
         labels = [query["label"] for query, _ in _parts_of(request)]
         name = "+".join(labels)
 
         async def write_body() -> None:
-            events.append(f"written {name}")
+            self.events.append(f"written {name}")
 
         loop = asyncio.get_running_loop()
-        answers[name] = loop.create_future()
+        self.pending[name] = loop.create_future()
         writing = loop.create_task(write_body())
-        await answers[name]
+        await self.pending[name]
         await writing
         result = SendResult("PUT_OK", topic=TOPIC, queue_offset=0, phys_offsets=[0])
         if request.path == SEND_MANY_PATH:
             return encode_send_many_answer([result] * len(labels))
         return orjson.dumps(SEND_RESULT.encode(result))
 
-    async def caller(coalescer: SendCoalescer, label: str) -> None:
-        await coalescer.send(WireRequest("/v1/send", b"", {"label": label}, binary=True))
-        events.append(f"resumed {label}")
+    async def answer(self, name: str) -> None:
+        await _until(lambda: name in self.pending)
+        self.pending[name].set_result(None)
+
+    async def fail(self, name: str, error: Exception) -> None:
+        await _until(lambda: name in self.pending)
+        self.pending[name].set_exception(error)
+
+    def caller(self, coalescer: SendCoalescer, label: str) -> asyncio.Future[SendResult]:
+        """A send from a caller of its own (started now), noting when it resumes."""
+
+        async def send() -> SendResult:
+            try:
+                return await coalescer.send(
+                    WireRequest("/v1/send", b"", {"label": label}, binary=True)
+                )
+            finally:
+                self.events.append(f"resumed {label}")
+
+        return asyncio.ensure_future(send())
+
+
+def _coalescer(post: _ScriptedPost) -> SendCoalescer:
+    return SendCoalescer(post, lambda part: QuiverError(str(part.error)))
+
+
+async def _a_then_b_c(
+    post: _ScriptedPost, coalescer: SendCoalescer
+) -> list[asyncio.Future[SendResult]]:
+    """``a`` leaves alone and is answered; ``b`` and ``c``, queued meanwhile, leave together."""
+    sends = [post.caller(coalescer, "a")]
+    await asyncio.sleep(0)
+    sends += [post.caller(coalescer, label) for label in ("b", "c")]
+    await asyncio.sleep(0)
+    await post.answer("a")
+    await _until(lambda: "b+c" in post.pending)
+    return sends
+
+
+def test_the_next_request_is_written_before_the_answered_callers_resume() -> None:
+    """When a coalesced request is answered, the one queued meanwhile leaves first: its body is
+    written before the answered callers resume (each would build its next send first, and the
+    broker would wait meanwhile)."""
+    post = _ScriptedPost()
 
     async def run() -> None:
-        coalescer = SendCoalescer(post, lambda part: QuiverError(str(part.error)))
-        first = asyncio.ensure_future(caller(coalescer, "a"))  # leaves alone, at once
+        coalescer = _coalescer(post)
+        sends = await _a_then_b_c(post, coalescer)
+        sends.append(post.caller(coalescer, "d"))  # queues behind b+c
         await asyncio.sleep(0)
-        queued = [asyncio.ensure_future(caller(coalescer, label)) for label in ("b", "c")]
-        await asyncio.sleep(0)
-        answers["a"].set_result(b"")  # answered: b and c leave together
-        await _until(lambda: "b+c" in answers)
-        late = asyncio.ensure_future(caller(coalescer, "d"))  # queues behind b+c
-        await asyncio.sleep(0)
-        answers["b+c"].set_result(b"")
-        await _until(lambda: "d" in answers)
-        answers["d"].set_result(b"")
-        await asyncio.gather(first, *queued, late)
+        await post.answer("b+c")
+        await post.answer("d")
+        await asyncio.gather(*sends)
 
     asyncio.run(run())
-    assert events.index("written d") < events.index("resumed b")
-    assert events.index("written d") < events.index("resumed c")
+    assert post.events.index("written d") < post.events.index("resumed b")
+    assert post.events.index("written d") < post.events.index("resumed c")
+
+
+def test_a_coalescer_cancelled_as_it_hands_out_answers_still_hands_them_all_out() -> None:
+    post = _ScriptedPost()
+
+    async def run() -> list[SendResult]:
+        coalescer = _coalescer(post)
+        sends = await _a_then_b_c(post, coalescer)
+        (task,) = coalescer._tasks  # the request of b and c, in flight
+        post.pending["b+c"].set_result(None)
+        await asyncio.sleep(0)  # it takes its answer, then turns the loop once: cancelled there
+        task.cancel()
+        await _until(lambda: all(send.done() for send in sends))
+        return await asyncio.gather(*sends)
+
+    assert [result.status for result in asyncio.run(run())] == ["PUT_OK"] * 3
+
+
+def test_a_request_that_fails_whole_fails_its_sends_and_lets_the_next_ones_leave() -> None:
+    post = _ScriptedPost()
+
+    async def run() -> list[SendResult | BaseException]:
+        coalescer = _coalescer(post)
+        sends = await _a_then_b_c(post, coalescer)
+        sends.append(post.caller(coalescer, "d"))  # queues behind b+c
+        await asyncio.sleep(0)
+        await post.fail("b+c", BrokerUnavailableError("reset"))
+        await post.answer("d")
+        return await asyncio.gather(*sends, return_exceptions=True)
+
+    a, b, c, d = asyncio.run(run())
+    assert isinstance(a, SendResult) and isinstance(d, SendResult)
+    assert isinstance(b, BrokerUnavailableError) and isinstance(c, BrokerUnavailableError)
 
 
 def _parts_of(request: WireRequest) -> list[tuple[Mapping[str, str], bytes]]:
