@@ -8,9 +8,11 @@ Invariants:
 * Sends that arrive while a request is in flight queue up; when it is answered, the queued
   ones leave together in one ``POST /v1/send-many`` (:mod:`sdk.protocol.send_many`), in the
   order they came, as many as fit ``max_request_bytes`` of produce bodies (a send larger than
-  that goes alone); the rest wait for that request's answer. So one request of the
-  coalescer is in flight at a time, and a burst of N concurrent sends costs two requests,
-  not N.
+  that goes alone) and at most half of them (:data:`FEWEST_TOGETHER` at least); the rest wait
+  for that request's answer. So one request of the coalescer is in flight at a time, a burst
+  of N concurrent sends costs a few requests, not N, and callers that send again as soon as
+  they are answered settle into two groups that take turns: while one group's request is at
+  the broker, the other builds its next sends.
 * The callers of an answered request of queued sends resume only once the sends queued since
   have left (their request started and the loop turned once): each caller then builds its next
   send while they are out. (Resumed first, the callers would build their next sends while the
@@ -38,11 +40,16 @@ from sdk.protocol.calls import CALLS, WireRequest, send_many_request
 from sdk.protocol.send_many import PartError, decode_send_many_answer
 from sdk.transport.models import SendResult
 
-__all__ = ["DEFAULT_COALESCE_BYTES", "SendCoalescer"]
+__all__ = ["DEFAULT_COALESCE_BYTES", "FEWEST_TOGETHER", "SendCoalescer"]
 
 DEFAULT_COALESCE_BYTES = 256 << 10
 """The most produce-body bytes one coalesced request carries: enough for tens of batches of
 100 small messages; larger requests only make the broker hold more memory per request."""
+
+FEWEST_TOGETHER = 4
+"""A request of queued sends takes half of them, so that two groups of callers take turns:
+one builds its next sends while the other's request is at the broker. Fewer than this many
+together cost more in requests than the turns save (measured with 4 producers)."""
 
 Post = Callable[[WireRequest], Awaitable[bytes]]
 """One request out and its answer's body (the error answer or failure raised)."""
@@ -103,10 +110,12 @@ class SendCoalescer:
 
     def _take(self) -> list[_Queued]:
         """The queued sends the next request carries: in order, up to the byte cap (one at
-        least), skipping those whose caller gave up."""
+        least) and half of those queued (:data:`FEWEST_TOGETHER` at least), skipping those
+        whose caller gave up."""
         batch: list[_Queued] = []
         size = 0
-        while self._queue:
+        most = max((len(self._queue) + 1) // 2, FEWEST_TOGETHER)
+        while self._queue and len(batch) < most:
             queued = self._queue[0]
             if queued.outcome.done():  # cancelled before it left
                 self._queue.popleft()

@@ -34,7 +34,7 @@ from sdk.protocol.send_many import (
 )
 from sdk.protocol.shapes import SEND_RESULT
 from sdk.server.app import BrokerApp
-from sdk.transport.coalesce import SendCoalescer
+from sdk.transport.coalesce import FEWEST_TOGETHER, SendCoalescer
 from sdk.transport.http_async import AsyncHttpTransport
 from sdk.transport.models import SendResult
 from tests.sdk.remote.loopback_server import LoopbackServer, loopback_server
@@ -82,20 +82,20 @@ async def _send_all(
         )
 
 
-def test_concurrent_sends_leave_in_two_requests_and_each_gets_its_own_receipts(
+def test_concurrent_sends_leave_in_few_requests_and_each_gets_its_own_receipts(
     broker: EmbeddedBroker,
 ) -> None:
-    batches = [_batch(i % QUEUES, f"send{i}") for i in range(8)]
+    batches = [_batch(i % QUEUES, f"send{i}") for i in range(5)]
     with loopback_server(broker) as front:
         results = asyncio.run(_send_all(front.url, batches))
         assert _answered(front, "/v1/send") == 1  # the first, alone, at once
-        assert _answered(front, "/v1/send-many") == 1  # the seven queued behind it
+        assert _answered(front, "/v1/send-many") == 1  # the four queued behind it
     for batch, result in zip(batches, results, strict=True):
         assert isinstance(result, SendResult), result
         assert result.status == "PUT_OK"
         assert (result.topic, result.queue_id) == (TOPIC, batch[0].queue_id)
         assert _stored_bodies(broker, result) == [m.body for m in batch]
-    assert sum(broker.service.max_offset(TOPIC, q) for q in range(QUEUES)) == 8 * 3
+    assert sum(broker.service.max_offset(TOPIC, q) for q in range(QUEUES)) == 5 * 3
 
 
 def test_queued_sends_leave_in_requests_of_at_most_coalesce_bytes(broker: EmbeddedBroker) -> None:
@@ -265,6 +265,28 @@ def test_the_next_request_is_written_before_the_answered_callers_resume() -> Non
     asyncio.run(run())
     assert post.events.index("written d") < post.events.index("resumed b")
     assert post.events.index("written d") < post.events.index("resumed c")
+
+
+def test_a_request_of_queued_sends_takes_half_of_them() -> None:
+    """Ten queued behind the first: five leave, then four of the five left (never fewer than
+    FEWEST_TOGETHER while there are as many), then the last."""
+    post = _ScriptedPost()
+    labels = [chr(ord("b") + n) for n in range(10)]
+
+    async def run() -> list[SendResult]:
+        coalescer = _coalescer(post)
+        sends = [post.caller(coalescer, "a")]
+        await asyncio.sleep(0)
+        sends += [post.caller(coalescer, label) for label in labels]
+        await asyncio.sleep(0)
+        await post.answer("a")
+        await post.answer("+".join(labels[:5]))
+        await post.answer("+".join(labels[5:9]))
+        await post.answer(labels[9])
+        return await asyncio.gather(*sends)
+
+    assert len(asyncio.run(run())) == 11
+    assert FEWEST_TOGETHER == 4
 
 
 def test_a_coalescer_cancelled_as_it_hands_out_answers_still_hands_them_all_out() -> None:
