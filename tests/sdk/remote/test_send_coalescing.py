@@ -85,17 +85,18 @@ async def _send_all(
 def test_concurrent_sends_leave_in_few_requests_and_each_gets_its_own_receipts(
     broker: EmbeddedBroker,
 ) -> None:
-    batches = [_batch(i % QUEUES, f"send{i}") for i in range(5)]
+    batches = [_batch(i % QUEUES, f"send{i}") for i in range(8)]
     with loopback_server(broker) as front:
         results = asyncio.run(_send_all(front.url, batches))
         assert _answered(front, "/v1/send") == 1  # the first, alone, at once
-        assert _answered(front, "/v1/send-many") == 1  # the four queued behind it
+        # the seven queued behind it: half of the eight in play, then the other three
+        assert _answered(front, "/v1/send-many") == 2
     for batch, result in zip(batches, results, strict=True):
         assert isinstance(result, SendResult), result
         assert result.status == "PUT_OK"
         assert (result.topic, result.queue_id) == (TOPIC, batch[0].queue_id)
         assert _stored_bodies(broker, result) == [m.body for m in batch]
-    assert sum(broker.service.max_offset(TOPIC, q) for q in range(QUEUES)) == 5 * 3
+    assert sum(broker.service.max_offset(TOPIC, q) for q in range(QUEUES)) == 8 * 3
 
 
 def test_queued_sends_leave_in_requests_of_at_most_coalesce_bytes(broker: EmbeddedBroker) -> None:
@@ -267,26 +268,78 @@ def test_the_next_request_is_written_before_the_answered_callers_resume() -> Non
     assert post.events.index("written d") < post.events.index("resumed c")
 
 
-def test_a_request_of_queued_sends_takes_half_of_them() -> None:
-    """Ten queued behind the first: five leave, then four of the five left (never fewer than
-    FEWEST_TOGETHER while there are as many), then the last."""
+def test_a_request_of_queued_sends_takes_half_of_the_sends_in_play() -> None:
+    """Ten queued behind the first, one of them given up: half of the ten in play (the nine
+    live ones and the one answered) leave, then the four left."""
     post = _ScriptedPost()
     labels = [chr(ord("b") + n) for n in range(10)]
 
-    async def run() -> list[SendResult]:
+    async def run() -> None:
+        coalescer = _coalescer(post)
+        sends = [post.caller(coalescer, "a")]
+        await asyncio.sleep(0)
+        sends += [post.caller(coalescer, label) for label in labels]
+        await asyncio.sleep(0)
+        sends.pop(2).cancel()  # "c": never leaves
+        await post.answer("a")
+        await post.answer("b+d+e+f+g")
+        await post.answer("h+i+j+k")
+        await asyncio.gather(*sends)
+
+    asyncio.run(run())
+    assert list(post.pending) == ["a", "b+d+e+f+g", "h+i+j+k"]
+
+
+def test_callers_that_send_again_at_once_take_turns_in_two_groups() -> None:
+    """Sixteen callers, each sending again as soon as it is answered: after the first send,
+    requests of eight, one group's while the other builds."""
+    post = _ScriptedPost()
+
+    async def run() -> None:
+        coalescer = _coalescer(post)
+
+        async def sender(number: int) -> None:
+            for turn in range(4):
+                await post.caller(coalescer, f"{number}.{turn}")
+
+        senders = [asyncio.ensure_future(sender(number)) for number in range(16)]
+        while not all(sender.done() for sender in senders):
+            await _until(
+                lambda: (
+                    all(s.done() for s in senders)
+                    or any(not answer.done() for answer in post.pending.values())
+                )
+            )
+            for answer in post.pending.values():
+                if not answer.done():
+                    answer.set_result(None)
+            for _ in range(10):  # the broker takes longer than the callers' next sends
+                await asyncio.sleep(0)
+        await asyncio.gather(*senders)
+
+    asyncio.run(run())
+    sizes = [name.count("+") + 1 for name in post.pending]
+    assert sizes[:7] == [1, 8, 8, 8, 8, 8, 8]
+    assert sum(sizes) == 16 * 4
+
+
+def test_a_few_queued_sends_leave_in_one_request() -> None:
+    """Fewer than FEWEST_TOGETHER queued: one request takes them all."""
+    post = _ScriptedPost()
+    labels = [chr(ord("b") + n) for n in range(FEWEST_TOGETHER)]
+
+    async def run() -> None:
         coalescer = _coalescer(post)
         sends = [post.caller(coalescer, "a")]
         await asyncio.sleep(0)
         sends += [post.caller(coalescer, label) for label in labels]
         await asyncio.sleep(0)
         await post.answer("a")
-        await post.answer("+".join(labels[:5]))
-        await post.answer("+".join(labels[5:9]))
-        await post.answer(labels[9])
-        return await asyncio.gather(*sends)
+        await post.answer("+".join(labels))
+        await asyncio.gather(*sends)
 
-    assert len(asyncio.run(run())) == 11
-    assert FEWEST_TOGETHER == 4
+    asyncio.run(run())
+    assert list(post.pending) == ["a", "+".join(labels)]
 
 
 def test_a_coalescer_cancelled_as_it_hands_out_answers_still_hands_them_all_out() -> None:
