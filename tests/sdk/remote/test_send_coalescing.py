@@ -235,14 +235,22 @@ def _coalescer(post: _ScriptedPost) -> SendCoalescer:
     return SendCoalescer(post, lambda part: QuiverError(str(part.error)))
 
 
+async def _behind_a(
+    post: _ScriptedPost, coalescer: SendCoalescer, labels: list[str]
+) -> list[asyncio.Future[SendResult]]:
+    """``a`` leaves alone; the sends of ``labels`` queue behind it (``a`` is not answered)."""
+    sends = [post.caller(coalescer, "a")]
+    await asyncio.sleep(0)
+    sends += [post.caller(coalescer, label) for label in labels]
+    await asyncio.sleep(0)
+    return sends
+
+
 async def _a_then_b_c(
     post: _ScriptedPost, coalescer: SendCoalescer
 ) -> list[asyncio.Future[SendResult]]:
     """``a`` leaves alone and is answered; ``b`` and ``c``, queued meanwhile, leave together."""
-    sends = [post.caller(coalescer, "a")]
-    await asyncio.sleep(0)
-    sends += [post.caller(coalescer, label) for label in ("b", "c")]
-    await asyncio.sleep(0)
+    sends = await _behind_a(post, coalescer, ["b", "c"])
     await post.answer("a")
     await _until(lambda: "b+c" in post.pending)
     return sends
@@ -275,11 +283,7 @@ def test_a_request_of_queued_sends_takes_half_of_the_sends_in_play() -> None:
     labels = [chr(ord("b") + n) for n in range(10)]
 
     async def run() -> None:
-        coalescer = _coalescer(post)
-        sends = [post.caller(coalescer, "a")]
-        await asyncio.sleep(0)
-        sends += [post.caller(coalescer, label) for label in labels]
-        await asyncio.sleep(0)
+        sends = await _behind_a(post, _coalescer(post), labels)
         sends.pop(2).cancel()  # "c": never leaves
         await post.answer("a")
         await post.answer("b+d+e+f+g")
@@ -324,16 +328,13 @@ def test_callers_that_send_again_at_once_take_turns_in_two_groups() -> None:
 
 
 def test_a_few_queued_sends_leave_in_one_request() -> None:
-    """Fewer than FEWEST_TOGETHER queued: one request takes them all."""
+    """FEWEST_TOGETHER queued behind the first: one request takes them all, where half of
+    the sends in play would be fewer."""
     post = _ScriptedPost()
     labels = [chr(ord("b") + n) for n in range(FEWEST_TOGETHER)]
 
     async def run() -> None:
-        coalescer = _coalescer(post)
-        sends = [post.caller(coalescer, "a")]
-        await asyncio.sleep(0)
-        sends += [post.caller(coalescer, label) for label in labels]
-        await asyncio.sleep(0)
+        sends = await _behind_a(post, _coalescer(post), labels)
         await post.answer("a")
         await post.answer("+".join(labels))
         await asyncio.gather(*sends)
