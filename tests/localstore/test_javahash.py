@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localstore.record.javahash import index_key_hash, java_hash, java_hash_slow
+from localstore.record.javahash import index_key_hash, java_hash, java_hash_concat, java_hash_slow
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
@@ -33,6 +33,13 @@ KNOWN = [
 def test_known_values(text: str, expected: int) -> None:
     assert java_hash(text) == expected
     assert java_hash_slow(text) == expected
+
+
+def test_a_lone_surrogate_is_one_code_unit_as_in_java() -> None:
+    # Java: "\uD800".hashCode() == 55296, ("a" + "\uD800").hashCode() == 97 * 31 + 55296
+    assert java_hash("\ud800") == 0xD800 == java_hash_slow("\ud800")
+    assert java_hash("a\ud800") == 97 * 31 + 0xD800
+    assert java_hash_concat(java_hash("a"), "\ud800") == java_hash("a\ud800")
 
 
 def test_non_bmp_hashes_surrogate_pairs() -> None:
