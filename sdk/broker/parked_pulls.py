@@ -6,14 +6,14 @@ The invariants :class:`ParkedPulls` keeps:
 * **No read while caught up.** A consumer that has read everything parks without reading its
   queues: it registers its wake-up on the :class:`~sdk.broker.long_poll.ArrivalNotifier`
   first, then asks whether every queue is caught up (:meth:`MessageStore.caught_up`, from the
-  offsets alone). A queue with news or with an offset to correct, or a closing broker, makes
-  it look at once.
-* **Rebalance before reading.** A member that knows another generation of its group than the
-  broker's is answered with no record, only the broker's generation: when its pull arrives,
-  and when the generation moves while it is parked. It must rebalance before it reads, so
-  nothing is read for it from queues it may be about to hand over. (When many members join
-  at once, the first would otherwise fetch records of every queue and then drop most of them
-  with the queues.)
+  offsets alone). A queue with news or with an offset to correct, a group generation past
+  the one the consumer knows, or a closing broker makes it look at once.
+* **Rebalance before reading.** Every read of a pull from a member that knows another
+  generation of its group than the broker's answers that generation alone, no record: when
+  its pull arrives, and when the generation moves while it is parked. It must rebalance
+  before it reads, so nothing is read for it from queues it may be about to hand over. (When
+  many members join at once, the first would otherwise fetch records of every queue and then
+  drop most of them with the queues.)
 * **No lost wake-up.** The wake-up is registered before that question is asked, so a message
   stored in between still fires it.
 * **Look where it arrived.** After a wake-up only the queues that got messages are read; the
@@ -69,16 +69,13 @@ class ParkedPulls:
         self._store = store
         self._groups = groups
         self._notifier = notifier
-        self._read = read
+        self._read_records = read
         self._closed = closed
 
     def wait(self, batch: PullBatch) -> PullBatchResult:
         """Answer ``batch``, holding it up to ``batch.wait_ms`` while nothing is new."""
-        behind = self._behind_answer(batch)
-        if behind is not None:
-            return behind
         generation = self._groups.generation(batch.group)
-        if self._answers_unparked(batch):
+        if self._answers_unparked(batch, generation):
             return self._read(batch, batch.pulls)
         deadline = time.monotonic() + batch.wait_ms / 1000
         keys = _watched_keys(batch)
@@ -90,9 +87,6 @@ class ParkedPulls:
             woken_by = self._notifier.wait_keys(
                 keys, remaining, lambda: self._changed_since(batch, generation)
             )
-            behind = self._behind_answer(batch)
-            if behind is not None:
-                return behind
             result, done = self._look_again(batch, woken_by or frozenset(), generation)
             if done:
                 return result
@@ -107,11 +101,8 @@ class ParkedPulls:
             call = functools.partial(self._read, batch, pulls)
             return call() if offload is None or fresh else await offload(call)
 
-        behind = self._behind_answer(batch)
-        if behind is not None:
-            return behind
         generation = self._groups.generation(batch.group)
-        if self._answers_unparked(batch):
+        if self._answers_unparked(batch, generation):
             return await read(batch.pulls)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + batch.wait_ms / 1000
@@ -135,9 +126,6 @@ class ParkedPulls:
                         timer.cancel()
             finally:
                 self._notifier.cancel(watch)
-            behind = self._behind_answer(batch)
-            if behind is not None:
-                return behind
             # Changed before the wait: look at every queue (an arrival may have fired the
             # watch for one queue while another was the one not caught up).
             woken_by = frozenset() if changed else watch.woken_by()
@@ -148,19 +136,26 @@ class ParkedPulls:
             if _answer_now(batch, woken_by, generation, result):
                 return result
 
-    def _behind_answer(self, batch: PullBatch) -> PullBatchResult | None:
-        """The answer to a pull from a group member that knows another generation of its group
-        than the broker's now (it must rebalance before it reads): that generation alone, no
-        record. None for any other pull, a pull outside the group's rebalancing (generation
-        -1: assigned queues) included."""
+    def _read(self, batch: PullBatch, pulls: Sequence[QueuePull]) -> PullBatchResult:
+        """Every read of a pull: ``pulls`` read for ``batch``, unless it comes from a group
+        member that knows another generation of its group than the broker's now (generation
+        -1, assigned queues, never does): then that generation alone, no record, so it
+        rebalances before it reads."""
         generation = self._groups.generation(batch.group)
-        return PullBatchResult([], generation) if 0 <= batch.generation != generation else None
+        if 0 <= batch.generation != generation:
+            return PullBatchResult([], generation)
+        return self._read_records(batch, pulls)
 
-    def _answers_unparked(self, batch: PullBatch) -> bool:
+    def _answers_unparked(self, batch: PullBatch, generation: int) -> bool:
         """Whether ``batch`` is answered by one read, never parked: no wait is asked, the
-        broker is closing, or the read would be refused (the caller hears so at once, not
-        after the wait)."""
-        return batch.wait_ms <= 0 or self._closed() or not _readable(batch)
+        broker is closing, the group moved past what the consumer knows (it must rebalance),
+        or the read would be refused (the caller hears so at once, not after the wait)."""
+        return (
+            batch.wait_ms <= 0
+            or self._closed()
+            or 0 <= batch.generation != generation
+            or not _readable(batch)
+        )
 
     def _parked_answer(
         self, batch: PullBatch, result: PullBatchResult | None, generation: int
