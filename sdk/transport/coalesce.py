@@ -95,8 +95,7 @@ class SendCoalescer:
             answer: SendResult = _SEND.answer(await self._post(request))
             return answer
         finally:
-            self._busy = False
-            self._next(answered=1)
+            self._send_queued(answered=1)
 
     def _next(self, answered: int) -> None:
         """Send what is queued, if anything is and nothing is in flight; ``answered``: how
